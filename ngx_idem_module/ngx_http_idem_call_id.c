@@ -1,0 +1,489 @@
+
+/*
+ * Call ids and trace ids: validation of what the client sent, generation of
+ * what it did not send, and the W3C traceparent it may carry instead.
+ */
+
+
+#include "ngx_http_idem_module.h"
+
+#include <sys/random.h>
+#include <uuid/uuid.h>
+
+
+#define NGX_HTTP_IDEM_RANDOM_POOL  256
+
+
+static ngx_int_t ngx_http_idem_check_id(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_header_t *name,
+    ngx_table_elt_t *h, ngx_uint_t count, ngx_uint_t is_call_id,
+    ngx_http_idem_problem_t *problem);
+static ngx_int_t ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
+    ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem);
+static u_char *ngx_http_idem_traceparent_trace_id(ngx_str_t *value);
+static ngx_int_t ngx_http_idem_lower_hex(u_char *p, size_t len);
+static u_char *ngx_http_idem_bad_byte(ngx_str_t *value);
+static void ngx_http_idem_problem_set(ngx_http_request_t *r,
+    ngx_http_idem_problem_t *problem, char *type, char *title,
+    ngx_str_t *header, char *reason);
+static void ngx_http_idem_random_bytes(u_char *dst, size_t len);
+
+
+/*
+ * Decides the call id and trace id of the request.  NGX_DECLINED means the
+ * request must be answered with "problem"; the context then still holds a
+ * gateway-made call id and a trace id, for the response headers and logs.
+ */
+
+ngx_int_t
+ngx_http_idem_resolve_ids(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
+    ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem)
+{
+    ngx_int_t  rc;
+
+    if (in->call_id_count == 0
+        && ilcf->call_id_missing == NGX_HTTP_IDEM_MISSING_REJECT)
+    {
+        ngx_http_idem_problem_set(r, problem, "missing-call-id",
+                                  "Missing call id", &ilcf->call_id_header.name,
+                                  "missing");
+        rc = NGX_DECLINED;
+
+    } else if (in->call_id_count == 0) {
+        rc = NGX_OK;
+
+    } else {
+        rc = ngx_http_idem_check_id(r, ilcf, &ilcf->call_id_header,
+                                    in->call_id, in->call_id_count, 1,
+                                    problem);
+    }
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (rc == NGX_OK && in->call_id != NULL) {
+        ctx->call_id = in->call_id->value;
+        ctx->source = NGX_HTTP_IDEM_SOURCE_CLIENT;
+
+    } else {
+        /* a rejected call gets an id too, so that its answer can be traced */
+
+        if (ngx_http_idem_generate_call_id(r, ilcf, &ctx->call_id) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        ctx->source = NGX_HTTP_IDEM_SOURCE_GATEWAY;
+
+        if (rc == NGX_DECLINED) {
+            if (ngx_http_idem_resolve_trace_id(r, ilcf, in, ctx, NULL)
+                == NGX_ERROR)
+            {
+                return NGX_ERROR;
+            }
+
+            return NGX_DECLINED;
+        }
+    }
+
+    return ngx_http_idem_resolve_trace_id(r, ilcf, in, ctx, problem);
+}
+
+
+static ngx_int_t
+ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
+    ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem)
+{
+    u_char                   *p;
+    ngx_int_t                 rc;
+    ngx_http_idem_problem_t   ignored;
+
+    if (in->trace_id_count) {
+        rc = ngx_http_idem_check_id(r, ilcf, &ilcf->trace_id_header,
+                                    in->trace_id, in->trace_id_count, 0,
+                                    problem ? problem : &ignored);
+        if (rc == NGX_OK) {
+            ctx->trace_id = in->trace_id->value;
+            return NGX_OK;
+        }
+
+        if (rc == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        /* invalid: the answer still needs a trace id */
+
+        in->trace_id = NULL;
+
+        if (ngx_http_idem_generate_trace_id(r->pool, &ctx->trace_id)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        return NGX_DECLINED;
+    }
+
+    /* a repeated traceparent is invalid (W3C Trace Context), so ignored */
+
+    if (in->traceparent_count == 1) {
+        p = ngx_http_idem_traceparent_trace_id(&in->traceparent->value);
+
+        if (p != NULL) {
+            ctx->trace_id.data = p;
+            ctx->trace_id.len = NGX_HTTP_IDEM_TRACE_ID_LEN;
+            return NGX_OK;
+        }
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem: ignoring invalid traceparent \"%V\"",
+                       &in->traceparent->value);
+    }
+
+    return ngx_http_idem_generate_trace_id(r->pool, &ctx->trace_id);
+}
+
+
+static ngx_int_t
+ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
+    ngx_http_idem_header_t *name, ngx_table_elt_t *h, ngx_uint_t count,
+    ngx_uint_t is_call_id, ngx_http_idem_problem_t *problem)
+{
+    char       *type, *title;
+    u_char     *p, *last, reason[64];
+    ngx_str_t  *v;
+
+    if (is_call_id) {
+        type = "invalid-call-id";
+        title = "Invalid call id";
+
+    } else {
+        type = "invalid-trace-id";
+        title = "Invalid trace id";
+    }
+
+    v = &h->value;
+
+    if (count > 1) {
+        ngx_http_idem_problem_set(r, problem, type, title, &name->name,
+                                  "sent more than once");
+        return NGX_DECLINED;
+    }
+
+    if (v->len == 0) {
+        ngx_http_idem_problem_set(r, problem, type, title, &name->name,
+                                  "empty value");
+        return NGX_DECLINED;
+    }
+
+    if (v->len > ilcf->call_id_max_length) {
+        last = ngx_snprintf(reason, sizeof(reason) - 1,
+                            "longer than %ui bytes",
+                            ilcf->call_id_max_length);
+        *last = '\0';
+
+        ngx_http_idem_problem_set(r, problem, type, title, &name->name,
+                                  (char *) reason);
+        return NGX_DECLINED;
+    }
+
+    p = ngx_http_idem_bad_byte(v);
+
+    if (p != NULL) {
+        last = ngx_snprintf(reason, sizeof(reason) - 1,
+                            "byte 0x%02xd at offset %uz is not allowed",
+                            (ngx_uint_t) *p, (size_t) (p - v->data));
+        *last = '\0';
+
+        ngx_http_idem_problem_set(r, problem, type, title, &name->name,
+                                  (char *) reason);
+        return NGX_DECLINED;
+    }
+
+#if (NGX_PCRE)
+    if (is_call_id && ilcf->call_id_pattern != NULL) {
+        switch (ngx_regex_exec(ilcf->call_id_pattern, v, NULL, 0)) {
+
+        case NGX_REGEX_NO_MATCHED:
+            ngx_http_idem_problem_set(r, problem, type, title, &name->name,
+                                      "does not match idem_call_id_pattern");
+            return NGX_DECLINED;
+
+        case 0:
+            break;
+
+        default:
+            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                          "idem: idem_call_id_pattern \"%V\" failed on "
+                          "\"%V\"", &ilcf->call_id_pattern_src, v);
+            return NGX_ERROR;
+        }
+    }
+#endif
+
+    return NGX_OK;
+}
+
+
+/* "00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>" (W3C) */
+
+static u_char *
+ngx_http_idem_traceparent_trace_id(ngx_str_t *value)
+{
+    u_char  *p;
+
+    p = value->data;
+
+    if (value->len < NGX_HTTP_IDEM_TRACEPARENT_LEN
+        || ngx_http_idem_lower_hex(p, 2) != NGX_OK
+        || (p[0] == 'f' && p[1] == 'f')
+        || p[2] != '-' || p[35] != '-' || p[52] != '-'
+        || ngx_http_idem_lower_hex(p + 3, 32) != NGX_OK
+        || ngx_http_idem_lower_hex(p + 36, 16) != NGX_OK
+        || ngx_http_idem_lower_hex(p + 53, 2) != NGX_OK)
+    {
+        return NULL;
+    }
+
+    /* version 00 has an exact length; later ones may append fields */
+
+    if (value->len != NGX_HTTP_IDEM_TRACEPARENT_LEN
+        && ((p[0] == '0' && p[1] == '0')
+            || p[NGX_HTTP_IDEM_TRACEPARENT_LEN] != '-'))
+    {
+        return NULL;
+    }
+
+    if (ngx_strncmp(p + 3, "00000000000000000000000000000000", 32) == 0
+        || ngx_strncmp(p + 36, "0000000000000000", 16) == 0)
+    {
+        return NULL;
+    }
+
+    return p + 3;
+}
+
+
+static ngx_int_t
+ngx_http_idem_lower_hex(u_char *p, size_t len)
+{
+    while (len--) {
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) {
+            return NGX_DECLINED;
+        }
+
+        p++;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_idem_check_charset(ngx_str_t *value)
+{
+    return ngx_http_idem_bad_byte(value) == NULL ? NGX_OK : NGX_DECLINED;
+}
+
+
+/* the first byte outside A-Z a-z 0-9 - . _ ~ : (URL-unreserved and ':') */
+
+static u_char *
+ngx_http_idem_bad_byte(ngx_str_t *value)
+{
+    u_char  c, *p, *last;
+
+    last = value->data + value->len;
+
+    for (p = value->data; p < last; p++) {
+        c = *p;
+
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+            || (c >= '0' && c <= '9')
+            || c == '-' || c == '.' || c == '_' || c == '~' || c == ':')
+        {
+            continue;
+        }
+
+        return p;
+    }
+
+    return NULL;
+}
+
+
+ngx_int_t
+ngx_http_idem_generate_call_id(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id)
+{
+    u_char                     *p;
+    uuid_t                      uuid;
+    uint64_t                    ms;
+    ngx_time_t                 *tp;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    if (ilcf->call_id_generator == NGX_HTTP_IDEM_GENERATOR_UUID) {
+        p = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_UUID_LEN + 1);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        uuid_generate_random(uuid);
+        uuid_unparse_lower(uuid, (char *) p);
+
+        id->data = p;
+        id->len = NGX_HTTP_IDEM_UUID_LEN;
+
+        return NGX_OK;
+    }
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    id->data = ngx_pnalloc(r->pool,
+                           ngx_http_idem_generated_length(ilcf,
+                                                          &imcf->node_id));
+    if (id->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    tp = ngx_timeofday();
+    ms = (uint64_t) tp->sec * 1000 + tp->msec;
+
+    p = ngx_sprintf(id->data, "%V-%uL-", &ilcf->call_id_prefix, ms);
+
+    ngx_http_idem_random_hex(p, 8);
+    p += 8;
+    *p++ = '-';
+
+    p = ngx_cpymem(p, imcf->node_id.data, imcf->node_id.len);
+
+    id->len = p - id->data;
+
+    return NGX_OK;
+}
+
+
+size_t
+ngx_http_idem_generated_length(ngx_http_idem_loc_conf_t *ilcf,
+    ngx_str_t *node_id)
+{
+    if (ilcf->call_id_generator == NGX_HTTP_IDEM_GENERATOR_UUID) {
+        return NGX_HTTP_IDEM_UUID_LEN;
+    }
+
+    return ilcf->call_id_prefix.len + NGX_HTTP_IDEM_PREFIXED_FIXED_LEN
+           + node_id->len;
+}
+
+
+ngx_int_t
+ngx_http_idem_generate_trace_id(ngx_pool_t *pool, ngx_str_t *id)
+{
+    id->data = ngx_pnalloc(pool, NGX_HTTP_IDEM_TRACE_ID_LEN);
+    if (id->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_idem_random_hex(id->data, NGX_HTTP_IDEM_TRACE_ID_LEN);
+    id->len = NGX_HTTP_IDEM_TRACE_ID_LEN;
+
+    return NGX_OK;
+}
+
+
+/* "len" lowercase hex digits (len is even), never all zeros */
+
+void
+ngx_http_idem_random_hex(u_char *dst, size_t len)
+{
+    u_char  bytes[NGX_HTTP_IDEM_TRACE_ID_LEN / 2];
+    size_t  i, n;
+
+    n = ngx_min(len / 2, sizeof(bytes));
+
+    do {
+        ngx_http_idem_random_bytes(bytes, n);
+
+        for (i = 0; i < n; i++) {
+            if (bytes[i]) {
+                break;
+            }
+        }
+
+    } while (i == n);
+
+    ngx_hex_dump(dst, bytes, n);
+}
+
+
+/*
+ * Random bytes from the kernel, fetched in batches to keep the syscall off
+ * most requests.  The batch is per process: a worker never reuses bytes that
+ * another process has seen.
+ */
+
+static void
+ngx_http_idem_random_bytes(u_char *dst, size_t len)
+{
+    ssize_t           n;
+    ngx_uint_t        i;
+
+    static u_char     pool[NGX_HTTP_IDEM_RANDOM_POOL];
+    static size_t     pos = NGX_HTTP_IDEM_RANDOM_POOL;
+    static ngx_pid_t  owner;
+
+    if (owner != ngx_pid) {
+        owner = ngx_pid;
+        pos = NGX_HTTP_IDEM_RANDOM_POOL;
+    }
+
+    if (pos + len > NGX_HTTP_IDEM_RANDOM_POOL) {
+        n = getrandom(pool, NGX_HTTP_IDEM_RANDOM_POOL, GRND_NONBLOCK);
+
+        if (n != NGX_HTTP_IDEM_RANDOM_POOL) {
+
+            /* entropy not ready yet (early boot): nginx's own generator */
+
+            for (i = 0; i < NGX_HTTP_IDEM_RANDOM_POOL; i++) {
+                pool[i] = (u_char) (ngx_random() >> 7);
+            }
+        }
+
+        pos = 0;
+    }
+
+    ngx_memcpy(dst, pool + pos, len);
+    ngx_memzero(pool + pos, len);
+    pos += len;
+}
+
+
+static void
+ngx_http_idem_problem_set(ngx_http_request_t *r,
+    ngx_http_idem_problem_t *problem, char *type, char *title,
+    ngx_str_t *header, char *reason)
+{
+    size_t   len;
+    u_char  *p;
+
+    problem->status = NGX_HTTP_BAD_REQUEST;
+    problem->type.data = (u_char *) type;
+    problem->type.len = ngx_strlen(type);
+    problem->title.data = (u_char *) title;
+    problem->title.len = ngx_strlen(title);
+
+    len = sizeof("header : ") - 1 + header->len + ngx_strlen(reason);
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        problem->detail.data = (u_char *) reason;
+        problem->detail.len = ngx_strlen(reason);
+        return;
+    }
+
+    problem->detail.data = p;
+    problem->detail.len = ngx_sprintf(p, "header %V: %s", header, reason) - p;
+}

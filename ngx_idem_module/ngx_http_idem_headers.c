@@ -1,0 +1,389 @@
+
+/*
+ * Headers: what the client sent, what the upstream receives (added to the
+ * request's own header list, so that every proxy module forwards it with no
+ * proxy_set_header), and what the client gets back.
+ */
+
+
+#include "ngx_http_idem_module.h"
+
+
+static ngx_inline ngx_uint_t ngx_http_idem_header_is(ngx_table_elt_t *h,
+    ngx_http_idem_header_t *name);
+static ngx_uint_t ngx_http_idem_owned(ngx_http_idem_main_conf_t *imcf,
+    ngx_table_elt_t *h);
+static ngx_table_elt_t *ngx_http_idem_push(ngx_list_t *list,
+    ngx_http_idem_header_t *name, ngx_str_t *value);
+static void ngx_http_idem_hide_response_header(ngx_http_request_t *r,
+    ngx_http_idem_header_t *name);
+
+
+ngx_int_t
+ngx_http_idem_header_init(ngx_pool_t *pool, ngx_http_idem_header_t *h,
+    ngx_str_t *name)
+{
+    h->name = *name;
+
+    h->lowcase = ngx_pnalloc(pool, name->len);
+    if (h->lowcase == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = ngx_hash_strlow(h->lowcase, name->data, name->len);
+
+    return NGX_OK;
+}
+
+
+/* an HTTP field name (token) that nginx also accepts from clients */
+
+ngx_int_t
+ngx_http_idem_header_name_valid(ngx_str_t *name)
+{
+    u_char  c;
+    size_t  i;
+
+    if (name->len == 0 || name->len > 64) {
+        return NGX_DECLINED;
+    }
+
+    for (i = 0; i < name->len; i++) {
+        c = name->data[i];
+
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+            || (c >= '0' && c <= '9') || c == '-' || c == '_')
+        {
+            continue;
+        }
+
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_inline ngx_uint_t
+ngx_http_idem_header_is(ngx_table_elt_t *h, ngx_http_idem_header_t *name)
+{
+    return h->hash == name->hash
+           && h->key.len == name->name.len
+           && ngx_strncmp(h->lowcase_key, name->lowcase, name->name.len) == 0;
+}
+
+
+static ngx_uint_t
+ngx_http_idem_owned(ngx_http_idem_main_conf_t *imcf, ngx_table_elt_t *h)
+{
+    return ngx_http_idem_header_is(h, &imcf->source_header)
+           || ngx_http_idem_header_is(h, &imcf->attempt_header)
+           || ngx_http_idem_header_is(h, &imcf->traceparent_header);
+}
+
+
+ngx_int_t
+ngx_http_idem_scan_request(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in)
+{
+    ngx_uint_t                  i;
+    ngx_list_part_t            *part;
+    ngx_table_elt_t            *h;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    ngx_memzero(in, sizeof(ngx_http_idem_inbound_t));
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (ngx_http_idem_header_is(&h[i], &ilcf->call_id_header)) {
+            in->call_id = &h[i];
+            in->call_id_count++;
+            continue;
+        }
+
+        if (ngx_http_idem_header_is(&h[i], &ilcf->trace_id_header)) {
+            in->trace_id = &h[i];
+            in->trace_id_count++;
+            continue;
+        }
+
+        if (ngx_http_idem_owned(imcf, &h[i])) {
+            in->owned_count++;
+
+            if (ngx_http_idem_header_is(&h[i], &imcf->traceparent_header)) {
+                in->traceparent = &h[i];
+                in->traceparent_count++;
+            }
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Removes the client's copies of the headers the module writes.  Proxy and
+ * grpc forward every entry of the list whatever its hash, so the entries
+ * are unlinked: the list is rebuilt, and the old entries stay in memory for
+ * the r->headers_in fields that point to them.
+ */
+
+ngx_int_t
+ngx_http_idem_drop_owned(ngx_http_request_t *r)
+{
+    ngx_uint_t                  i, n;
+    ngx_list_t                  old;
+    ngx_list_part_t            *part;
+    ngx_table_elt_t            *h, *copy;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    old = r->headers_in.headers;
+
+    n = 0;
+    for (part = &old.part; part; part = part->next) {
+        n += part->nelts;
+    }
+
+    if (ngx_list_init(&r->headers_in.headers, r->pool, n + 8,
+                      sizeof(ngx_table_elt_t))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    part = &old.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (ngx_http_idem_owned(imcf, &h[i])) {
+            ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                           "idem: dropping client header \"%V: %V\"",
+                           &h[i].key, &h[i].value);
+            continue;
+        }
+
+        copy = ngx_list_push(&r->headers_in.headers);
+        if (copy == NULL) {
+            return NGX_ERROR;
+        }
+
+        *copy = h[i];
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_inbound_t *in,
+    ngx_http_idem_ctx_t *ctx)
+{
+    u_char                     *p;
+    ngx_str_t                   value;
+    ngx_list_t                 *list;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+    list = &r->headers_in.headers;
+
+    if (in->owned_count && ngx_http_idem_drop_owned(r) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (in->call_id == NULL
+        && ngx_http_idem_push(list, ctx->call_id_header, &ctx->call_id)
+           == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    if (in->trace_id == NULL
+        && ngx_http_idem_push(list, ctx->trace_id_header, &ctx->trace_id)
+           == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    if (ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT) {
+        ngx_str_set(&value, "client");
+
+    } else {
+        ngx_str_set(&value, "gateway");
+    }
+
+    if (ngx_http_idem_push(list, &imcf->source_header, &value) == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* room for any attempt number: later attempts rewrite it in place */
+
+    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->attempt = 1;
+    value.data = p;
+    value.len = ngx_sprintf(p, "%ui", ctx->attempt) - p;
+
+    ctx->attempt_h = ngx_http_idem_push(list, &imcf->attempt_header, &value);
+    if (ctx->attempt_h == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* a W3C traceparent only for a trace id that is one */
+
+    if (ctx->trace_id.len != NGX_HTTP_IDEM_TRACE_ID_LEN) {
+        return NGX_OK;
+    }
+
+    for (p = ctx->trace_id.data; p < ctx->trace_id.data + ctx->trace_id.len;
+         p++)
+    {
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) {
+            return NGX_OK;
+        }
+    }
+
+    if (ngx_strncmp(ctx->trace_id.data, "00000000000000000000000000000000",
+                    NGX_HTTP_IDEM_TRACE_ID_LEN)
+        == 0)
+    {
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_TRACEPARENT_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    value.data = p;
+    value.len = NGX_HTTP_IDEM_TRACEPARENT_LEN;
+
+    p = ngx_cpymem(p, "00-", 3);
+    p = ngx_cpymem(p, ctx->trace_id.data, NGX_HTTP_IDEM_TRACE_ID_LEN);
+    *p++ = '-';
+    ngx_http_idem_random_hex(p, NGX_HTTP_IDEM_SPAN_ID_LEN);
+    p += NGX_HTTP_IDEM_SPAN_ID_LEN;
+    ngx_memcpy(p, "-01", 3);
+
+    ctx->traceparent_h = ngx_http_idem_push(list, &imcf->traceparent_header,
+                                            &value);
+    if (ctx->traceparent_h == NULL) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_table_elt_t *
+ngx_http_idem_push(ngx_list_t *list, ngx_http_idem_header_t *name,
+    ngx_str_t *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(list);
+    if (h == NULL) {
+        return NULL;
+    }
+
+    h->hash = name->hash;
+    h->key = name->name;
+    h->lowcase_key = name->lowcase;
+    h->value = *value;
+
+    return h;
+}
+
+
+/* the request's ids replace any copy from the upstream, a cache or config */
+
+ngx_int_t
+ngx_http_idem_set_response_headers(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx)
+{
+    ngx_table_elt_t  *h;
+
+    ngx_http_idem_hide_response_header(r, ctx->call_id_header);
+    ngx_http_idem_hide_response_header(r, ctx->trace_id_header);
+
+    h = ngx_http_idem_push(&r->headers_out.headers, ctx->call_id_header,
+                           &ctx->call_id);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h = ngx_http_idem_push(&r->headers_out.headers, ctx->trace_id_header,
+                           &ctx->trace_id);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_idem_hide_response_header(ngx_http_request_t *r,
+    ngx_http_idem_header_t *name)
+{
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        /* response entries may lack lowcase_key: compare the names */
+
+        if (h[i].hash != 0
+            && h[i].key.len == name->name.len
+            && ngx_strncasecmp(h[i].key.data, name->name.data,
+                               name->name.len)
+               == 0)
+        {
+            h[i].hash = 0;
+        }
+    }
+}

@@ -1,0 +1,150 @@
+
+/*
+ * ngx_http_idem_module: call ids, trace/call pairs, deadlines, retries and
+ * call records for an nginx gateway.
+ */
+
+
+#ifndef _NGX_HTTP_IDEM_MODULE_H_INCLUDED_
+#define _NGX_HTTP_IDEM_MODULE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
+#define NGX_HTTP_IDEM_MISSING_GENERATE   0
+#define NGX_HTTP_IDEM_MISSING_REJECT     1
+
+#define NGX_HTTP_IDEM_GENERATOR_UUID     0
+#define NGX_HTTP_IDEM_GENERATOR_PREFIXED 1
+
+#define NGX_HTTP_IDEM_SOURCE_CLIENT      0
+#define NGX_HTTP_IDEM_SOURCE_GATEWAY     1
+
+#define NGX_HTTP_IDEM_UUID_LEN           36
+#define NGX_HTTP_IDEM_TRACE_ID_LEN       32
+#define NGX_HTTP_IDEM_SPAN_ID_LEN        16
+#define NGX_HTTP_IDEM_TRACEPARENT_LEN    55
+#define NGX_HTTP_IDEM_MAX_ID_LEN         255
+
+/* "PREFIX-" + unix ms (13 digits until 2286) + "-" + 8 hex + "-" + node */
+#define NGX_HTTP_IDEM_PREFIXED_FIXED_LEN (1 + 13 + 1 + 8 + 1)
+
+
+/* A header name with its lowercase form and hash, computed once. */
+typedef struct {
+    ngx_str_t                 name;
+    u_char                   *lowcase;
+    ngx_uint_t                hash;
+} ngx_http_idem_header_t;
+
+
+typedef struct {
+    ngx_str_t                 node_id;
+
+    /* headers the module owns: client copies are dropped */
+    ngx_http_idem_header_t    source_header;
+    ngx_http_idem_header_t    attempt_header;
+    ngx_http_idem_header_t    traceparent_header;
+
+    ngx_flag_t                used;         /* some "idem on" exists */
+} ngx_http_idem_main_conf_t;
+
+
+typedef struct {
+    ngx_flag_t                enable;
+
+    ngx_http_idem_header_t    call_id_header;
+    ngx_http_idem_header_t    trace_id_header;
+
+    ngx_uint_t                call_id_missing;
+    ngx_uint_t                call_id_generator;
+    ngx_str_t                 call_id_prefix;
+    ngx_uint_t                call_id_max_length;
+
+#if (NGX_PCRE)
+    ngx_regex_t              *call_id_pattern;
+    ngx_str_t                 call_id_pattern_src;
+#endif
+} ngx_http_idem_loc_conf_t;
+
+
+/* Per-request state; it survives internal redirects (see module.c). */
+typedef struct {
+    ngx_str_t                 call_id;
+    ngx_str_t                 trace_id;
+    ngx_uint_t                source;
+    ngx_uint_t                attempt;
+
+    /* names the ids were read under, used for the response */
+    ngx_http_idem_header_t   *call_id_header;
+    ngx_http_idem_header_t   *trace_id_header;
+
+    /* request headers the module added; rewritten per attempt */
+    ngx_table_elt_t          *attempt_h;
+    ngx_table_elt_t          *traceparent_h;
+} ngx_http_idem_ctx_t;
+
+
+/* What the client sent, collected in one walk over the request headers. */
+typedef struct {
+    ngx_table_elt_t          *call_id;
+    ngx_table_elt_t          *trace_id;
+    ngx_table_elt_t          *traceparent;
+    ngx_uint_t                call_id_count;
+    ngx_uint_t                trace_id_count;
+    ngx_uint_t                traceparent_count;
+    ngx_uint_t                owned_count;  /* copies of headers we write */
+} ngx_http_idem_inbound_t;
+
+
+/* A client error the module answers itself as problem+json. */
+typedef struct {
+    ngx_uint_t                status;
+    ngx_str_t                 type;         /* slug, e.g. "invalid-call-id" */
+    ngx_str_t                 title;
+    ngx_str_t                 detail;
+} ngx_http_idem_problem_t;
+
+
+/* ngx_http_idem_module.c */
+ngx_http_idem_ctx_t *ngx_http_idem_get_ctx(ngx_http_request_t *r);
+
+/* ngx_http_idem_call_id.c */
+ngx_int_t ngx_http_idem_resolve_ids(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
+    ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem);
+ngx_int_t ngx_http_idem_generate_call_id(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id);
+ngx_int_t ngx_http_idem_generate_trace_id(ngx_pool_t *pool, ngx_str_t *id);
+void ngx_http_idem_random_hex(u_char *dst, size_t len);
+ngx_int_t ngx_http_idem_check_charset(ngx_str_t *value);
+size_t ngx_http_idem_generated_length(ngx_http_idem_loc_conf_t *ilcf,
+    ngx_str_t *node_id);
+
+/* ngx_http_idem_headers.c */
+ngx_int_t ngx_http_idem_header_init(ngx_pool_t *pool,
+    ngx_http_idem_header_t *h, ngx_str_t *name);
+ngx_int_t ngx_http_idem_header_name_valid(ngx_str_t *name);
+ngx_int_t ngx_http_idem_scan_request(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in);
+ngx_int_t ngx_http_idem_drop_owned(ngx_http_request_t *r);
+ngx_int_t ngx_http_idem_inject(ngx_http_request_t *r,
+    ngx_http_idem_inbound_t *in, ngx_http_idem_ctx_t *ctx);
+ngx_int_t ngx_http_idem_set_response_headers(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+
+/* ngx_http_idem_problem.c */
+ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,
+    ngx_http_idem_problem_t *problem, ngx_str_t *call_id);
+
+/* ngx_http_idem_variables.c */
+ngx_int_t ngx_http_idem_add_variables(ngx_conf_t *cf);
+
+
+extern ngx_module_t  ngx_http_idem_module;
+
+
+#endif /* _NGX_HTTP_IDEM_MODULE_H_INCLUDED_ */

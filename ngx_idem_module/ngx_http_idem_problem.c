@@ -1,0 +1,95 @@
+
+/*
+ * The module's own error answers: application/problem+json (RFC 9457),
+ * sent directly so that error_page never replaces them.
+ */
+
+
+#include "ngx_http_idem_module.h"
+
+
+#define NGX_HTTP_IDEM_PROBLEM_TYPE  "urn:ngx-idem:problem:"
+
+
+ngx_int_t
+ngx_http_idem_send_problem(ngx_http_request_t *r,
+    ngx_http_idem_problem_t *problem, ngx_str_t *call_id)
+{
+    size_t            len;
+    u_char           *p;
+    ngx_int_t         rc;
+    ngx_buf_t        *b;
+    ngx_chain_t       out;
+    ngx_table_elt_t  *cc;
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    len = sizeof("{\"type\":\"" NGX_HTTP_IDEM_PROBLEM_TYPE) - 1
+          + problem->type.len
+          + sizeof("\",\"title\":\"") - 1
+          + problem->title.len
+          + sizeof("\",\"status\":") - 1 + NGX_INT_T_LEN
+          + sizeof(",\"detail\":\"") - 1
+          + problem->detail.len
+          + ngx_escape_json(NULL, problem->detail.data, problem->detail.len)
+          + sizeof("\"}") - 1;
+
+    if (call_id != NULL && call_id->len) {
+
+        /* call ids are validated: nothing in them needs escaping */
+
+        len += sizeof(",\"call_id\":\"\"") - 1 + call_id->len;
+    }
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_sprintf(b->last, "{\"type\":\"" NGX_HTTP_IDEM_PROBLEM_TYPE
+                    "%V\",\"title\":\"%V\",\"status\":%ui,\"detail\":\"",
+                    &problem->type, &problem->title, problem->status);
+
+    p = (u_char *) ngx_escape_json(p, problem->detail.data,
+                                   problem->detail.len);
+
+    if (call_id != NULL && call_id->len) {
+        p = ngx_sprintf(p, "\",\"call_id\":\"%V", call_id);
+    }
+
+    b->last = ngx_cpymem(p, "\"}", 2);
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = problem->status;
+    r->headers_out.content_length_n = b->last - b->pos;
+    ngx_str_set(&r->headers_out.content_type, "application/problem+json");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    /* an answer about this one call: never cached */
+
+    cc = ngx_list_push(&r->headers_out.headers);
+    if (cc == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cc->hash = 1;
+    ngx_str_set(&cc->key, "Cache-Control");
+    ngx_str_set(&cc->value, "no-store");
+    cc->lowcase_key = (u_char *) "cache-control";
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}

@@ -1,0 +1,35 @@
+#!/bin/sh
+# Installs the Debian packages the build, the gateway and the tests need,
+# and nothing when they are all there already.
+set -e
+
+pkgs="nginx nginx-dev libhiredis-dev uuid-dev libpcre2-dev redis-server
+      libnginx-mod-http-echo perl libtest-base-perl libtest-longstring-perl
+      libhttp-message-perl curl"
+
+if [ -n "$TEST_NGINX_USE_VALGRIND" ]; then
+    pkgs="$pkgs valgrind"
+fi
+
+missing=
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' \
+        || missing="$missing $p"
+done
+
+[ -z "$missing" ] && exit 0
+
+echo "installing:$missing"
+
+if [ "$(id -u)" != 0 ]; then
+    sudo=sudo
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+# policy-rc.d keeps the packages' own nginx and redis services from starting
+$sudo sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d \
+             && chmod +x /usr/sbin/policy-rc.d'
+$sudo apt-get install -y -qq --no-install-recommends $missing \
+    || { $sudo rm -f /usr/sbin/policy-rc.d; exit 1; }
+$sudo rm -f /usr/sbin/policy-rc.d
