@@ -155,6 +155,9 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     char       *type, *title;
     u_char     *p, *last, reason[64];
     ngx_str_t  *v;
+#if (NGX_PCRE)
+    ngx_int_t   rc;
+#endif
 
     if (is_call_id) {
         type = "invalid-call-id";
@@ -205,20 +208,18 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
 
 #if (NGX_PCRE)
     if (is_call_id && ilcf->call_id_pattern != NULL) {
-        switch (ngx_regex_exec(ilcf->call_id_pattern, v, NULL, 0)) {
+        rc = ngx_regex_exec(ilcf->call_id_pattern, v, NULL, 0);
 
-        case NGX_REGEX_NO_MATCHED:
+        if (rc == NGX_REGEX_NO_MATCHED) {
             ngx_http_idem_problem_set(r, problem, type, title, &name->name,
                                       "does not match idem_call_id_pattern");
             return NGX_DECLINED;
+        }
 
-        case 0:
-            break;
-
-        default:
+        if (rc < 0) {
             ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                          "idem: idem_call_id_pattern \"%V\" failed on "
-                          "\"%V\"", &ilcf->call_id_pattern_src, v);
+                          ngx_regex_exec_n " failed: %i on \"%V\" using "
+                          "\"%V\"", rc, v, &ilcf->call_id_pattern_src);
             return NGX_ERROR;
         }
     }

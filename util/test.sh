@@ -1,0 +1,40 @@
+#!/bin/bash
+# Runs the Test::Nginx suite against Debian's nginx with the built module,
+# with a private redis-server on loopback.  Extra arguments go to prove
+# (e.g. util/test.sh t/010-call-id.t); default: the whole of t/.
+set -e
+cd "$(dirname "$0")/.."
+root=$PWD
+
+export TEST_NGINX_BINARY=${TEST_NGINX_BINARY:-/usr/sbin/nginx}
+export TEST_NGINX_LOAD_MODULES=${TEST_NGINX_LOAD_MODULES:-"\
+$root/build/ngx_http_idem_module.so \
+/usr/lib/nginx/modules/ngx_http_echo_module.so"}
+export TEST_NGINX_REDIS_PORT=${TEST_NGINX_REDIS_PORT:-16379}
+export TEST_NGINX_ROOT=$root
+
+redis_dir=$root/t/servroot-redis
+rm -rf "$redis_dir" && mkdir -p "$redis_dir"
+redis-server --bind 127.0.0.1 --port "$TEST_NGINX_REDIS_PORT" \
+    --save '' --appendonly no --dir "$redis_dir" \
+    --maxmemory-policy noeviction \
+    --logfile "$redis_dir/redis.log" --daemonize no &
+redis_pid=$!
+echo "$redis_pid" > "$redis_dir/redis.pid"
+
+cleanup() {
+    kill "$redis_pid" 2>/dev/null || true
+    wait "$redis_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+for i in $(seq 50); do
+    redis-cli -p "$TEST_NGINX_REDIS_PORT" ping >/dev/null 2>&1 && break
+    sleep 0.1
+done
+
+if [ $# -eq 0 ]; then
+    set -- -r t
+fi
+
+prove "$@"
