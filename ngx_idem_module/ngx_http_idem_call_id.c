@@ -24,9 +24,6 @@ static ngx_int_t ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
 static u_char *ngx_http_idem_traceparent_trace_id(ngx_str_t *value);
 static ngx_int_t ngx_http_idem_lower_hex(u_char *p, size_t len);
 static u_char *ngx_http_idem_bad_byte(ngx_str_t *value);
-static void ngx_http_idem_problem_set(ngx_http_request_t *r,
-    ngx_http_idem_problem_t *problem, char *type, char *title,
-    ngx_str_t *header, char *reason);
 static void ngx_http_idem_random_bytes(u_char *dst, size_t len);
 
 
@@ -46,7 +43,8 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
     if (in->call_id_count == 0
         && ilcf->call_id_missing == NGX_HTTP_IDEM_MISSING_REJECT)
     {
-        ngx_http_idem_problem_set(r, problem, "missing-call-id",
+        ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST,
+                                  "missing-call-id",
                                   "Missing call id", &ilcf->call_id_header.name,
                                   "missing");
         rc = NGX_DECLINED;
@@ -171,13 +169,15 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     v = &h->value;
 
     if (count > 1) {
-        ngx_http_idem_problem_set(r, problem, type, title, &name->name,
+        ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST, type,
+                                  title, &name->name,
                                   "sent more than once");
         return NGX_DECLINED;
     }
 
     if (v->len == 0) {
-        ngx_http_idem_problem_set(r, problem, type, title, &name->name,
+        ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST, type,
+                                  title, &name->name,
                                   "empty value");
         return NGX_DECLINED;
     }
@@ -188,7 +188,8 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
                             ilcf->call_id_max_length);
         *last = '\0';
 
-        ngx_http_idem_problem_set(r, problem, type, title, &name->name,
+        ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST, type,
+                                  title, &name->name,
                                   (char *) reason);
         return NGX_DECLINED;
     }
@@ -201,7 +202,8 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
                             (ngx_uint_t) *p, (size_t) (p - v->data));
         *last = '\0';
 
-        ngx_http_idem_problem_set(r, problem, type, title, &name->name,
+        ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST, type,
+                                  title, &name->name,
                                   (char *) reason);
         return NGX_DECLINED;
     }
@@ -211,7 +213,8 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
         rc = ngx_regex_exec(ilcf->call_id_pattern, v, NULL, 0);
 
         if (rc == NGX_REGEX_NO_MATCHED) {
-            ngx_http_idem_problem_set(r, problem, type, title, &name->name,
+            ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST, type,
+                                  title, &name->name,
                                       "does not match idem_call_id_pattern");
             return NGX_DECLINED;
         }
@@ -461,30 +464,3 @@ ngx_http_idem_random_bytes(u_char *dst, size_t len)
     pos += len;
 }
 
-
-static void
-ngx_http_idem_problem_set(ngx_http_request_t *r,
-    ngx_http_idem_problem_t *problem, char *type, char *title,
-    ngx_str_t *header, char *reason)
-{
-    size_t   len;
-    u_char  *p;
-
-    problem->status = NGX_HTTP_BAD_REQUEST;
-    problem->type.data = (u_char *) type;
-    problem->type.len = ngx_strlen(type);
-    problem->title.data = (u_char *) title;
-    problem->title.len = ngx_strlen(title);
-
-    len = sizeof("header : ") - 1 + header->len + ngx_strlen(reason);
-
-    p = ngx_pnalloc(r->pool, len);
-    if (p == NULL) {
-        problem->detail.data = (u_char *) reason;
-        problem->detail.len = ngx_strlen(reason);
-        return;
-    }
-
-    problem->detail.data = p;
-    problem->detail.len = ngx_sprintf(p, "header %V: %s", header, reason) - p;
-}

@@ -12,7 +12,11 @@
 static ngx_inline ngx_uint_t ngx_http_idem_header_is(ngx_table_elt_t *h,
     ngx_http_idem_header_t *name);
 static ngx_uint_t ngx_http_idem_owned(ngx_http_idem_main_conf_t *imcf,
-    ngx_table_elt_t *h);
+    ngx_http_idem_loc_conf_t *ilcf, ngx_table_elt_t *h);
+static ngx_int_t ngx_http_idem_drop_owned(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf);
+static ngx_table_elt_t *ngx_http_idem_push_value(ngx_http_request_t *r,
+    ngx_http_idem_header_t *name, size_t size);
 static ngx_table_elt_t *ngx_http_idem_push(ngx_list_t *list,
     ngx_http_idem_header_t *name, ngx_str_t *value);
 static void ngx_http_idem_hide_response_header(ngx_http_request_t *r,
@@ -73,12 +77,18 @@ ngx_http_idem_header_is(ngx_table_elt_t *h, ngx_http_idem_header_t *name)
 }
 
 
+/* the headers the module writes upstream: a client's copy never passes */
+
 static ngx_uint_t
-ngx_http_idem_owned(ngx_http_idem_main_conf_t *imcf, ngx_table_elt_t *h)
+ngx_http_idem_owned(ngx_http_idem_main_conf_t *imcf,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_table_elt_t *h)
 {
     return ngx_http_idem_header_is(h, &imcf->source_header)
            || ngx_http_idem_header_is(h, &imcf->attempt_header)
-           || ngx_http_idem_header_is(h, &imcf->traceparent_header);
+           || ngx_http_idem_header_is(h, &imcf->traceparent_header)
+           || ngx_http_idem_header_is(h, &imcf->grpc_timeout_header)
+           || (ilcf->deadline_header.name.len
+               && ngx_http_idem_header_is(h, &ilcf->deadline_header));
 }
 
 
@@ -122,13 +132,25 @@ ngx_http_idem_scan_request(ngx_http_request_t *r,
             continue;
         }
 
-        if (ngx_http_idem_owned(imcf, &h[i])) {
-            in->owned_count++;
+        if (!ngx_http_idem_owned(imcf, ilcf, &h[i])) {
+            continue;
+        }
 
-            if (ngx_http_idem_header_is(&h[i], &imcf->traceparent_header)) {
-                in->traceparent = &h[i];
-                in->traceparent_count++;
-            }
+        in->owned_count++;
+
+        if (ngx_http_idem_header_is(&h[i], &imcf->traceparent_header)) {
+            in->traceparent = &h[i];
+            in->traceparent_count++;
+
+        } else if (ngx_http_idem_header_is(&h[i],
+                                           &imcf->grpc_timeout_header))
+        {
+            in->grpc_timeout = &h[i];
+            in->grpc_timeout_count++;
+
+        } else if (ngx_http_idem_header_is(&h[i], &ilcf->deadline_header)) {
+            in->deadline = &h[i];
+            in->deadline_count++;
         }
     }
 
@@ -143,8 +165,9 @@ ngx_http_idem_scan_request(ngx_http_request_t *r,
  * the r->headers_in fields that point to them.
  */
 
-ngx_int_t
-ngx_http_idem_drop_owned(ngx_http_request_t *r)
+static ngx_int_t
+ngx_http_idem_drop_owned(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf)
 {
     ngx_uint_t                  i, n;
     ngx_list_t                  old;
@@ -183,7 +206,7 @@ ngx_http_idem_drop_owned(ngx_http_request_t *r)
             i = 0;
         }
 
-        if (ngx_http_idem_owned(imcf, &h[i])) {
+        if (ngx_http_idem_owned(imcf, ilcf, &h[i])) {
             ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                            "idem: dropping client header \"%V: %V\"",
                            &h[i].key, &h[i].value);
@@ -203,8 +226,8 @@ ngx_http_idem_drop_owned(ngx_http_request_t *r)
 
 
 ngx_int_t
-ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_inbound_t *in,
-    ngx_http_idem_ctx_t *ctx)
+ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
+    ngx_http_idem_inbound_t *in, ngx_http_idem_ctx_t *ctx)
 {
     u_char                     *p;
     ngx_str_t                   value;
@@ -214,7 +237,7 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_inbound_t *in,
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
     list = &r->headers_in.headers;
 
-    if (in->owned_count && ngx_http_idem_drop_owned(r) != NGX_OK) {
+    if (in->owned_count && ngx_http_idem_drop_owned(r, ilcf) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -243,65 +266,141 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_inbound_t *in,
         return NGX_ERROR;
     }
 
-    /* room for any attempt number: later attempts rewrite it in place */
+    /*
+     * The headers below change from attempt to attempt: their values get
+     * room for any content and are rewritten in place.
+     */
 
-    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    ctx->attempt = 1;
-    value.data = p;
-    value.len = ngx_sprintf(p, "%ui", ctx->attempt) - p;
-
-    ctx->attempt_h = ngx_http_idem_push(list, &imcf->attempt_header, &value);
+    ctx->attempt_h = ngx_http_idem_push_value(r, &imcf->attempt_header,
+                                              NGX_INT_T_LEN);
     if (ctx->attempt_h == NULL) {
         return NGX_ERROR;
     }
 
-    /* a W3C traceparent only for a trace id that is one */
-
-    if (ctx->trace_id.len != NGX_HTTP_IDEM_TRACE_ID_LEN) {
-        return NGX_OK;
-    }
-
-    for (p = ctx->trace_id.data; p < ctx->trace_id.data + ctx->trace_id.len;
-         p++)
-    {
-        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) {
-            return NGX_OK;
+    if (ctx->has_deadline && ilcf->deadline_header.name.len) {
+        ctx->deadline_h = ngx_http_idem_push_value(r, &ilcf->deadline_header,
+                                                   NGX_INT_T_LEN);
+        if (ctx->deadline_h == NULL) {
+            return NGX_ERROR;
         }
     }
 
-    if (ngx_strncmp(ctx->trace_id.data, "00000000000000000000000000000000",
-                    NGX_HTTP_IDEM_TRACE_ID_LEN)
-        == 0)
-    {
+    /* a W3C traceparent only for a trace id that is one */
+
+    if (ctx->trace_id.len == NGX_HTTP_IDEM_TRACE_ID_LEN) {
+
+        for (p = ctx->trace_id.data;
+             p < ctx->trace_id.data + NGX_HTTP_IDEM_TRACE_ID_LEN;
+             p++)
+        {
+            if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) {
+                break;
+            }
+        }
+
+        if (p == ctx->trace_id.data + NGX_HTTP_IDEM_TRACE_ID_LEN
+            && ngx_strncmp(ctx->trace_id.data,
+                           "00000000000000000000000000000000",
+                           NGX_HTTP_IDEM_TRACE_ID_LEN)
+               != 0)
+        {
+            ctx->traceparent_h = ngx_http_idem_push_value(r,
+                                               &imcf->traceparent_header,
+                                               NGX_HTTP_IDEM_TRACEPARENT_LEN);
+            if (ctx->traceparent_h == NULL) {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    ctx->attempt = 0;
+
+    return ngx_http_idem_set_attempt_headers(r, ctx, 0);
+}
+
+
+/*
+ * The values of one attempt: its number, a new span id, the budget left,
+ * and for gRPC upstreams a grpc-timeout as well.  ctx->attempt is the
+ * attempt about to start, 0 before the upstream is involved.
+ */
+
+ngx_int_t
+ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_uint_t grpc)
+{
+    u_char                     *p;
+    ngx_msec_int_t              left;
+    ngx_table_elt_t            *h;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    h = ctx->attempt_h;
+    h->value.len = ngx_sprintf(h->value.data, "%ui",
+                               ngx_max(ctx->attempt, 1))
+                   - h->value.data;
+
+    h = ctx->traceparent_h;
+
+    if (h != NULL) {
+        p = ngx_cpymem(h->value.data, "00-", 3);
+        p = ngx_cpymem(p, ctx->trace_id.data, NGX_HTTP_IDEM_TRACE_ID_LEN);
+        *p++ = '-';
+        ngx_http_idem_random_hex(p, NGX_HTTP_IDEM_SPAN_ID_LEN);
+        p += NGX_HTTP_IDEM_SPAN_ID_LEN;
+        p = ngx_cpymem(p, "-01", 3);
+        h->value.len = p - h->value.data;
+    }
+
+    if (!ctx->has_deadline) {
         return NGX_OK;
     }
 
-    p = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_TRACEPARENT_LEN);
-    if (p == NULL) {
-        return NGX_ERROR;
+    left = ngx_max(ngx_http_idem_remaining(ctx), 0);
+
+    h = ctx->deadline_h;
+
+    if (h != NULL) {
+        h->value.len = ngx_sprintf(h->value.data, "%M", (ngx_msec_t) left)
+                       - h->value.data;
     }
 
-    value.data = p;
-    value.len = NGX_HTTP_IDEM_TRACEPARENT_LEN;
-
-    p = ngx_cpymem(p, "00-", 3);
-    p = ngx_cpymem(p, ctx->trace_id.data, NGX_HTTP_IDEM_TRACE_ID_LEN);
-    *p++ = '-';
-    ngx_http_idem_random_hex(p, NGX_HTTP_IDEM_SPAN_ID_LEN);
-    p += NGX_HTTP_IDEM_SPAN_ID_LEN;
-    ngx_memcpy(p, "-01", 3);
-
-    ctx->traceparent_h = ngx_http_idem_push(list, &imcf->traceparent_header,
-                                            &value);
-    if (ctx->traceparent_h == NULL) {
-        return NGX_ERROR;
+    if (!grpc) {
+        return NGX_OK;
     }
+
+    if (ctx->grpc_timeout_h == NULL) {
+        imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+        ctx->grpc_timeout_h = ngx_http_idem_push_value(r,
+                                                 &imcf->grpc_timeout_header,
+                                                 NGX_INT_T_LEN + 1);
+        if (ctx->grpc_timeout_h == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    h = ctx->grpc_timeout_h;
+    h->value.len = ngx_sprintf(h->value.data, "%Mm", (ngx_msec_t) left)
+                   - h->value.data;
 
     return NGX_OK;
+}
+
+
+static ngx_table_elt_t *
+ngx_http_idem_push_value(ngx_http_request_t *r, ngx_http_idem_header_t *name,
+    size_t size)
+{
+    ngx_str_t  value;
+
+    value.data = ngx_pnalloc(r->pool, size);
+    if (value.data == NULL) {
+        return NULL;
+    }
+
+    value.len = 0;
+
+    return ngx_http_idem_push(&r->headers_in.headers, name, &value);
 }
 
 

@@ -9,6 +9,7 @@
 
 
 static ngx_int_t ngx_http_idem_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_precontent_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_header_filter(ngx_http_request_t *r);
 static ngx_http_idem_ctx_t *ngx_http_idem_create_ctx(ngx_http_request_t *r);
 static void ngx_http_idem_cleanup(void *data);
@@ -25,11 +26,16 @@ static char *ngx_http_idem_set_max_length(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_idem_set_pattern(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_idem_set_deadline(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_idem_set_retry(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 static ngx_int_t ngx_http_idem_preconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_idem_postconfiguration(ngx_conf_t *cf);
 static void *ngx_http_idem_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_idem_init_main_conf(ngx_conf_t *cf, void *conf);
+static void *ngx_http_idem_create_srv_conf(ngx_conf_t *cf);
 static void *ngx_http_idem_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
@@ -47,6 +53,18 @@ static ngx_conf_enum_t  ngx_http_idem_missing[] = {
 static ngx_conf_enum_t  ngx_http_idem_generators[] = {
     { ngx_string("uuid"), NGX_HTTP_IDEM_GENERATOR_UUID },
     { ngx_string("prefixed"), NGX_HTTP_IDEM_GENERATOR_PREFIXED },
+    { ngx_null_string, 0 }
+};
+
+
+static ngx_conf_bitmask_t  ngx_http_idem_retry_on[] = {
+    { ngx_string("error"), NGX_HTTP_UPSTREAM_FT_ERROR },
+    { ngx_string("timeout"), NGX_HTTP_UPSTREAM_FT_TIMEOUT },
+    { ngx_string("http_500"), NGX_HTTP_UPSTREAM_FT_HTTP_500 },
+    { ngx_string("http_502"), NGX_HTTP_UPSTREAM_FT_HTTP_502 },
+    { ngx_string("http_503"), NGX_HTTP_UPSTREAM_FT_HTTP_503 },
+    { ngx_string("http_504"), NGX_HTTP_UPSTREAM_FT_HTTP_504 },
+    { ngx_string("http_429"), NGX_HTTP_UPSTREAM_FT_HTTP_429 },
     { ngx_null_string, 0 }
 };
 
@@ -109,6 +127,41 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       0,
       NULL },
 
+    { ngx_string("idem_deadline"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_deadline,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, deadline),
+      NULL },
+
+    { ngx_string("idem_deadline_header"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_header,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, deadline_header),
+      (void *) 1 },
+
+    { ngx_string("idem_idempotent"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, idempotent),
+      NULL },
+
+    { ngx_string("idem_retry"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_idem_set_retry,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("idem_retry_unsent"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, retry_unsent),
+      NULL },
+
     { ngx_string("idem_node_id"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_id_part,
@@ -127,7 +180,7 @@ static ngx_http_module_t  ngx_http_idem_module_ctx = {
     ngx_http_idem_create_main_conf,        /* create main configuration */
     ngx_http_idem_init_main_conf,          /* init main configuration */
 
-    NULL,                                  /* create server configuration */
+    ngx_http_idem_create_srv_conf,         /* create server configuration */
     NULL,                                  /* merge server configuration */
 
     ngx_http_idem_create_loc_conf,         /* create location configuration */
@@ -189,6 +242,8 @@ ngx_http_idem_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    ctx->request = r;
+    ctx->conf = ilcf;
     ctx->call_id_header = &ilcf->call_id_header;
     ctx->trace_id_header = &ilcf->trace_id_header;
 
@@ -197,6 +252,10 @@ ngx_http_idem_handler(ngx_http_request_t *r)
     }
 
     rc = ngx_http_idem_resolve_ids(r, ilcf, &in, ctx, &problem);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_idem_deadline_init(r, ilcf, &in, ctx, &problem);
+    }
 
     if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -209,7 +268,7 @@ ngx_http_idem_handler(ngx_http_request_t *r)
         return ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
     }
 
-    if (ngx_http_idem_inject(r, &in, ctx) != NGX_OK) {
+    if (ngx_http_idem_inject(r, ilcf, &in, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -224,10 +283,55 @@ ngx_http_idem_handler(ngx_http_request_t *r)
 }
 
 
+/*
+ * After access checks, before the content handler: a budget spent by now
+ * is answered without contacting the upstream; otherwise the call is timed
+ * from here on.
+ */
+
+static ngx_int_t
+ngx_http_idem_precontent_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                 rc;
+    ngx_http_idem_ctx_t      *ctx;
+    ngx_http_idem_problem_t   problem;
+
+    if (r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_idem_get_ctx(r);
+
+    if (ctx == NULL || !ctx->has_deadline) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_idem_deadline_start(r, ctx) == NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    ngx_http_idem_problem_set(r, &problem, NGX_HTTP_GATEWAY_TIME_OUT,
+                              "deadline-exceeded", "Deadline exceeded",
+                              NULL, "the call's budget was spent before "
+                              "the first attempt");
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idem: %V", &problem.detail);
+
+    rc = ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
+
+    ngx_http_finalize_request(r, rc);
+
+    return NGX_DONE;
+}
+
+
 static ngx_int_t
 ngx_http_idem_header_filter(ngx_http_request_t *r)
 {
-    ngx_http_idem_ctx_t  *ctx;
+    ngx_http_upstream_t       *u;
+    ngx_http_idem_ctx_t       *ctx;
+    ngx_http_idem_loc_conf_t  *ilcf;
 
     if (r != r->main) {
         return ngx_http_next_header_filter(r);
@@ -244,6 +348,23 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
 
     if (ngx_http_idem_set_response_headers(r, ctx) != NGX_OK) {
         return NGX_ERROR;
+    }
+
+    u = r->upstream;
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    if (u != NULL && u->resolved != NULL && u->peer.name != NULL
+        && !ctx->balanced && ilcf->enable && !ilcf->variable_upstream_logged)
+    {
+        /* proxy_pass with a variable naming no upstream{}: not wrapped */
+
+        ilcf->variable_upstream_logged = 1;
+
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "idem: the upstream of this location is not an "
+                      "upstream{} block or host:port (a variable in "
+                      "proxy_pass?): its calls get nginx's own retry "
+                      "policy, not idem_retry");
     }
 
     return ngx_http_next_header_filter(r);
@@ -309,13 +430,17 @@ ngx_http_idem_create_ctx(ngx_http_request_t *r)
 }
 
 
+/*
+ * Runs when the request's pool goes: no timer may outlive the request.
+ * (Its other job is to be found again after an internal redirect.)
+ */
+
 static void
 ngx_http_idem_cleanup(void *data)
 {
-    /*
-     * Nothing to release yet: the cleanup exists so that the context can be
-     * found again after an internal redirect.
-     */
+    ngx_http_idem_ctx_t *ctx = data;
+
+    ngx_http_idem_timers_cleanup(ctx);
 }
 
 
@@ -356,6 +481,11 @@ ngx_http_idem_set_header(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     value = cf->args->elts;
+
+    if (cmd->post != NULL && ngx_strcmp(value[1].data, "off") == 0) {
+        ngx_str_set(&h->name, "");
+        return NGX_CONF_OK;
+    }
 
     if (ngx_http_idem_header_name_valid(&value[1]) != NGX_OK) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
@@ -531,6 +661,170 @@ ngx_http_idem_set_pattern(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+static char *
+ngx_http_idem_set_deadline(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t   *value;
+    ngx_msec_t  *msp;
+
+    msp = (ngx_msec_t *) (p + cmd->offset);
+
+    if (*msp != NGX_CONF_UNSET_MSEC) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        *msp = 0;
+        return NGX_CONF_OK;
+    }
+
+    *msp = ngx_parse_time(&value[1], 0);
+
+    if (*msp == (ngx_msec_t) NGX_ERROR || *msp == 0
+        || *msp > NGX_MAX_INT32_VALUE)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be a time greater than 0 or \"off\"",
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* idem_retry N [backoff=T] [max_backoff=T] [per_try_timeout=T] [on=LIST] */
+
+static char *
+ngx_http_idem_set_retry(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    u_char              *p, *last;
+    ngx_int_t            n;
+    ngx_str_t           *value, s, v;
+    ngx_uint_t           i, j;
+    ngx_msec_t           ms, *msp;
+    ngx_conf_bitmask_t  *b;
+
+    if (ilcf->retry_attempts != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    n = ngx_atoi(value[1].data, value[1].len);
+
+    if (n < 1 || n > NGX_HTTP_IDEM_MAX_ATTEMPTS) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "the number of attempts must be from 1 to %d",
+                           &value[1], &cmd->name, NGX_HTTP_IDEM_MAX_ATTEMPTS);
+        return NGX_CONF_ERROR;
+    }
+
+    ilcf->retry_attempts = n;
+    ilcf->retry_backoff = NGX_HTTP_IDEM_RETRY_BACKOFF;
+    ilcf->retry_max_backoff = NGX_HTTP_IDEM_RETRY_MAX_BACKOFF;
+    ilcf->retry_per_try_timeout = 0;
+    ilcf->retry_on = NGX_HTTP_IDEM_RETRY_ON;
+
+    for (i = 2; i < cf->args->nelts; i++) {
+
+        p = (u_char *) ngx_strchr(value[i].data, '=');
+        if (p == NULL) {
+            goto invalid;
+        }
+
+        s.data = value[i].data;
+        s.len = p - value[i].data;
+        v.data = p + 1;
+        v.len = value[i].data + value[i].len - v.data;
+
+        msp = NULL;
+
+        if (s.len == 7 && ngx_strncmp(s.data, "backoff", 7) == 0) {
+            msp = &ilcf->retry_backoff;
+
+        } else if (s.len == 11 && ngx_strncmp(s.data, "max_backoff", 11) == 0)
+        {
+            msp = &ilcf->retry_max_backoff;
+
+        } else if (s.len == 15
+                   && ngx_strncmp(s.data, "per_try_timeout", 15) == 0)
+        {
+            msp = &ilcf->retry_per_try_timeout;
+
+        } else if (s.len == 2 && ngx_strncmp(s.data, "on", 2) == 0) {
+
+            ilcf->retry_on = 0;
+            last = v.data + v.len;
+
+            while (v.data < last) {
+                p = ngx_strlchr(v.data, last, ',');
+                s.data = v.data;
+                s.len = (p ? p : last) - v.data;
+
+                for (b = ngx_http_idem_retry_on, j = 0; b[j].name.len; j++) {
+                    if (b[j].name.len == s.len
+                        && ngx_strncmp(b[j].name.data, s.data, s.len) == 0)
+                    {
+                        break;
+                    }
+                }
+
+                if (b[j].name.len == 0) {
+                    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                       "invalid value \"%V\" in \"%V\" "
+                                       "directive, \"on\" takes error, "
+                                       "timeout, http_500, http_502, "
+                                       "http_503, http_504, http_429",
+                                       &s, &cmd->name);
+                    return NGX_CONF_ERROR;
+                }
+
+                ilcf->retry_on |= b[j].mask;
+                v.data = p ? p + 1 : last;
+            }
+
+            if (ilcf->retry_on == 0) {
+                goto invalid;
+            }
+
+            continue;
+
+        } else {
+            goto invalid;
+        }
+
+        ms = ngx_parse_time(&v, 0);
+
+        if (ms == (ngx_msec_t) NGX_ERROR || ms > NGX_MAX_INT32_VALUE
+            || (ms == 0 && msp == &ilcf->retry_per_try_timeout))
+        {
+            goto invalid;
+        }
+
+        *msp = ms;
+    }
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\" in \"%V\" directive",
+                       &value[i], &cmd->name);
+
+    return NGX_CONF_ERROR;
+}
+
+
 static ngx_int_t
 ngx_http_idem_preconfiguration(ngx_conf_t *cf)
 {
@@ -564,6 +858,17 @@ ngx_http_idem_postconfiguration(ngx_conf_t *cf)
     }
 
     *h = ngx_http_idem_handler;
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_PRECONTENT_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_idem_precontent_handler;
+
+    if (ngx_http_idem_upstream_init(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_idem_header_filter;
@@ -649,6 +954,14 @@ ngx_http_idem_init_main_conf(ngx_conf_t *cf, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    ngx_str_set(&name, "grpc-timeout");
+    if (ngx_http_idem_header_init(cf->pool, &imcf->grpc_timeout_header,
+                                  &name)
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
     ngx_str_set(&name, "traceparent");
     if (ngx_http_idem_header_init(cf->pool, &imcf->traceparent_header, &name)
         != NGX_OK)
@@ -657,6 +970,26 @@ ngx_http_idem_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 
     return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_idem_create_srv_conf(ngx_conf_t *cf)
+{
+    ngx_http_idem_srv_conf_t  *iscf;
+
+    iscf = ngx_pcalloc(cf->pool, sizeof(ngx_http_idem_srv_conf_t));
+    if (iscf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     iscf->original_init = NULL;
+     */
+
+    return iscf;
 }
 
 
@@ -677,6 +1010,8 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
      *     ilcf->trace_id_header = { { 0, NULL }, NULL, 0 };
      *     ilcf->call_id_prefix = { 0, NULL };
      *     ilcf->call_id_pattern_src = { 0, NULL };
+     *     ilcf->deadline_header = { { 0, NULL }, NULL, 0 };
+     *     ilcf->variable_upstream_logged = 0;
      */
 
     ilcf->enable = NGX_CONF_UNSET;
@@ -687,6 +1022,15 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
 #if (NGX_PCRE)
     ilcf->call_id_pattern = NGX_CONF_UNSET_PTR;
 #endif
+
+    ilcf->deadline = NGX_CONF_UNSET_MSEC;
+    ilcf->idempotent = NGX_CONF_UNSET;
+    ilcf->retry_unsent = NGX_CONF_UNSET;
+    ilcf->retry_attempts = NGX_CONF_UNSET_UINT;
+    ilcf->retry_backoff = NGX_CONF_UNSET_MSEC;
+    ilcf->retry_max_backoff = NGX_CONF_UNSET_MSEC;
+    ilcf->retry_per_try_timeout = NGX_CONF_UNSET_MSEC;
+    ilcf->retry_on = NGX_CONF_UNSET_UINT;
 
     return ilcf;
 }
@@ -733,6 +1077,40 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->call_id_pattern = NULL;
     }
 #endif
+
+    ngx_conf_merge_msec_value(conf->deadline, prev->deadline, 0);
+
+    if (ngx_http_idem_merge_header(cf, &conf->deadline_header,
+                                   &prev->deadline_header, "X-Deadline-Ms")
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_conf_merge_value(conf->idempotent, prev->idempotent, 0);
+    ngx_conf_merge_value(conf->retry_unsent, prev->retry_unsent, 0);
+
+    /* idem_retry is one directive: its parameters are inherited together */
+
+    if (conf->retry_attempts == NGX_CONF_UNSET_UINT) {
+        conf->retry_attempts = prev->retry_attempts;
+        conf->retry_backoff = prev->retry_backoff;
+        conf->retry_max_backoff = prev->retry_max_backoff;
+        conf->retry_per_try_timeout = prev->retry_per_try_timeout;
+        conf->retry_on = prev->retry_on;
+    }
+
+    ngx_conf_merge_uint_value(conf->retry_attempts, prev->retry_attempts,
+                              NGX_HTTP_IDEM_RETRY_ATTEMPTS);
+    ngx_conf_merge_msec_value(conf->retry_backoff, prev->retry_backoff,
+                              NGX_HTTP_IDEM_RETRY_BACKOFF);
+    ngx_conf_merge_msec_value(conf->retry_max_backoff,
+                              prev->retry_max_backoff,
+                              NGX_HTTP_IDEM_RETRY_MAX_BACKOFF);
+    ngx_conf_merge_msec_value(conf->retry_per_try_timeout,
+                              prev->retry_per_try_timeout, 0);
+    ngx_conf_merge_uint_value(conf->retry_on, prev->retry_on,
+                              NGX_HTTP_IDEM_RETRY_ON);
 
     if (conf->call_id_header.hash == conf->trace_id_header.hash
         && conf->call_id_header.name.len == conf->trace_id_header.name.len

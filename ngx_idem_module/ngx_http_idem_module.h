@@ -29,6 +29,17 @@
 #define NGX_HTTP_IDEM_TRACEPARENT_LEN    55
 #define NGX_HTTP_IDEM_MAX_ID_LEN         255
 
+#define NGX_HTTP_IDEM_MAX_ATTEMPTS       100
+
+/* idem_retry's defaults */
+#define NGX_HTTP_IDEM_RETRY_ATTEMPTS     3
+#define NGX_HTTP_IDEM_RETRY_BACKOFF      50
+#define NGX_HTTP_IDEM_RETRY_MAX_BACKOFF  1000
+#define NGX_HTTP_IDEM_RETRY_ON                                               \
+    (NGX_HTTP_UPSTREAM_FT_ERROR|NGX_HTTP_UPSTREAM_FT_TIMEOUT                 \
+     |NGX_HTTP_UPSTREAM_FT_HTTP_502|NGX_HTTP_UPSTREAM_FT_HTTP_503            \
+     |NGX_HTTP_UPSTREAM_FT_HTTP_504)
+
 /* "PREFIX-" + unix ms (13 digits until 2286) + "-" + 8 hex + "-" + node */
 #define NGX_HTTP_IDEM_PREFIXED_FIXED_LEN (1 + 13 + 1 + 8 + 1)
 
@@ -48,9 +59,16 @@ typedef struct {
     ngx_http_idem_header_t    source_header;
     ngx_http_idem_header_t    attempt_header;
     ngx_http_idem_header_t    traceparent_header;
+    ngx_http_idem_header_t    grpc_timeout_header;
 
     ngx_flag_t                used;         /* some "idem on" exists */
 } ngx_http_idem_main_conf_t;
+
+
+/* per upstream{} block: the balancer the module wraps */
+typedef struct {
+    ngx_http_upstream_init_peer_pt   original_init;
+} ngx_http_idem_srv_conf_t;
 
 
 typedef struct {
@@ -68,6 +86,19 @@ typedef struct {
     ngx_regex_t              *call_id_pattern;
     ngx_str_t                 call_id_pattern_src;
 #endif
+
+    ngx_msec_t                deadline;     /* 0: no route budget */
+    ngx_http_idem_header_t    deadline_header;  /* name.len 0: off */
+
+    ngx_flag_t                idempotent;
+    ngx_flag_t                retry_unsent;
+    ngx_uint_t                retry_attempts;
+    ngx_msec_t                retry_backoff;
+    ngx_msec_t                retry_max_backoff;
+    ngx_msec_t                retry_per_try_timeout;  /* 0: none */
+    ngx_uint_t                retry_on;     /* NGX_HTTP_UPSTREAM_FT_* */
+
+    ngx_flag_t                variable_upstream_logged;
 } ngx_http_idem_loc_conf_t;
 
 
@@ -85,6 +116,27 @@ typedef struct {
     /* request headers the module added; rewritten per attempt */
     ngx_table_elt_t          *attempt_h;
     ngx_table_elt_t          *traceparent_h;
+    ngx_table_elt_t          *deadline_h;
+    ngx_table_elt_t          *grpc_timeout_h;
+
+    ngx_http_request_t       *request;
+    ngx_http_idem_loc_conf_t *conf;         /* where the call started */
+
+    /* the budget ends when ngx_current_msec reaches "deadline" */
+    ngx_msec_t                deadline;
+    ngx_event_t               deadline_ev;  /* ends the call at budget */
+    ngx_event_t               try_ev;       /* per_try_timeout */
+    ngx_event_t               backoff_ev;   /* delayed connect */
+
+    /* the wrapped balancer of this request's upstream */
+    void                     *peer_data;
+    ngx_event_get_peer_pt     original_get;
+    ngx_event_free_peer_pt    original_free;
+    ngx_msec_t                connect_timeout;
+
+    unsigned                  has_deadline:1;
+    unsigned                  balanced:1;   /* the balancer is wrapped */
+    unsigned                  expire_after_backoff:1;
 } ngx_http_idem_ctx_t;
 
 
@@ -93,9 +145,13 @@ typedef struct {
     ngx_table_elt_t          *call_id;
     ngx_table_elt_t          *trace_id;
     ngx_table_elt_t          *traceparent;
+    ngx_table_elt_t          *deadline;
+    ngx_table_elt_t          *grpc_timeout;
     ngx_uint_t                call_id_count;
     ngx_uint_t                trace_id_count;
     ngx_uint_t                traceparent_count;
+    ngx_uint_t                deadline_count;
+    ngx_uint_t                grpc_timeout_count;
     ngx_uint_t                owned_count;  /* copies of headers we write */
 } ngx_http_idem_inbound_t;
 
@@ -130,15 +186,34 @@ ngx_int_t ngx_http_idem_header_init(ngx_pool_t *pool,
 ngx_int_t ngx_http_idem_header_name_valid(ngx_str_t *name);
 ngx_int_t ngx_http_idem_scan_request(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in);
-ngx_int_t ngx_http_idem_drop_owned(ngx_http_request_t *r);
 ngx_int_t ngx_http_idem_inject(ngx_http_request_t *r,
-    ngx_http_idem_inbound_t *in, ngx_http_idem_ctx_t *ctx);
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
+    ngx_http_idem_ctx_t *ctx);
+ngx_int_t ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_uint_t grpc);
 ngx_int_t ngx_http_idem_set_response_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
+
+/* ngx_http_idem_deadline.c */
+ngx_int_t ngx_http_idem_deadline_init(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
+    ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem);
+ngx_msec_int_t ngx_http_idem_remaining(ngx_http_idem_ctx_t *ctx);
+ngx_int_t ngx_http_idem_deadline_start(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+void ngx_http_idem_arm_try_timer(ngx_http_idem_ctx_t *ctx);
+void ngx_http_idem_timers_cleanup(ngx_http_idem_ctx_t *ctx);
+
+/* ngx_http_idem_upstream.c */
+ngx_int_t ngx_http_idem_upstream_init(ngx_conf_t *cf);
+void ngx_http_idem_upstream_cleanup(ngx_http_idem_ctx_t *ctx);
 
 /* ngx_http_idem_problem.c */
 ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,
     ngx_http_idem_problem_t *problem, ngx_str_t *call_id);
+void ngx_http_idem_problem_set(ngx_http_request_t *r,
+    ngx_http_idem_problem_t *problem, ngx_uint_t status, char *type,
+    char *title, ngx_str_t *header, char *reason);
 
 /* ngx_http_idem_variables.c */
 ngx_int_t ngx_http_idem_add_variables(ngx_conf_t *cf);

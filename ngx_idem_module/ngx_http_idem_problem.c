@@ -93,3 +93,37 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
 
     return ngx_http_output_filter(r, &out);
 }
+
+
+/* "detail" reads "header <name>: <reason>", or just the reason */
+
+void
+ngx_http_idem_problem_set(ngx_http_request_t *r,
+    ngx_http_idem_problem_t *problem, ngx_uint_t status, char *type,
+    char *title, ngx_str_t *header, char *reason)
+{
+    size_t   len;
+    u_char  *p;
+
+    problem->status = status;
+    problem->type.data = (u_char *) type;
+    problem->type.len = ngx_strlen(type);
+    problem->title.data = (u_char *) title;
+    problem->title.len = ngx_strlen(title);
+    problem->detail.data = (u_char *) reason;
+    problem->detail.len = ngx_strlen(reason);
+
+    if (header == NULL) {
+        return;
+    }
+
+    len = sizeof("header : ") - 1 + header->len + problem->detail.len;
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return;
+    }
+
+    problem->detail.data = p;
+    problem->detail.len = ngx_sprintf(p, "header %V: %s", header, reason) - p;
+}

@@ -11,6 +11,10 @@ static ngx_int_t ngx_http_idem_variable_str(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_idem_variable_source(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_idem_variable_attempts(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_idem_variable_remaining(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
 
 
 static ngx_http_variable_t  ngx_http_idem_vars[] = {
@@ -23,6 +27,12 @@ static ngx_http_variable_t  ngx_http_idem_vars[] = {
 
     { ngx_string("idem_trace_id"), NULL, ngx_http_idem_variable_str,
       offsetof(ngx_http_idem_ctx_t, trace_id), NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("idem_attempts"), NULL, ngx_http_idem_variable_attempts,
+      0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("idem_deadline_remaining"), NULL,
+      ngx_http_idem_variable_remaining, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
 };
@@ -100,6 +110,71 @@ ngx_http_idem_variable_source(ngx_http_request_t *r,
         v->data = (u_char *) "gateway";
     }
 
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+/* attempts made so far (0 before the upstream is contacted) */
+
+static ngx_int_t
+ngx_http_idem_variable_attempts(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char               *p;
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ngx_http_idem_get_ctx(r);
+
+    if (ctx == NULL) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    v->len = ngx_sprintf(p, "%ui", ctx->attempt) - p;
+    v->data = p;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+/* ms left of the budget, never negative; empty without a budget */
+
+static ngx_int_t
+ngx_http_idem_variable_remaining(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    u_char               *p;
+    ngx_msec_int_t        left;
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ngx_http_idem_get_ctx(r);
+
+    if (ctx == NULL || !ctx->has_deadline) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    left = ngx_max(ngx_http_idem_remaining(ctx), 0);
+
+    v->len = ngx_sprintf(p, "%M", (ngx_msec_t) left) - p;
+    v->data = p;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;

@@ -11,6 +11,7 @@ export TEST_NGINX_LOAD_MODULES=${TEST_NGINX_LOAD_MODULES:-"\
 $root/build/ngx_http_idem_module.so \
 /usr/lib/nginx/modules/ngx_http_echo_module.so"}
 export TEST_NGINX_REDIS_PORT=${TEST_NGINX_REDIS_PORT:-16379}
+export TEST_NGINX_BACKEND_PORT=${TEST_NGINX_BACKEND_PORT:-16380}
 export TEST_NGINX_ROOT=$root
 
 redis_dir=$root/t/servroot-redis
@@ -22,9 +23,15 @@ redis-server --bind 127.0.0.1 --port "$TEST_NGINX_REDIS_PORT" \
 redis_pid=$!
 echo "$redis_pid" > "$redis_dir/redis.pid"
 
+# the misbehaving backend of the retry tests (util/backend.pl)
+backend_dir=$root/t/servroot-backend
+rm -rf "$backend_dir"
+perl util/backend.pl "$TEST_NGINX_BACKEND_PORT" "$backend_dir" &
+backend_pid=$!
+
 cleanup() {
-    kill "$redis_pid" 2>/dev/null || true
-    wait "$redis_pid" 2>/dev/null || true
+    kill "$redis_pid" "$backend_pid" 2>/dev/null || true
+    wait "$redis_pid" "$backend_pid" 2>/dev/null || true
 }
 trap cleanup EXIT
 
