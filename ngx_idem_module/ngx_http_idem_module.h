@@ -132,7 +132,10 @@ typedef struct {
     void                     *peer_data;
     ngx_event_get_peer_pt     original_get;
     ngx_event_free_peer_pt    original_free;
+    ngx_int_t               (*original_process_header)(ngx_http_request_t *r);
+    ngx_int_t               (*original_reinit_request)(ngx_http_request_t *r);
     ngx_msec_t                connect_timeout;
+    ngx_msec_t                retry_after;  /* from a 429/503, for the next */
 
     unsigned                  has_deadline:1;
     unsigned                  balanced:1;   /* the balancer is wrapped */
@@ -206,7 +209,6 @@ void ngx_http_idem_timers_cleanup(ngx_http_idem_ctx_t *ctx);
 
 /* ngx_http_idem_upstream.c */
 ngx_int_t ngx_http_idem_upstream_init(ngx_conf_t *cf);
-void ngx_http_idem_upstream_cleanup(ngx_http_idem_ctx_t *ctx);
 
 /* ngx_http_idem_problem.c */
 ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,

@@ -29,6 +29,10 @@ static ngx_int_t ngx_http_idem_prepare_attempt(ngx_http_request_t *r,
 static ngx_int_t ngx_http_idem_delay_connect(ngx_peer_connection_t *pc,
     ngx_http_idem_ctx_t *ctx, ngx_int_t rc, ngx_msec_t delay);
 static void ngx_http_idem_backoff_handler(ngx_event_t *ev);
+static ngx_int_t ngx_http_idem_process_header(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_reinit_request(ngx_http_request_t *r);
+static void ngx_http_idem_retry_after(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
 
 
 /*
@@ -108,6 +112,19 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
     u->peer.data = ctx;
     u->peer.get = ngx_http_idem_get_peer;
     u->peer.free = ngx_http_idem_free_peer;
+
+    /* a 429/503's Retry-After is read before nginx decides on a retry */
+
+    if (ilcf->idempotent
+        && (ilcf->retry_on & (NGX_HTTP_UPSTREAM_FT_HTTP_503
+                              |NGX_HTTP_UPSTREAM_FT_HTTP_429)))
+    {
+        ctx->original_process_header = u->process_header;
+        u->process_header = ngx_http_idem_process_header;
+
+        ctx->original_reinit_request = u->reinit_request;
+        u->reinit_request = ngx_http_idem_reinit_request;
+    }
 
     /* the policy is per request: change a copy of the proxy's conf */
 
@@ -303,7 +320,7 @@ static ngx_msec_t
 ngx_http_idem_backoff(ngx_http_idem_ctx_t *ctx)
 {
     ngx_uint_t                 k;
-    ngx_msec_t                 cap;
+    ngx_msec_t                 cap, delay;
     ngx_http_idem_loc_conf_t  *ilcf;
 
     ilcf = ctx->conf;
@@ -317,11 +334,14 @@ ngx_http_idem_backoff(ngx_http_idem_ctx_t *ctx)
 
     cap = ngx_min(cap, ilcf->retry_max_backoff);
 
-    if (cap == 0) {
-        return 0;
-    }
+    delay = cap ? (ngx_msec_t) ngx_random() % cap : 0;
 
-    return (ngx_msec_t) ngx_random() % cap;
+    /* the upstream's Retry-After can only make the wait longer */
+
+    delay = ngx_max(delay, ctx->retry_after);
+    ctx->retry_after = 0;
+
+    return delay;
 }
 
 
@@ -529,10 +549,141 @@ timedout:
 }
 
 
-void
-ngx_http_idem_upstream_cleanup(ngx_http_idem_ctx_t *ctx)
+/*
+ * Wraps u->process_header.  Proxy replaces its status line parser with its
+ * header parser halfway through, and reinit_request puts the status line
+ * parser back for every new attempt: the wrapper re-installs itself.
+ */
+
+static ngx_int_t
+ngx_http_idem_process_header(ngx_http_request_t *r)
 {
-    if (ctx->backoff_ev.timer_set) {
-        ngx_del_timer(&ctx->backoff_ev);
+    ngx_int_t             rc;
+    ngx_http_upstream_t  *u;
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ngx_http_idem_get_ctx(r);
+    u = r->upstream;
+
+    rc = ctx->original_process_header(r);
+
+    if (u->process_header != ngx_http_idem_process_header) {
+        ctx->original_process_header = u->process_header;
+        u->process_header = ngx_http_idem_process_header;
     }
+
+    if (rc == NGX_OK) {
+        ngx_http_idem_retry_after(r, ctx);
+    }
+
+    return rc;
 }
+
+
+static ngx_int_t
+ngx_http_idem_reinit_request(ngx_http_request_t *r)
+{
+    ngx_int_t             rc;
+    ngx_http_upstream_t  *u;
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ngx_http_idem_get_ctx(r);
+    u = r->upstream;
+
+    rc = ctx->original_reinit_request(r);
+
+    if (u->process_header != ngx_http_idem_process_header) {
+        ctx->original_process_header = u->process_header;
+        u->process_header = ngx_http_idem_process_header;
+    }
+
+    return rc;
+}
+
+
+/*
+ * A 429 or 503 with Retry-After (seconds or an HTTP date): the next attempt
+ * waits at least that long; when that would overrun the budget there is no
+ * next attempt, and the client gets the upstream's own answer.
+ */
+
+static void
+ngx_http_idem_retry_after(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    time_t                     t;
+    ngx_int_t                  n;
+    ngx_uint_t                 i, status;
+    ngx_msec_t                 delay;
+    ngx_list_part_t           *part;
+    ngx_table_elt_t           *h;
+    ngx_http_upstream_t       *u;
+    ngx_http_idem_loc_conf_t  *ilcf;
+
+    u = r->upstream;
+    ilcf = ctx->conf;
+    status = u->headers_in.status_n;
+
+    if (!((status == NGX_HTTP_SERVICE_UNAVAILABLE
+           && (ilcf->retry_on & NGX_HTTP_UPSTREAM_FT_HTTP_503))
+          || (status == NGX_HTTP_TOO_MANY_REQUESTS
+              && (ilcf->retry_on & NGX_HTTP_UPSTREAM_FT_HTTP_429))))
+    {
+        return;
+    }
+
+    part = &u->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len == sizeof("Retry-After") - 1
+            && ngx_strncasecmp(h[i].key.data, (u_char *) "Retry-After",
+                               sizeof("Retry-After") - 1)
+               == 0)
+        {
+            break;
+        }
+    }
+
+    n = ngx_atoi(h[i].value.data, h[i].value.len);
+
+    if (n == NGX_ERROR) {
+        t = ngx_parse_http_time(h[i].value.data, h[i].value.len);
+
+        if (t == NGX_ERROR) {
+            return;
+        }
+
+        n = ngx_max(t - ngx_time(), 0);
+    }
+
+    delay = (n > NGX_MAX_INT32_VALUE / 1000) ? NGX_MAX_INT32_VALUE
+                                              : (ngx_msec_t) n * 1000;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem: upstream asks to retry after %M ms", delay);
+
+    if (ctx->has_deadline
+        && (ngx_msec_int_t) delay >= ngx_http_idem_remaining(ctx))
+    {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idem: no further attempt, Retry-After %i s does "
+                      "not fit in the budget", n);
+
+        u->peer.tries = 1;
+        return;
+    }
+
+    ctx->retry_after = delay;
+}
+
