@@ -3,6 +3,7 @@
 #   make          build build/ngx_http_idem_module.so
 #   make run      start the quickstart gateway on 127.0.0.1:8080 (Ctrl-C stops)
 #   make test     run the whole Test::Nginx suite with prove
+#   make asan     the suite with an ASan/UBSan build of the module
 #   make deps     install what is missing (Debian packages)
 
 SHELL       := /bin/bash
@@ -19,7 +20,7 @@ DEB_CFLAGS  := -g -O2 -fstack-protector-strong -Wformat \
 # extra compiler flags, e.g. IDEM_CFLAGS=-fsanitize=address (see make asan)
 IDEM_CFLAGS ?=
 
-.PHONY: all deps run test clean
+.PHONY: all deps run test asan clean
 
 all: $(MODULE)
 
@@ -46,5 +47,9 @@ run: deps $(MODULE)
 test: deps $(MODULE)
 	@util/test.sh
 
+# the suite again, with the module built with AddressSanitizer and UBSan
+asan: deps
+	@util/asan.sh
+
 clean:
-	rm -rf $(BUILD) t/servroot*
+	rm -rf $(BUILD) $(CURDIR)/build-asan t/servroot*

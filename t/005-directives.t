@@ -193,3 +193,137 @@ invalid value "node 1" in "idem_node_id" directive
 --- must_die
 --- error_log
 invalid number of arguments in "idem" directive
+
+
+
+=== TEST 20: idem_deadline takes a time or off
+--- config
+    location /t { idem_deadline soon; }
+--- must_die
+--- error_log
+invalid value "soon" in "idem_deadline" directive, it must be a time greater than 0 or "off"
+
+
+
+=== TEST 21: idem_deadline may not be 0
+--- config
+    location /t { idem_deadline 0; }
+--- must_die
+--- error_log
+invalid value "0" in "idem_deadline" directive
+
+
+
+=== TEST 22: idem_deadline_header must be a header name or off
+--- config
+    location /t { idem_deadline_header "X Deadline"; }
+--- must_die
+--- error_log
+invalid header name "X Deadline" in "idem_deadline_header" directive
+
+
+
+=== TEST 23: idem_idempotent is a flag
+--- config
+    location /t { idem_idempotent sometimes; }
+--- must_die
+--- error_log
+invalid value "sometimes" in "idem_idempotent" directive, it must be "on" or "off"
+
+
+
+=== TEST 24: idem_retry_unsent is a flag
+--- config
+    location /t { idem_retry_unsent 1; }
+--- must_die
+--- error_log
+invalid value "1" in "idem_retry_unsent" directive, it must be "on" or "off"
+
+
+
+=== TEST 25: idem_retry attempts from 1 to 100
+--- config
+    location /t { idem_retry 0; }
+--- must_die
+--- error_log
+invalid value "0" in "idem_retry" directive, the number of attempts must be from 1 to 100
+
+
+
+=== TEST 26: idem_retry attempts above 100
+--- config
+    location /t { idem_retry 101; }
+--- must_die
+--- error_log
+invalid value "101" in "idem_retry" directive, the number of attempts must be from 1 to 100
+
+
+
+=== TEST 27: idem_retry backoff must be a time
+--- config
+    location /t { idem_retry 3 backoff=fast; }
+--- must_die
+--- error_log
+invalid parameter "backoff=fast" in "idem_retry" directive
+
+
+
+=== TEST 28: idem_retry unknown parameter
+--- config
+    location /t { idem_retry 3 jitter=on; }
+--- must_die
+--- error_log
+invalid parameter "jitter=on" in "idem_retry" directive
+
+
+
+=== TEST 29: idem_retry on= takes known failures only
+--- config
+    location /t { idem_retry 3 on=error,http_404; }
+--- must_die
+--- error_log
+invalid value "http_404" in "idem_retry" directive, "on" takes error, timeout, http_500, http_502, http_503, http_504, http_429
+
+
+
+=== TEST 30: idem_retry per_try_timeout may not be 0
+--- config
+    location /t { idem_retry 3 per_try_timeout=0; }
+--- must_die
+--- error_log
+invalid parameter "per_try_timeout=0" in "idem_retry" directive
+
+
+
+=== TEST 31: idem_retry max_backoff must be a time
+--- config
+    location /t { idem_retry 3 max_backoff=-1s; }
+--- must_die
+--- error_log
+invalid parameter "max_backoff=-1s" in "idem_retry" directive
+
+
+
+=== TEST 32: idem_retry with every parameter
+--- config
+    location /t {
+        idem on;
+        idem_idempotent on;
+        idem_retry 5 backoff=20ms max_backoff=2s per_try_timeout=1s on=error,timeout,http_500,http_502,http_503,http_504,http_429;
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- no_error_log
+[error]
+
+
+
+=== TEST 33: idem_retry is duplicate
+--- config
+    location /t { idem_retry 3; idem_retry 4; }
+--- must_die
+--- error_log
+"idem_retry" directive is duplicate

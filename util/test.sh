@@ -14,7 +14,7 @@ export TEST_NGINX_REDIS_PORT=${TEST_NGINX_REDIS_PORT:-16379}
 export TEST_NGINX_BACKEND_PORT=${TEST_NGINX_BACKEND_PORT:-16380}
 export TEST_NGINX_ROOT=$root
 
-redis_dir=$root/t/servroot-redis
+redis_dir=$root/t/servroot-redis-$TEST_NGINX_REDIS_PORT
 rm -rf "$redis_dir" && mkdir -p "$redis_dir"
 redis-server --bind 127.0.0.1 --port "$TEST_NGINX_REDIS_PORT" \
     --save '' --appendonly no --dir "$redis_dir" \
@@ -24,7 +24,7 @@ redis_pid=$!
 echo "$redis_pid" > "$redis_dir/redis.pid"
 
 # the misbehaving backend of the retry tests (util/backend.pl)
-backend_dir=$root/t/servroot-backend
+backend_dir=$root/t/servroot-backend-$TEST_NGINX_BACKEND_PORT
 rm -rf "$backend_dir"
 perl util/backend.pl "$TEST_NGINX_BACKEND_PORT" "$backend_dir" &
 backend_pid=$!
