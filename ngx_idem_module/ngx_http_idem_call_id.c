@@ -44,9 +44,8 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
         && ilcf->call_id_missing == NGX_HTTP_IDEM_MISSING_REJECT)
     {
         ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST,
-                                  "missing-call-id",
-                                  "Missing call id", &ilcf->call_id_header.name,
-                                  "missing");
+                                  "missing-call-id", "Missing call id",
+                                  &ilcf->call_id_header.name, "missing");
         rc = NGX_DECLINED;
 
     } else if (in->call_id_count == 0) {
@@ -150,62 +149,42 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     ngx_http_idem_header_t *name, ngx_table_elt_t *h, ngx_uint_t count,
     ngx_uint_t is_call_id, ngx_http_idem_problem_t *problem)
 {
-    char       *type, *title;
-    u_char     *p, *last, reason[64];
+    char       *type, *title, *reason;
+    u_char     *p, *last, buf[64];
     ngx_str_t  *v;
 #if (NGX_PCRE)
     ngx_int_t   rc;
 #endif
 
-    if (is_call_id) {
-        type = "invalid-call-id";
-        title = "Invalid call id";
-
-    } else {
-        type = "invalid-trace-id";
-        title = "Invalid trace id";
-    }
-
     v = &h->value;
 
     if (count > 1) {
-        ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST, type,
-                                  title, &name->name,
-                                  "sent more than once");
-        return NGX_DECLINED;
+        reason = "sent more than once";
+        goto invalid;
     }
 
     if (v->len == 0) {
-        ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST, type,
-                                  title, &name->name,
-                                  "empty value");
-        return NGX_DECLINED;
+        reason = "empty value";
+        goto invalid;
     }
 
     if (v->len > ilcf->call_id_max_length) {
-        last = ngx_snprintf(reason, sizeof(reason) - 1,
-                            "longer than %ui bytes",
+        last = ngx_snprintf(buf, sizeof(buf) - 1, "longer than %ui bytes",
                             ilcf->call_id_max_length);
         *last = '\0';
-
-        ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST, type,
-                                  title, &name->name,
-                                  (char *) reason);
-        return NGX_DECLINED;
+        reason = (char *) buf;
+        goto invalid;
     }
 
     p = ngx_http_idem_bad_byte(v);
 
     if (p != NULL) {
-        last = ngx_snprintf(reason, sizeof(reason) - 1,
+        last = ngx_snprintf(buf, sizeof(buf) - 1,
                             "byte 0x%02xd at offset %uz is not allowed",
                             (ngx_uint_t) *p, (size_t) (p - v->data));
         *last = '\0';
-
-        ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST, type,
-                                  title, &name->name,
-                                  (char *) reason);
-        return NGX_DECLINED;
+        reason = (char *) buf;
+        goto invalid;
     }
 
 #if (NGX_PCRE)
@@ -213,10 +192,8 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
         rc = ngx_regex_exec(ilcf->call_id_pattern, v, NULL, 0);
 
         if (rc == NGX_REGEX_NO_MATCHED) {
-            ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST, type,
-                                  title, &name->name,
-                                      "does not match idem_call_id_pattern");
-            return NGX_DECLINED;
+            reason = "does not match idem_call_id_pattern";
+            goto invalid;
         }
 
         if (rc < 0) {
@@ -229,6 +206,22 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
 #endif
 
     return NGX_OK;
+
+invalid:
+
+    if (is_call_id) {
+        type = "invalid-call-id";
+        title = "Invalid call id";
+
+    } else {
+        type = "invalid-trace-id";
+        title = "Invalid trace id";
+    }
+
+    ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST, type, title,
+                              &name->name, reason);
+
+    return NGX_DECLINED;
 }
 
 
