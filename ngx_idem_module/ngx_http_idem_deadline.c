@@ -253,6 +253,10 @@ ngx_http_idem_expire_handler(ngx_event_t *ev)
 
     c = u->peer.connection;
 
+    if (ev == &ctx->deadline_ev) {
+        ctx->deadline_expired = 1;
+    }
+
     if (ctx->backoff_ev.timer_set) {
         ngx_del_timer(&ctx->backoff_ev);
     }

@@ -10,6 +10,9 @@
 
 static ngx_int_t ngx_http_idem_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_precontent_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_log_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_init_process(ngx_cycle_t *cycle);
+static void ngx_http_idem_exit_process(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_idem_header_filter(ngx_http_request_t *r);
 static ngx_http_idem_ctx_t *ngx_http_idem_create_ctx(ngx_http_request_t *r);
 static void ngx_http_idem_cleanup(void *data);
@@ -29,6 +32,10 @@ static char *ngx_http_idem_set_pattern(ngx_conf_t *cf, ngx_command_t *cmd,
 static char *ngx_http_idem_set_deadline(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_idem_set_retry(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_idem_set_redis(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_idem_set_record(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
 static ngx_int_t ngx_http_idem_preconfiguration(ngx_conf_t *cf);
@@ -162,6 +169,41 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       offsetof(ngx_http_idem_loc_conf_t, retry_unsent),
       NULL },
 
+    { ngx_string("idem_redis"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_1MORE,
+      ngx_http_idem_set_redis,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("idem_record"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_http_idem_set_record,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, record),
+      NULL },
+
+    { ngx_string("idem_record_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_deadline,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_idem_main_conf_t, record_ttl),
+      (void *) 1 },
+
+    { ngx_string("idem_key_prefix"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_id_part,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_idem_main_conf_t, key_prefix),
+      NULL },
+
+    { ngx_string("idem_status"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE1,
+      ngx_http_idem_status,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("idem_node_id"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_id_part,
@@ -195,10 +237,10 @@ ngx_module_t  ngx_http_idem_module = {
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
     NULL,                                  /* init module */
-    NULL,                                  /* init process */
+    ngx_http_idem_init_process,            /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
+    ngx_http_idem_exit_process,            /* exit process */
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
@@ -302,11 +344,15 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
 
     ctx = ngx_http_idem_get_ctx(r);
 
-    if (ctx == NULL || !ctx->has_deadline) {
+    if (ctx == NULL) {
         return NGX_DECLINED;
     }
 
-    if (ngx_http_idem_deadline_start(r, ctx) == NGX_OK) {
+    if (ngx_http_idem_record_start(r, ctx) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (!ctx->has_deadline || ngx_http_idem_deadline_start(r, ctx) == NGX_OK) {
         return NGX_DECLINED;
     }
 
@@ -323,6 +369,27 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
     ngx_http_finalize_request(r, rc);
 
     return NGX_DONE;
+}
+
+
+/* the request is over: its execution's final state, and its record */
+
+static ngx_int_t
+ngx_http_idem_log_handler(ngx_http_request_t *r)
+{
+    ngx_http_idem_ctx_t  *ctx;
+
+    if (r != r->main) {
+        return NGX_OK;
+    }
+
+    ctx = ngx_http_idem_get_ctx(r);
+
+    if (ctx != NULL && ctx->call_id.len) {
+        ngx_http_idem_record_finish(r, ctx);
+    }
+
+    return NGX_OK;
 }
 
 
@@ -441,6 +508,10 @@ ngx_http_idem_cleanup(void *data)
     ngx_http_idem_ctx_t *ctx = data;
 
     ngx_http_idem_timers_cleanup(ctx);
+
+    if (ctx->arrival_ev.posted) {
+        ngx_delete_posted_event(&ctx->arrival_ev);
+    }
 }
 
 
@@ -677,7 +748,9 @@ ngx_http_idem_set_deadline(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
 
-    if (ngx_strcmp(value[1].data, "off") == 0) {
+    /* cmd->post: "off" is not a value (idem_record_ttl) */
+
+    if (cmd->post == NULL && ngx_strcmp(value[1].data, "off") == 0) {
         *msp = 0;
         return NGX_CONF_OK;
     }
@@ -685,12 +758,14 @@ ngx_http_idem_set_deadline(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     *msp = ngx_parse_time(&value[1], 0);
 
     if (*msp == (ngx_msec_t) NGX_ERROR || *msp == 0
-        || *msp > NGX_MAX_INT32_VALUE)
+        || *msp > (cmd->post ? (ngx_msec_t) 365 * 86400000
+                             : (ngx_msec_t) NGX_MAX_INT32_VALUE))
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid value \"%V\" in \"%V\" directive, "
-                           "it must be a time greater than 0 or \"off\"",
-                           &value[1], &cmd->name);
+                           "it must be a time greater than 0%s",
+                           &value[1], &cmd->name,
+                           cmd->post ? "" : " or \"off\"");
         return NGX_CONF_ERROR;
     }
 
@@ -825,6 +900,59 @@ invalid:
 }
 
 
+static char *
+ngx_http_idem_set_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_main_conf_t *imcf = conf;
+
+    return ngx_http_idem_store_parse(cf, cmd, &imcf->store);
+}
+
+
+static char *
+ngx_http_idem_set_record(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    char                       *rv;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    rv = ngx_conf_set_flag_slot(cf, cmd, conf);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    if (ilcf->record) {
+        imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
+        imcf->records = 1;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_idem_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_idem_module);
+
+    if (imcf == NULL || imcf->store.addr.data == NULL) {
+        return NGX_OK;
+    }
+
+    return ngx_http_idem_store_init_process(cycle, &imcf->store);
+}
+
+
+static void
+ngx_http_idem_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_idem_store_exit_process(cycle);
+}
+
+
 static ngx_int_t
 ngx_http_idem_preconfiguration(ngx_conf_t *cf)
 {
@@ -866,6 +994,13 @@ ngx_http_idem_postconfiguration(ngx_conf_t *cf)
 
     *h = ngx_http_idem_precontent_handler;
 
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_idem_log_handler;
+
     if (ngx_http_idem_upstream_init(cf) != NGX_OK) {
         return NGX_ERROR;
     }
@@ -894,8 +1029,13 @@ ngx_http_idem_create_main_conf(ngx_conf_t *cf)
      *     imcf->source_header = { ... };
      *     imcf->attempt_header = { ... };
      *     imcf->traceparent_header = { ... };
+     *     imcf->store = { ... };
+     *     imcf->record_script = 0;
      *     imcf->used = 0;
+     *     imcf->records = 0;
      */
+
+    imcf->record_ttl = NGX_CONF_UNSET_MSEC;
 
     return imcf;
 }
@@ -955,6 +1095,18 @@ ngx_http_idem_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 
     ngx_str_set(&name, "grpc-timeout");
+    ngx_conf_init_msec_value(imcf->record_ttl, 24 * 60 * 60 * 1000);
+
+    if (imcf->key_prefix.data == NULL) {
+        ngx_str_set(&imcf->key_prefix, "idem:");
+    }
+
+    if (imcf->store.addr.data != NULL
+        && ngx_http_idem_record_init_conf(cf, imcf) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
     if (ngx_http_idem_header_init(cf->pool, &imcf->grpc_timeout_header,
                                   &name)
         != NGX_OK)
@@ -1011,6 +1163,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
      *     ilcf->call_id_prefix = { 0, NULL };
      *     ilcf->call_id_pattern_src = { 0, NULL };
      *     ilcf->deadline_header = { { 0, NULL }, NULL, 0 };
+     *     ilcf->status_id = NULL;
      *     ilcf->variable_upstream_logged = 0;
      */
 
@@ -1031,6 +1184,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->retry_max_backoff = NGX_CONF_UNSET_MSEC;
     ilcf->retry_per_try_timeout = NGX_CONF_UNSET_MSEC;
     ilcf->retry_on = NGX_CONF_UNSET_UINT;
+    ilcf->record = NGX_CONF_UNSET;
 
     return ilcf;
 }
@@ -1112,6 +1266,24 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->retry_on, prev->retry_on,
                               NGX_HTTP_IDEM_RETRY_ON);
 
+    ngx_conf_merge_value(conf->record, prev->record, 0);
+
+    imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
+
+    if (conf->record && imcf->store.addr.data == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idem_record\" is on but there is no "
+                           "\"idem_redis\" to record into");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->status && imcf->store.addr.data == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idem_status\" needs \"idem_redis\" to read "
+                           "records from");
+        return NGX_CONF_ERROR;
+    }
+
     if (conf->call_id_header.hash == conf->trace_id_header.hash
         && conf->call_id_header.name.len == conf->trace_id_header.name.len
         && ngx_strncmp(conf->call_id_header.lowcase,
@@ -1126,8 +1298,6 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     if (conf->call_id_missing == NGX_HTTP_IDEM_MISSING_GENERATE) {
-        imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
-
         len = ngx_http_idem_generated_length(conf, &imcf->node_id);
 
         if (len > conf->call_id_max_length) {

@@ -13,6 +13,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "ngx_http_idem_store.h"
+
 
 #define NGX_HTTP_IDEM_MISSING_GENERATE   0
 #define NGX_HTTP_IDEM_MISSING_REJECT     1
@@ -30,6 +32,23 @@
 #define NGX_HTTP_IDEM_MAX_ID_LEN         255
 
 #define NGX_HTTP_IDEM_MAX_ATTEMPTS       100
+
+/* execution states: they only move forward */
+#define NGX_HTTP_IDEM_RECEIVED           0
+#define NGX_HTTP_IDEM_PROCESSING         1
+#define NGX_HTTP_IDEM_SUCCESS            2
+#define NGX_HTTP_IDEM_FAILED             3
+#define NGX_HTTP_IDEM_UNKNOWN            4
+
+/* how an attempt ended */
+#define NGX_HTTP_IDEM_OUTCOME_OK                0
+#define NGX_HTTP_IDEM_OUTCOME_HTTP              1   /* http_NNN */
+#define NGX_HTTP_IDEM_OUTCOME_CONNECT_ERROR     2
+#define NGX_HTTP_IDEM_OUTCOME_TIMEOUT           3
+#define NGX_HTTP_IDEM_OUTCOME_ERROR_AFTER_SEND  4
+#define NGX_HTTP_IDEM_OUTCOME_CLIENT_ABORT      5
+#define NGX_HTTP_IDEM_OUTCOME_DEADLINE          6
+#define NGX_HTTP_IDEM_OUTCOME_NONE              7   /* still running */
 
 /* idem_retry's defaults */
 #define NGX_HTTP_IDEM_RETRY_ATTEMPTS     3
@@ -61,7 +80,13 @@ typedef struct {
     ngx_http_idem_header_t    traceparent_header;
     ngx_http_idem_header_t    grpc_timeout_header;
 
+    ngx_http_idem_store_conf_t  store;      /* addr.data NULL: none */
+    ngx_msec_t                record_ttl;
+    ngx_str_t                 key_prefix;
+    ngx_uint_t                record_script;
+
     ngx_flag_t                used;         /* some "idem on" exists */
+    ngx_flag_t                records;      /* some "idem_record on" */
 } ngx_http_idem_main_conf_t;
 
 
@@ -98,8 +123,24 @@ typedef struct {
     ngx_msec_t                retry_per_try_timeout;  /* 0: none */
     ngx_uint_t                retry_on;     /* NGX_HTTP_UPSTREAM_FT_* */
 
+    ngx_flag_t                record;
+    ngx_uint_t                status;       /* idem_status here */
+    ngx_http_complex_value_t *status_id;    /* its ID, NULL: last segment */
+
     ngx_flag_t                variable_upstream_logged;
 } ngx_http_idem_loc_conf_t;
+
+
+typedef struct {
+    ngx_uint_t                n;
+    ngx_msec_t                start;        /* ngx_current_msec */
+    uint64_t                  start_ms;     /* unix ms */
+    ngx_msec_t                duration;
+    ngx_uint_t                status;       /* 0: no answer */
+    ngx_uint_t                outcome;
+    ngx_uint_t                sent;
+    u_char                    span_id[NGX_HTTP_IDEM_SPAN_ID_LEN];
+} ngx_http_idem_attempt_t;
 
 
 /* Per-request state; it survives internal redirects (see module.c). */
@@ -137,9 +178,17 @@ typedef struct {
     ngx_msec_t                connect_timeout;
     ngx_msec_t                retry_after;  /* from a 429/503, for the next */
 
+    /* records */
+    ngx_array_t              *attempts;     /* ngx_http_idem_attempt_t */
+    ngx_str_t                 token;        /* this execution, in records */
+    ngx_event_t               arrival_ev;
+    ngx_uint_t                final_state;  /* 0 until the request ends */
+
     unsigned                  has_deadline:1;
+    unsigned                  deadline_expired:1;
     unsigned                  balanced:1;   /* the balancer is wrapped */
     unsigned                  expire_after_backoff:1;
+    unsigned                  record:1;
 } ngx_http_idem_ctx_t;
 
 
@@ -209,6 +258,24 @@ void ngx_http_idem_timers_cleanup(ngx_http_idem_ctx_t *ctx);
 
 /* ngx_http_idem_upstream.c */
 ngx_int_t ngx_http_idem_upstream_init(ngx_conf_t *cf);
+
+/* ngx_http_idem_record.c */
+ngx_int_t ngx_http_idem_record_init_conf(ngx_conf_t *cf,
+    ngx_http_idem_main_conf_t *imcf);
+ngx_int_t ngx_http_idem_record_start(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+ngx_int_t ngx_http_idem_attempt_start(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+void ngx_http_idem_attempt_end(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_peer_connection_t *pc);
+void ngx_http_idem_record_finish(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+ngx_str_t *ngx_http_idem_state_name(ngx_uint_t state);
+ngx_uint_t ngx_http_idem_current_state(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+
+/* ngx_http_idem_status.c */
+char *ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 /* ngx_http_idem_problem.c */
 ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,

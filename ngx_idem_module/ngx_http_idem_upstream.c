@@ -233,6 +233,14 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
 
     u->conf->connect_timeout = ctx->connect_timeout;
 
+    /* an attempt that the budget will end before it connects is not one */
+
+    if (!ctx->expire_after_backoff
+        && ngx_http_idem_attempt_start(r, ctx) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     if (delay == 0 && !ctx->expire_after_backoff) {
         ngx_http_idem_arm_try_timer(ctx);
         return rc;
@@ -251,6 +259,8 @@ ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
     ngx_http_upstream_t  *u;
 
     u = ctx->request->upstream;
+
+    ngx_http_idem_attempt_end(ctx->request, ctx, pc);
 
     ctx->original_free(pc, ctx->peer_data, state);
 

@@ -15,6 +15,8 @@ static ngx_int_t ngx_http_idem_variable_attempts(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_idem_variable_remaining(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_idem_variable_state(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
 
 
 static ngx_http_variable_t  ngx_http_idem_vars[] = {
@@ -33,6 +35,9 @@ static ngx_http_variable_t  ngx_http_idem_vars[] = {
 
     { ngx_string("idem_deadline_remaining"), NULL,
       ngx_http_idem_variable_remaining, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("idem_state"), NULL, ngx_http_idem_variable_state,
+      0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
       ngx_http_null_variable
 };
@@ -175,6 +180,34 @@ ngx_http_idem_variable_remaining(ngx_http_request_t *r,
 
     v->len = ngx_sprintf(p, "%M", (ngx_msec_t) left) - p;
     v->data = p;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+/* this execution's state: RECEIVED, PROCESSING, then its final state */
+
+static ngx_int_t
+ngx_http_idem_variable_state(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_str_t            *s;
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ngx_http_idem_get_ctx(r);
+
+    if (ctx == NULL || ctx->call_id.len == 0) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    s = ngx_http_idem_state_name(ngx_http_idem_current_state(r, ctx));
+
+    v->len = s->len;
+    v->data = s->data;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;

@@ -327,3 +327,79 @@ ok
 --- must_die
 --- error_log
 "idem_retry" directive is duplicate
+
+
+
+=== TEST 34: idem_record needs idem_redis
+--- config
+    location /t { idem on; idem_record on; }
+--- must_die
+--- error_log
+"idem_record" is on but there is no "idem_redis" to record into
+
+
+
+=== TEST 35: idem_status needs idem_redis
+--- config
+    location /calls/ { idem_status; }
+--- must_die
+--- error_log
+"idem_status" needs "idem_redis" to read records from
+
+
+
+=== TEST 36: idem_redis refuses host names (they would be resolved with a blocking call)
+--- http_config
+    idem_redis redis.example:6379;
+--- config
+--- must_die
+--- error_log
+invalid value "redis.example:6379" in "idem_redis" directive
+
+
+
+=== TEST 37: idem_redis belongs to the http block
+--- config
+    idem_redis 127.0.0.1:6379;
+--- must_die
+--- error_log
+"idem_redis" directive is not allowed here
+
+
+
+=== TEST 38: idem_record_ttl takes a time, not off
+--- http_config
+    idem_record_ttl off;
+--- config
+--- must_die
+--- error_log
+invalid value "off" in "idem_record_ttl" directive, it must be a time greater than 0
+
+
+
+=== TEST 39: idem_key_prefix uses the call id charset
+--- http_config
+    idem_key_prefix "my app";
+--- config
+--- must_die
+--- error_log
+invalid value "my app" in "idem_key_prefix" directive
+
+
+
+=== TEST 40: idem_redis with a bad parameter
+--- http_config
+    idem_redis 127.0.0.1:6379 db=x;
+--- config
+--- must_die
+--- error_log
+"idem_redis" directive
+
+
+
+=== TEST 41: idem_status takes at most one argument
+--- config
+    location /calls/ { idem_status $1 $2; }
+--- must_die
+--- error_log
+invalid number of arguments in "idem_status" directive

@@ -12,6 +12,8 @@ $root/build/ngx_http_idem_module.so \
 /usr/lib/nginx/modules/ngx_http_echo_module.so"}
 export TEST_NGINX_REDIS_PORT=${TEST_NGINX_REDIS_PORT:-16379}
 export TEST_NGINX_BACKEND_PORT=${TEST_NGINX_BACKEND_PORT:-16380}
+# a second redis-server that t/080-redis-faults.t stops, pauses and restarts
+export TEST_NGINX_REDIS_FAULT_PORT=${TEST_NGINX_REDIS_FAULT_PORT:-$((TEST_NGINX_REDIS_PORT + 200))}
 export TEST_NGINX_ROOT=$root
 
 redis_dir=$root/t/servroot-redis-$TEST_NGINX_REDIS_PORT
@@ -30,6 +32,10 @@ perl util/backend.pl "$TEST_NGINX_BACKEND_PORT" "$backend_dir" &
 backend_pid=$!
 
 cleanup() {
+    fault_pid=$(cat "$root/t/servroot-redis-$TEST_NGINX_REDIS_FAULT_PORT/redis.pid" 2>/dev/null)
+    if [ -n "$fault_pid" ]; then
+        kill -CONT "$fault_pid" 2>/dev/null; kill "$fault_pid" 2>/dev/null
+    fi
     kill "$redis_pid" "$backend_pid" 2>/dev/null || true
     wait "$redis_pid" "$backend_pid" 2>/dev/null || true
 }

@@ -1,0 +1,85 @@
+
+/*
+ * The record store: what the rest of the module sees of Redis.  One client
+ * per worker process, on nginx's event loop; nothing here ever blocks.
+ */
+
+
+#ifndef _NGX_HTTP_IDEM_STORE_H_INCLUDED_
+#define _NGX_HTTP_IDEM_STORE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+
+
+/* Where the store is, from "idem_redis ADDR [db=N] [password=S] ...". */
+typedef struct {
+    ngx_str_t                  addr;           /* as written */
+    ngx_str_t                  host;           /* an IP, or empty */
+    ngx_int_t                  port;
+    ngx_str_t                  unix_path;      /* "unix:/path": the path */
+    ngx_int_t                  db;             /* SELECT, 0: none */
+    ngx_str_t                  password;       /* AUTH, empty: none */
+    ngx_msec_t                 connect_timeout;
+    ngx_msec_t                 timeout;        /* reads: answer within */
+    ngx_uint_t                 max_pending;    /* outstanding commands */
+} ngx_http_idem_store_conf_t;
+
+
+typedef struct ngx_http_idem_store_op_s  ngx_http_idem_store_op_t;
+
+
+/*
+ * The answer to a read.  rc: NGX_OK with the reply's elements (for HGETALL:
+ * field, value, field, value ...; n == 0 when the key does not exist);
+ * NGX_ERROR when the store could not answer (down, error reply,
+ * disconnected, timed out).  The strings are valid during the call only.
+ */
+typedef void (*ngx_http_idem_store_read_pt)(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+
+
+/* counters, for logs and metrics (per worker) */
+typedef struct {
+    ngx_uint_t                 sent;           /* commands written */
+    ngx_uint_t                 failed;         /* error replies */
+    ngx_uint_t                 dropped;        /* not sent: store down/full */
+    ngx_uint_t                 connects;       /* successful connects */
+    ngx_uint_t                 pending;        /* outstanding now */
+} ngx_http_idem_store_stats_t;
+
+
+/*
+ * Configuration time: parse the "idem_redis" directive's arguments into
+ * conf (messages name the directive); register a Lua script, get its index.
+ */
+char *ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_http_idem_store_conf_t *conf);
+ngx_int_t ngx_http_idem_store_add_script(ngx_conf_t *cf, ngx_str_t *lua);
+
+/* worker start and exit (a NULL conf: no store configured) */
+ngx_int_t ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
+    ngx_http_idem_store_conf_t *conf);
+void ngx_http_idem_store_exit_process(ngx_cycle_t *cycle);
+
+/*
+ * Fire and forget: EVALSHA of a registered script with one key.  NGX_OK:
+ * queued; NGX_DECLINED: dropped (store down or too many outstanding).
+ */
+ngx_int_t ngx_http_idem_store_eval(ngx_uint_t script, ngx_str_t *key,
+    ngx_uint_t argc, ngx_str_t *argv);
+
+/*
+ * A read.  The handler is called exactly once, never from inside this call,
+ * unless the op is cancelled first.  NULL: could not even be queued.
+ */
+ngx_http_idem_store_op_t *ngx_http_idem_store_read(ngx_uint_t argc,
+    ngx_str_t *argv, ngx_http_idem_store_read_pt handler, void *data,
+    ngx_msec_t timeout);
+void ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op);
+
+ngx_http_idem_store_stats_t *ngx_http_idem_store_stats(void);
+
+
+#endif /* _NGX_HTTP_IDEM_STORE_H_INCLUDED_ */

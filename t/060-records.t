@@ -1,0 +1,379 @@
+# Call records in Redis, read back through the status endpoint.
+
+use Test::Nginx::Socket 'no_plan';
+
+no_long_string();
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: a successful call: one execution, one attempt, SUCCESS
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_node_id gw-test;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /t?card=4111&x=1\npay=1", "GET /calls/rec-ok-1"]
+--- more_headers
+X-Call-Id: rec-ok-1
+X-Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736
+--- response_headers_like eval
+["", "Content-Type: application/json"]
+--- response_body_like eval
+["n=1 attempt=1",
+ '^\{"call_id":"rec-ok-1","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736","state":"SUCCESS","source":"client","node":"gw-test","method":"POST","uri":"/t","created_ms":1\d{12},"updated_ms":1\d{12},"final_status":200,"executions":1,"attempts":\[\{"execution":1,"n":1,"start_ms":1\d{12},"duration_ms":\d+,"outcome":"ok","sent":true,"status":200,"span_id":"[0-9a-f]{16}"\}\]\}$']
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: the upstream answers 503: FAILED
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/503/9;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /t", "GET /calls/rec-503"]
+--- more_headers
+X-Call-Id: rec-503
+--- error_code eval
+[503, 200]
+--- response_body_like eval
+["failing", '"state":"FAILED",.*"source":"client".*"final_status":503,"executions":1,"attempts":\[\{"execution":1,"n":1,"start_ms":\d+,"duration_ms":\d+,"outcome":"http_503","sent":true,"status":503,']
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: nothing listens: FAILED, connect_error, nothing sent
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:1;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /t", "GET /calls/rec-refused"]
+--- more_headers
+X-Call-Id: rec-refused
+--- error_code eval
+[502, 200]
+--- response_body_like eval
+["Bad Gateway", '"state":"FAILED",.*"final_status":502,.*"outcome":"connect_error","sent":false,"status":null,']
+--- no_error_log
+[alert]
+
+
+
+=== TEST 4: a read timeout after sending: UNKNOWN, never FAILED
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/2000/9;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /t", "GET /calls/rec-timeout"]
+--- more_headers
+X-Call-Id: rec-timeout
+--- error_code eval
+[504, 200]
+--- response_body_like eval
+["Gateway", '"state":"UNKNOWN",.*"final_status":504,.*"outcome":"timeout","sent":true,"status":null,']
+--- no_error_log
+[alert]
+
+
+
+=== TEST 5: the budget ends the call after sending: UNKNOWN, outcome deadline
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        idem_deadline 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/2000/9;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /t", "GET /calls/rec-deadline"]
+--- more_headers
+X-Call-Id: rec-deadline
+--- error_code eval
+[504, 200]
+--- response_body_like eval
+["Gateway", '"state":"UNKNOWN",.*"outcome":"deadline","sent":true,']
+--- no_error_log
+[alert]
+
+
+
+=== TEST 6: a reset after sending: UNKNOWN, error_after_send
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/reset/9;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["POST /t\npay=1", "GET /calls/rec-reset"]
+--- more_headers
+X-Call-Id: rec-reset
+--- error_code eval
+[502, 200]
+--- response_body_like eval
+["Bad Gateway", '"state":"UNKNOWN",.*"outcome":"error_after_send","sent":true,']
+--- no_error_log
+[alert]
+
+
+
+=== TEST 7: retries: every attempt is in the record
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        idem_idempotent on;
+        idem_retry 3 backoff=5ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/503/2;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /t", "GET /calls/rec-retry"]
+--- more_headers
+X-Call-Id: rec-retry
+X-Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736
+--- response_body_like eval
+["n=3", '"state":"SUCCESS",.*"final_status":200,"executions":1,"attempts":\[\{"execution":1,"n":1,[^}]*"outcome":"http_503","sent":true,"status":503,"span_id":"([0-9a-f]{16})"\},\{"execution":1,"n":2,[^}]*"outcome":"http_503","sent":true,"status":503,"span_id":"(?!\1)[0-9a-f]{16}"\},\{"execution":1,"n":3,[^}]*"outcome":"ok","sent":true,"status":200,']
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: a resent id adds an execution; one success makes the record SUCCESS
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/503/1;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /t", "GET /calls/rec-twice", "GET /t", "GET /calls/rec-twice"]
+--- more_headers
+X-Call-Id: rec-twice
+--- error_code eval
+[503, 200, 200, 200]
+--- response_body_like eval
+["failing", '"state":"FAILED",.*"executions":1,', "n=2",
+ '"state":"SUCCESS",.*"final_status":200,"executions":2,"attempts":\[\{"execution":1,"n":1,[^}]*"outcome":"http_503"[^}]*\},\{"execution":2,"n":1,[^}]*"outcome":"ok"']
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: UNKNOWN then FAILED: the record stays UNKNOWN
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /u {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:1;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /t", "GET /u", "GET /calls/rec-unknown-failed"]
+--- more_headers
+X-Call-Id: rec-unknown-failed
+--- error_code eval
+[504, 502, 200]
+--- response_body_like eval
+["Gateway", "Bad Gateway", '"state":"UNKNOWN",.*"final_status":502,"executions":2,']
+
+
+
+=== TEST 10: a budget spent before the first attempt: FAILED, no attempt
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /t", "GET /calls/rec-late"]
+--- more_headers eval
+["X-Call-Id: rec-late\r\nX-Deadline-Ms: 0", ""]
+--- error_code eval
+[504, 200]
+--- response_body_like eval
+["deadline-exceeded", '"state":"FAILED",.*"final_status":504,"executions":1,"attempts":\[\]\}']
+--- no_error_log
+[error]
+
+
+
+=== TEST 11: a generated id is recorded with source gateway; $idem_state
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    log_format state 'STATE $idem_call_id $idem_state';
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        access_log logs/error.log state;
+        return 200 "$idem_call_id\n";
+    }
+--- request
+GET /t
+--- response_body_like chomp
+^[0-9a-f-]{36}$
+--- error_log eval
+qr/STATE [0-9a-f-]{36} SUCCESS/
+
+
+
+=== TEST 12: unknown id: 404 NOT_FOUND; a bad id: 400; POST: 405; HEAD
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /calls/never-seen", "GET /calls/bad%20id", "POST /calls/x\nbody",
+ "HEAD /calls/never-seen", "GET /calls/"]
+--- error_code eval
+[404, 400, 405, 404, 400]
+--- response_body eval
+["{\"state\":\"NOT_FOUND\"}\n",
+ "{\"type\":\"urn:ngx-idem:problem:invalid-call-id\",\"title\":\"Invalid call id\",\"status\":400,\"detail\":\"the call id in the URI is not a valid call id\"}",
+ qr/405 Not Allowed/, "", qr/invalid-call-id/]
+--- no_error_log
+[error]
+
+
+
+=== TEST 13: idem_status with an explicit id
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location ~ ^/v1/calls/([^/]+)/status$ {
+        idem_status $1;
+    }
+--- request eval
+["GET /t", "GET /v1/calls/rec-explicit/status"]
+--- more_headers
+X-Call-Id: rec-explicit
+--- response_body_like eval
+["n=1", '^\{"call_id":"rec-explicit",.*"state":"SUCCESS"']
+--- no_error_log
+[error]
+
+
+
+=== TEST 14: idem_key_prefix and idem_record_ttl
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_key_prefix shop:;
+    idem_record_ttl 90s;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /t", "GET /calls/rec-prefix"]
+--- more_headers
+X-Call-Id: rec-prefix
+--- response_body_like eval
+["n=1", '"state":"SUCCESS"']
+--- no_error_log
+[error]
+
+
+
+=== TEST 15: the record's key and TTL, seen from Redis
+--- init
+my $port = $ENV{TEST_NGINX_REDIS_PORT};
+my $ttl = `redis-cli -p $port pttl 'shop:c:{rec-prefix}'`;
+chomp $ttl;
+Test::More::ok($ttl > 80000 && $ttl <= 90000, "TTL of shop:c:{rec-prefix} ($ttl ms) is idem_record_ttl");
+my $old = `redis-cli -p $port exists 'idem:c:{rec-prefix}'`;
+chomp $old;
+Test::More::is($old, "0", "nothing under the default prefix");
+--- config
+    location /t {
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok

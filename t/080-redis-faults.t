@@ -1,0 +1,149 @@
+# Redis faults, for real: not running at start, started, paused with
+# SIGSTOP, resumed, stopped, restarted.  Record-only routes keep serving
+# at once; the status endpoint says UNKNOWN, never NOT_FOUND; recording
+# resumes by itself.  The blocks run in order on one nginx.
+
+use lib 't/lib';
+use RedisFault;
+use Test::Nginx::Socket 'no_plan';
+
+no_long_string();
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: Redis is not running when nginx starts: calls are served
+--- init
+RedisFault::stop();
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_FAULT_PORT connect_timeout=200ms timeout=300ms;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /t", "GET /t", "GET /t", "GET /calls/fault-down-1"]
+--- more_headers
+X-Call-Id: fault-down-1
+--- timeout: 1
+--- error_code eval
+[200, 200, 200, 503]
+--- response_headers_like eval
+["", "", "", "Retry-After: 1"]
+--- response_body_like eval
+["n=1 ", "n=2 ", "n=3 ", '^\{"state":"UNKNOWN"\}$']
+--- no_error_log
+[alert]
+[crit]
+exited on signal
+
+
+
+=== TEST 2: Redis starts: recording resumes by itself
+--- init
+RedisFault::start();
+select(undef, undef, undef, 6);
+--- request eval
+["GET /t", "GET /calls/fault-up-1"]
+--- more_headers
+X-Call-Id: fault-up-1
+--- error_code eval
+[200, 200]
+--- response_body_like eval
+["n=1 ", '"call_id":"fault-up-1",.*"state":"SUCCESS"']
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 3: Redis paused (SIGSTOP): calls are served at once, status is UNKNOWN
+--- init
+RedisFault::pause();
+--- request eval
+["GET /t", "GET /calls/fault-up-1"]
+--- more_headers
+X-Call-Id: fault-paused-1
+--- timeout: 2
+--- error_code eval
+[200, 503]
+--- response_body_like eval
+["n=1 ", '^\{"state":"UNKNOWN"\}$']
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 4: Redis resumed (SIGCONT): what was written meanwhile arrives
+--- init
+RedisFault::resume();
+select(undef, undef, undef, 0.5);
+--- request eval
+["GET /calls/fault-paused-1", "GET /calls/fault-up-1"]
+--- error_code eval
+[200, 200]
+--- response_body_like eval
+['"call_id":"fault-paused-1",.*"state":"SUCCESS"', '"state":"SUCCESS"']
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 5: Redis stopped mid-run: calls are served, status is UNKNOWN
+--- init
+RedisFault::stop();
+select(undef, undef, undef, 0.3);
+--- request eval
+["GET /t", "GET /t", "GET /calls/fault-up-1"]
+--- more_headers
+X-Call-Id: fault-stopped-1
+--- timeout: 1
+--- error_code eval
+[200, 200, 503]
+--- response_body_like eval
+["n=1 ", "n=2 ", '^\{"state":"UNKNOWN"\}$']
+--- no_error_log
+[alert]
+[crit]
+exited on signal
+
+
+
+=== TEST 6: Redis restarted: recording resumes by itself
+--- init
+RedisFault::start();
+select(undef, undef, undef, 6);
+--- request eval
+["GET /t", "GET /calls/fault-restarted-1"]
+--- more_headers
+X-Call-Id: fault-restarted-1
+--- error_code eval
+[200, 200]
+--- response_body_like eval
+["n=1 ", '"call_id":"fault-restarted-1",.*"state":"SUCCESS","source":"client"']
+--- no_error_log
+[alert]
+[crit]
+exited on signal
+
+
+
+=== TEST 7: clean up
+--- init
+RedisFault::stop();
+--- config
+    location /t {
+        return 200 "done\n";
+    }
+--- request
+GET /t
+--- response_body
+done

@@ -1,0 +1,156 @@
+# Nothing is lost while Redis is healthy: a few hundred concurrent calls
+# give exactly one record each, in the right state, with the right number
+# of attempts; and an "nginx -s reload" in the middle of the run loses no
+# final state (an exiting worker finishes its writes first).
+#
+# Plain Test::More: this needs a master process, two workers and clients
+# running at once, which is outside the Test::Nginx format.
+
+use strict;
+use warnings;
+use Test::More;
+use IO::Socket::INET;
+use File::Path qw(make_path remove_tree);
+use Time::HiRes qw(sleep time);
+use Cwd qw(abs_path);
+
+my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
+my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
+my $redis = $ENV{TEST_NGINX_REDIS_PORT}
+    or plan skip_all => 'TEST_NGINX_REDIS_PORT is not set (use make test)';
+my $port = ($ENV{TEST_NGINX_SERVER_PORT} || 1984) + 100;
+my $sr = "$root/t/servroot-load-$port";
+my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
+
+my $clients = 30;
+my $per_client = 10;
+my $calls = $clients * $per_client;
+
+remove_tree($sr);
+make_path("$sr/conf", "$sr/logs");
+
+my $load = join '', map { "load_module $_;\n" } @modules;
+my $user = $> == 0 ? "user root;\n" : '';
+
+open my $fh, '>', "$sr/conf/nginx.conf" or die $!;
+print $fh <<"CONF";
+${load}${user}worker_processes 2;
+master_process on;
+daemon on;
+error_log $sr/logs/error.log info;
+pid $sr/logs/nginx.pid;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $sr/client_body_temp;
+    proxy_temp_path $sr/proxy_temp;
+    fastcgi_temp_path $sr/fastcgi_temp;
+    uwsgi_temp_path $sr/uwsgi_temp;
+    scgi_temp_path $sr/scgi_temp;
+    idem_redis 127.0.0.1:$redis;
+    idem_key_prefix load:;
+    server {
+        listen 127.0.0.1:$port;
+        location /t {
+            idem on;
+            idem_record on;
+            proxy_pass http://127.0.0.1:$port/back;
+        }
+        location /back {
+            echo_sleep 0.1;
+            echo ok;
+        }
+    }
+}
+CONF
+close $fh;
+
+system("redis-cli -p $redis --scan --pattern 'load:*' "
+       . "| xargs -r redis-cli -p $redis del >/dev/null");
+
+is(system("$nginx -p $sr/ -c $sr/conf/nginx.conf -e $sr/logs/error.log"), 0,
+   'nginx starts') or BAIL_OUT('nginx does not start');
+
+for (1 .. 50) {
+    last if IO::Socket::INET->new("127.0.0.1:$port");
+    sleep 0.1;
+}
+
+sub call {
+    my ($id) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+                                  Timeout => 10) or return 0;
+    print $s "GET /t HTTP/1.0\r\nHost: localhost\r\nX-Call-Id: $id\r\n\r\n";
+    local $/;
+    my $res = <$s>;
+    return defined $res && $res =~ m{^HTTP/1\.1 200 } ? 1 : 0;
+}
+
+my @pids;
+for my $c (1 .. $clients) {
+    my $pid = fork;
+    die "fork: $!" unless defined $pid;
+    if ($pid == 0) {
+        my $ok = 0;
+        $ok += call("load-$c-$_") for 1 .. $per_client;
+        exit($ok == $per_client ? 0 : 1);
+    }
+    push @pids, $pid;
+}
+
+# reload while calls are in flight: old workers must finish their writes
+sleep 0.5;
+my $master = do { local (@ARGV, $/) = "$sr/logs/nginx.pid"; <> };
+chomp $master;
+ok(kill('HUP', $master), 'reload in the middle of the run');
+
+my $failed = 0;
+for my $pid (@pids) {
+    waitpid $pid, 0;
+    $failed++ if $?;
+}
+is($failed, 0, "every client got 200 for all its $per_client calls");
+
+# the last final writes of the old workers
+sleep 1.5;
+
+my @ids = map { my $c = $_; map { "load-$c-$_" } 1 .. $per_client }
+          1 .. $clients;
+
+my $keys = `redis-cli -p $redis --scan --pattern 'load:c:*' | wc -l`;
+chomp $keys;
+is($keys + 0, $calls, "exactly one record per call ($calls)");
+
+open my $cli, '-|', 'sh', '-c',
+    "printf '" . join('', map { "HMGET load:c:{$_} state executions s:1 "
+                                . "a:1:1 a:1:2\\n" } @ids)
+    . "' | redis-cli -p $redis" or die $!;
+my @out = <$cli>;
+close $cli;
+chomp @out;
+
+my ($success, $one_exec, $one_attempt) = (0, 0, 0);
+for my $i (0 .. $#ids) {
+    my ($state, $execs, $s1, $a1, $a2) = @out[5 * $i .. 5 * $i + 4];
+    $success++ if defined $state && $state eq 'SUCCESS' && $s1 eq 'SUCCESS';
+    $one_exec++ if defined $execs && $execs eq '1';
+    $one_attempt++ if defined $a1 && $a1 =~ /^\d+ \d+ ok 1 200 [0-9a-f]{16}$/
+                      && defined $a2 && $a2 eq '';
+}
+
+is($success, $calls, 'every record is SUCCESS');
+is($one_exec, $calls, 'every record has one execution');
+is($one_attempt, $calls, 'every record has one attempt, ok, sent, 200');
+
+kill 'QUIT', $master;
+for (1 .. 100) {
+    last unless kill 0, $master;
+    sleep 0.1;
+}
+
+my $log = do { local (@ARGV, $/) = "$sr/logs/error.log"; <> };
+unlike($log, qr/\[(?:alert|crit|emerg)\]|exited on signal/,
+       'no alert, no crash in the error log');
+unlike($log, qr/dropped/, 'no write was dropped');
+
+done_testing();
