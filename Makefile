@@ -3,6 +3,7 @@
 #   make          build build/ngx_http_idem_module.so
 #   make run      start the quickstart gateway on 127.0.0.1:8080 (Ctrl-C stops)
 #   make test     run the whole Test::Nginx suite with prove
+#   make bench    wrk: plain proxy_pass vs idem vs idem + records (ratios)
 #   make asan     the suite with an ASan/UBSan build of the module
 #   make deps     install what is missing (Debian packages)
 
@@ -20,7 +21,7 @@ DEB_CFLAGS  := -g -O2 -fstack-protector-strong -Wformat \
 # extra compiler flags, e.g. IDEM_CFLAGS=-fsanitize=address (see make asan)
 IDEM_CFLAGS ?=
 
-.PHONY: all deps run test asan clean
+.PHONY: all deps run test asan bench clean
 
 all: $(MODULE)
 
@@ -46,6 +47,10 @@ run: deps $(MODULE)
 
 test: deps $(MODULE)
 	@util/test.sh
+
+# wrk, side by side: plain proxy_pass, idem on, idem on + idem_record on
+bench: deps $(MODULE)
+	@util/bench.sh
 
 # the suite again, with the module built with AddressSanitizer and UBSan
 asan: deps
