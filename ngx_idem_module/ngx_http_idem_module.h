@@ -182,6 +182,7 @@ typedef struct {
     ngx_array_t              *attempts;     /* ngx_http_idem_attempt_t */
     ngx_str_t                 token;        /* this execution, in records */
     ngx_event_t               arrival_ev;
+    uint64_t                  created_ms;
     ngx_uint_t                final_state;  /* 0 until the request ends */
 
     unsigned                  has_deadline:1;
@@ -189,6 +190,7 @@ typedef struct {
     unsigned                  balanced:1;   /* the balancer is wrapped */
     unsigned                  expire_after_backoff:1;
     unsigned                  record:1;
+    unsigned                  arrived:1;    /* the arrival was written */
 } ngx_http_idem_ctx_t;
 
 

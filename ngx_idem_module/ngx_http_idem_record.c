@@ -4,22 +4,22 @@
  * written to the store as they happen, so that "what happened to call X?"
  * has an answer.  Writes are fire and forget: they never delay an answer.
  *
- * A record is a Redis hash under <prefix>c:{<call id>}:
+ * A record is a Redis hash under <prefix>c:{<call id>}.  Every field is
+ * written once and never changed, so that states only move forward
+ * whatever order the writes arrive in, and a write is one cheap HSET (with
+ * the TTL refreshed by the same small script):
  *
- *   call_id trace_id source node method uri   from its first execution
- *   created_ms updated_ms                     unix ms
- *   executions                                how many
- *   state                                     the record's state
- *   x:<token>      the index of an execution (tokens are made per request)
- *   s:<i>          execution i's state
- *   f:<i>          execution i's final status
- *   a:<i>:<n>      attempt n of execution i: "start_ms duration_ms outcome
- *                  sent status span_id"
- *   n_success n_unknown                       executions in those states
+ *   e:<token>      an execution arrived: "<R|P> <created_ms> <source> <node>
+ *                  <method> <trace id> <uri>" (P: its first attempt had
+ *                  already started when this was written)
+ *   p:<token>      its first attempt started: "<unix ms>"
+ *   f:<token>      it ended: "<state> <final status> <unix ms>", then the
+ *                  arrival's fields again (the arrival may have been lost)
+ *   a:<token>:<n>  its attempt n: "<start_ms> <duration_ms> <outcome>
+ *                  <sent> <status> <span id>"
  *
- * One Lua script applies every write, so that states only move forward
- * whatever order writes arrive in, and the record's state is derived in
- * one place.
+ * <token> names one execution (random, per request).  The record's state
+ * and the order of executions are derived when it is read (status.c).
  */
 
 
@@ -54,51 +54,11 @@ static ngx_str_t  ngx_http_idem_outcomes[] = {
 };
 
 
-/* ARGV: ttl token now state final_status call_id trace_id source node
- *       method uri, then 7 per attempt: n start duration outcome sent
- *       status span */
+/* ARGV: ttl, then field value pairs */
 
 static ngx_str_t  ngx_http_idem_record_lua = ngx_string(
-"local k = KEYS[1]\n"
-"local now = tonumber(ARGV[3])\n"
-"local state, fstatus = ARGV[4], ARGV[5]\n"
-"local rank = {RECEIVED = 1, PROCESSING = 2, SUCCESS = 3, FAILED = 3,\n"
-"              UNKNOWN = 3}\n"
-"local i = redis.call('HGET', k, 'x:' .. ARGV[2])\n"
-"if not i then\n"
-"  i = redis.call('HINCRBY', k, 'executions', 1)\n"
-"  redis.call('HSET', k, 'x:' .. ARGV[2], i)\n"
-"  redis.call('HSETNX', k, 'created_ms', now)\n"
-"  local f = {'call_id', 'trace_id', 'source', 'node', 'method', 'uri'}\n"
-"  for j = 1, 6 do redis.call('HSETNX', k, f[j], ARGV[5 + j]) end\n"
-"end\n"
-"local cur = redis.call('HGET', k, 's:' .. i)\n"
-"if not cur or rank[state] > rank[cur] then\n"
-"  redis.call('HSET', k, 's:' .. i, state)\n"
-"  if state == 'SUCCESS' then redis.call('HINCRBY', k, 'n_success', 1)\n"
-"  elseif state == 'UNKNOWN' then redis.call('HINCRBY', k, 'n_unknown', 1)\n"
-"  end\n"
-"  if fstatus ~= '' then redis.call('HSET', k, 'f:' .. i, fstatus) end\n"
-"end\n"
-"for j = 12, #ARGV - 6, 7 do\n"
-"  redis.call('HSET', k, 'a:' .. i .. ':' .. ARGV[j],\n"
-"             table.concat(ARGV, ' ', j + 1, j + 6))\n"
-"end\n"
-"local rs\n"
-"if tonumber(redis.call('HGET', k, 'n_success') or '0') > 0 then\n"
-"  rs = 'SUCCESS'\n"
-"elseif tonumber(redis.call('HGET', k, 'n_unknown') or '0') > 0 then\n"
-"  rs = 'UNKNOWN'\n"
-"else\n"
-"  local n = redis.call('HGET', k, 'executions')\n"
-"  rs = redis.call('HGET', k, 's:' .. n) or 'RECEIVED'\n"
-"end\n"
-"redis.call('HSET', k, 'state', rs)\n"
-"if now > tonumber(redis.call('HGET', k, 'updated_ms') or '0') then\n"
-"  redis.call('HSET', k, 'updated_ms', now)\n"
-"end\n"
-"redis.call('PEXPIRE', k, ARGV[1])\n"
-"return rs\n");
+"redis.call('HSET', KEYS[1], unpack(ARGV, 2))\n"
+"redis.call('PEXPIRE', KEYS[1], ARGV[1])\n");
 
 
 ngx_int_t
@@ -148,6 +108,8 @@ ngx_http_idem_record_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ctx->arrival_ev.handler = ngx_http_idem_arrival_handler;
     ctx->arrival_ev.data = ctx;
     ctx->arrival_ev.log = r->connection->log;
+
+    ctx->created_ms = ngx_http_idem_unix_ms();
 
     ngx_post_event(&ctx->arrival_ev, &ngx_posted_events);
 
@@ -203,7 +165,7 @@ ngx_http_idem_attempt_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     /* an arrival already written said RECEIVED: now it is in progress */
 
-    if (ctx->record && a->n == 1 && !ctx->arrival_ev.posted) {
+    if (ctx->record && a->n == 1 && ctx->arrived) {
         (void) ngx_http_idem_record_write(r, ctx, NGX_HTTP_IDEM_PROCESSING,
                                           0);
     }
@@ -351,147 +313,142 @@ static ngx_int_t
 ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_uint_t state, ngx_uint_t final)
 {
-    u_char                     *p, *q;
+    u_char                     *p, *q, *last;
     size_t                      len;
-    ngx_str_t                  *argv, key;
-    ngx_uint_t                  i, n, argc;
+    ngx_str_t                  *argv, key, uri, *outcome;
+    ngx_uint_t                  i, n, argc, status;
     ngx_http_idem_attempt_t    *a;
     ngx_http_idem_main_conf_t  *imcf;
 
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
     n = (final && ctx->attempts) ? ctx->attempts->nelts : 0;
-    argc = 11 + 7 * n;
 
-    argv = ngx_palloc(r->pool, argc * sizeof(ngx_str_t));
+    /* ttl, the execution's field and value, two per attempt */
+
+    argv = ngx_palloc(r->pool, (3 + 2 * n) * sizeof(ngx_str_t));
     if (argv == NULL) {
         return NGX_ERROR;
     }
 
-    /* the numbers, side by side in one buffer */
+    /* the path only: a query string may hold what nobody should keep */
 
-    len = 3 * NGX_INT64_LEN + n * (4 * NGX_INT64_LEN + sizeof("http_999"));
+    uri = r->unparsed_uri;
+    q = ngx_strlchr(uri.data, uri.data + uri.len, '?');
+    if (q != NULL) {
+        uri.len = q - uri.data;
+    }
+
+    len = imcf->key_prefix.len + sizeof("c:{}") - 1 + ctx->call_id.len
+          + NGX_INT64_LEN
+          + 2 + ctx->token.len
+          + sizeof("UNKNOWN 999  ") - 1 + 2 * NGX_INT64_LEN
+          + sizeof("gateway     ") + imcf->node_id.len
+          + r->method_name.len + ctx->trace_id.len + uri.len
+          + n * (sizeof("a:::") + ctx->token.len + 5 * NGX_INT64_LEN
+                 + sizeof("error_after_send 1  ")
+                 + NGX_HTTP_IDEM_SPAN_ID_LEN);
 
     p = ngx_pnalloc(r->pool, len);
     if (p == NULL) {
         return NGX_ERROR;
     }
 
-    key.len = imcf->key_prefix.len + sizeof("c:{}") - 1 + ctx->call_id.len;
-    key.data = ngx_pnalloc(r->pool, key.len);
-    if (key.data == NULL) {
-        return NGX_ERROR;
-    }
+    last = p + len;
 
-    ngx_sprintf(key.data, "%Vc:{%V}", &imcf->key_prefix, &ctx->call_id);
+    key.data = p;
+    p = ngx_sprintf(p, "%Vc:{%V}", &imcf->key_prefix, &ctx->call_id);
+    key.len = p - key.data;
 
-    q = p;
+    argv[0].data = p;
     p = ngx_sprintf(p, "%M", imcf->record_ttl);
-    argv[0].data = q;
-    argv[0].len = p - q;
+    argv[0].len = p - argv[0].data;
 
-    argv[1] = ctx->token;
+    argv[1].data = p;
+    *p++ = final ? 'f' : (state == NGX_HTTP_IDEM_PROCESSING && ctx->arrived)
+                         ? 'p' : 'e';
+    *p++ = ':';
+    p = ngx_cpymem(p, ctx->token.data, ctx->token.len);
+    argv[1].len = p - argv[1].data;
 
-    q = p;
-    p = ngx_sprintf(p, "%uL", ngx_http_idem_unix_ms());
-    argv[2].data = q;
-    argv[2].len = p - q;
-
-    argv[3] = ngx_http_idem_states[state];
+    argv[2].data = p;
 
     if (final) {
-        q = p;
-        p = ngx_sprintf(p, "%ui", r->err_status ? r->err_status
-                                                : r->headers_out.status);
-        argv[4].data = q;
-        argv[4].len = p - q;
+        status = r->err_status ? r->err_status : r->headers_out.status;
+        p = ngx_sprintf(p, "%V %ui %uL ", &ngx_http_idem_states[state],
+                        status, ngx_http_idem_unix_ms());
+
+    } else if (argv[1].data[0] == 'p') {
+        p = ngx_sprintf(p, "%uL", ngx_http_idem_unix_ms());
+        goto done;
 
     } else {
-        ngx_str_null(&argv[4]);
+        p = ngx_sprintf(p, "%c ",
+                        state == NGX_HTTP_IDEM_PROCESSING ? 'P' : 'R');
     }
 
-    argv[5] = ctx->call_id;
-    argv[6] = ctx->trace_id;
+    p = ngx_sprintf(p, "%uL %s %V %V %V %V", ctx->created_ms,
+                    ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT
+                    ? "client" : "gateway",
+                    &imcf->node_id, &r->method_name, &ctx->trace_id, &uri);
 
-    if (ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT) {
-        ngx_str_set(&argv[7], "client");
+done:
 
-    } else {
-        ngx_str_set(&argv[7], "gateway");
-    }
-
-    argv[8] = imcf->node_id;
-    argv[9] = r->method_name;
-
-    /* the path only: a query string may hold what nobody should keep */
-
-    argv[10] = r->unparsed_uri;
-    q = ngx_strlchr(argv[10].data, argv[10].data + argv[10].len, '?');
-    if (q != NULL) {
-        argv[10].len = q - argv[10].data;
-    }
+    argv[2].len = p - argv[2].data;
 
     a = n ? ctx->attempts->elts : NULL;
 
     for (i = 0; i < n; i++) {
-        argc = 11 + 7 * i;
+        argc = 3 + 2 * i;
 
-        q = p;
-        p = ngx_sprintf(p, "%ui", a[i].n);
-        argv[argc].data = q;
-        argv[argc].len = p - q;
+        argv[argc].data = p;
+        p = ngx_sprintf(p, "a:%V:%ui", &ctx->token, a[i].n);
+        argv[argc].len = p - argv[argc].data;
 
-        q = p;
-        p = ngx_sprintf(p, "%uL", a[i].start_ms);
-        argv[argc + 1].data = q;
-        argv[argc + 1].len = p - q;
+        if (a[i].outcome == NGX_HTTP_IDEM_OUTCOME_NONE) {
+            /* still running when the request ended: nginx gave up on it */
+            outcome = &ngx_http_idem_outcomes[
+                          r->connection->error
+                          ? NGX_HTTP_IDEM_OUTCOME_CLIENT_ABORT
+                          : NGX_HTTP_IDEM_OUTCOME_ERROR_AFTER_SEND];
 
-        q = p;
-        p = ngx_sprintf(p, "%M", a[i].duration);
-        argv[argc + 2].data = q;
-        argv[argc + 2].len = p - q;
+        } else {
+            outcome = &ngx_http_idem_outcomes[a[i].outcome];
+        }
+
+        argv[argc + 1].data = p;
+        p = ngx_sprintf(p, "%uL %M ", a[i].start_ms, a[i].duration);
 
         if (a[i].outcome == NGX_HTTP_IDEM_OUTCOME_HTTP) {
-            q = p;
             p = ngx_sprintf(p, "http_%03ui", a[i].status);
-            argv[argc + 3].data = q;
-            argv[argc + 3].len = p - q;
-
-        } else if (a[i].outcome == NGX_HTTP_IDEM_OUTCOME_NONE) {
-            /* still running when the request ended: nginx gave up on it */
-            argv[argc + 3] = ngx_http_idem_outcomes[
-                                  r->connection->error
-                                  ? NGX_HTTP_IDEM_OUTCOME_CLIENT_ABORT
-                                  : NGX_HTTP_IDEM_OUTCOME_ERROR_AFTER_SEND];
 
         } else {
-            argv[argc + 3] = ngx_http_idem_outcomes[a[i].outcome];
+            p = ngx_cpymem(p, outcome->data, outcome->len);
         }
 
-        if (a[i].sent) {
-            ngx_str_set(&argv[argc + 4], "1");
-
-        } else {
-            ngx_str_set(&argv[argc + 4], "0");
-        }
-
-        q = p;
-        p = ngx_sprintf(p, "%ui", a[i].status);
-        argv[argc + 5].data = q;
-        argv[argc + 5].len = p - q;
+        p = ngx_sprintf(p, " %ui %ui ", a[i].sent ? 1 : 0, a[i].status);
 
         if (a[i].span_id[0]) {
-            argv[argc + 6].data = a[i].span_id;
-            argv[argc + 6].len = NGX_HTTP_IDEM_SPAN_ID_LEN;
+            p = ngx_cpymem(p, a[i].span_id, NGX_HTTP_IDEM_SPAN_ID_LEN);
 
         } else {
-            ngx_str_set(&argv[argc + 6], "-");
+            *p++ = '-';
         }
+
+        argv[argc + 1].len = p - argv[argc + 1].data;
     }
 
-    argc = 11 + 7 * n;
+    if (p > last) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "idem: record buffer overrun");
+        return NGX_ERROR;
+    }
 
-    if (ngx_http_idem_store_eval(imcf->record_script, &key, argc, argv)
+    if (!final && argv[1].data[0] == 'e') {
+        ctx->arrived = 1;
+    }
+
+    if (ngx_http_idem_store_eval(imcf->record_script, &key, 3 + 2 * n, argv)
         != NGX_OK)
     {
         /* the store logs drops itself, rate limited */

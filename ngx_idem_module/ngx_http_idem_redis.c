@@ -14,8 +14,9 @@
  * that is shutting down (reload, QUIT) stays until their replies came, or
  * gives up after five times the timeout.
  *
- * Errors caused by requests (drops, error replies, timeouts) are counted
- * and reported in one line per second at most.
+ * What requests run into (drops, error replies, read timeouts, replies
+ * lost with the connection) is counted and reported in one error line a
+ * second at most; connection errors are logged once, then once a second.
  */
 
 
@@ -95,7 +96,7 @@ typedef struct {
     ngx_uint_t                       state;
     ngx_msec_t                       backoff;      /* the next delay */
     ngx_msec_t                       retry_in;     /* the delay armed */
-    ngx_uint_t                       attempts;     /* failed connects */
+    ngx_uint_t                       attempts;     /* failures in a row */
     ngx_uint_t                       loading;      /* SCRIPT LOAD replies */
     ngx_msec_t                       reloaded;     /* after a NOSCRIPT */
     ngx_msec_t                       drain_start;
@@ -1204,6 +1205,11 @@ ngx_http_idem_redis_evaluated(redisAsyncContext *ac, void *r, void *privdata)
     }
 }
 
+
+/*
+ * The op belongs to the store: the caller forgets it when its handler runs
+ * (the op is freed right after), or when it cancels it.
+ */
 
 ngx_http_idem_store_op_t *
 ngx_http_idem_store_read(ngx_uint_t argc, ngx_str_t *argv,

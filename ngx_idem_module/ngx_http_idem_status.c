@@ -12,13 +12,27 @@
 typedef struct {
     ngx_http_request_t         *request;
     ngx_http_idem_store_op_t   *op;
+    ngx_str_t                   id;
 } ngx_http_idem_status_ctx_t;
 
 
+/* one execution, gathered from its e:, p: and f: fields */
 typedef struct {
-    ngx_uint_t                  execution;
-    ngx_uint_t                  n;
-    ngx_str_t                   value;      /* "start dur outcome sent ..." */
+    ngx_str_t                   token;
+    ngx_str_t                   info[6];    /* created source node method
+                                               trace_id uri */
+    ngx_str_t                   state;
+    ngx_str_t                   final_status;
+    uint64_t                    created_ms;
+    uint64_t                    updated_ms;
+    ngx_uint_t                  index;      /* 1, 2 ... by arrival */
+} ngx_http_idem_status_exec_t;
+
+
+typedef struct {
+    ngx_http_idem_status_exec_t  *exec;
+    ngx_uint_t                    n;
+    ngx_str_t                     value;    /* "start dur outcome sent ..." */
 } ngx_http_idem_status_attempt_t;
 
 
@@ -27,9 +41,14 @@ static void ngx_http_idem_status_reply(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_status_cleanup(void *data);
 static ngx_int_t ngx_http_idem_status_json(ngx_http_request_t *r,
-    ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
-static ngx_str_t *ngx_http_idem_status_field(ngx_str_t *elts, ngx_uint_t n,
-    char *name, size_t len);
+    ngx_str_t *id, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
+static ngx_http_idem_status_exec_t *ngx_http_idem_status_exec(
+    ngx_array_t *execs, ngx_str_t *token, ngx_uint_t create);
+static ngx_uint_t ngx_http_idem_status_split(ngx_str_t *value,
+    ngx_str_t *parts, ngx_uint_t n);
+static uint64_t ngx_http_idem_status_ms(ngx_str_t *value);
+static int ngx_libc_cdecl ngx_http_idem_exec_cmp(const void *one,
+    const void *two);
 static u_char *ngx_http_idem_json_string(u_char *p, char *name,
     ngx_str_t *value);
 static u_char *ngx_http_idem_json_number(u_char *p, char *name,
@@ -155,6 +174,7 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
     }
 
     sctx->request = r;
+    sctx->id = id;
 
     sctx->op = ngx_http_idem_store_read(2, argv, ngx_http_idem_status_reply,
                                         sctx, 0);
@@ -208,11 +228,18 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
     } else if (n == 0) {
         rc = ngx_http_idem_status_send(r, NGX_HTTP_NOT_FOUND, NULL);
 
-    } else if (ngx_http_idem_status_json(r, elts, n, &body) != NGX_OK) {
-        rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
-
     } else {
-        rc = ngx_http_idem_status_send(r, NGX_HTTP_OK, &body);
+        rc = ngx_http_idem_status_json(r, &sctx->id, elts, n, &body);
+
+        if (rc == NGX_OK) {
+            rc = ngx_http_idem_status_send(r, NGX_HTTP_OK, &body);
+
+        } else if (rc == NGX_DECLINED) {
+            rc = ngx_http_idem_status_send(r, NGX_HTTP_NOT_FOUND, NULL);
+
+        } else {
+            rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
     }
 
     ngx_http_finalize_request(r, rc);
@@ -225,27 +252,30 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
  *  "created_ms", "updated_ms", "final_status", "executions",
  *  "attempts": [{"execution", "n", "start_ms", "duration_ms", "outcome",
  *                "sent", "status", "span_id"}]}
+ *
+ * Executions are numbered in the order they arrived.  The record's state:
+ * SUCCESS if any execution succeeded, else UNKNOWN if any was UNKNOWN,
+ * else the latest execution's.  NGX_DECLINED: no execution in the record.
  */
 
 static ngx_int_t
-ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *elts,
-    ngx_uint_t n, ngx_str_t *out)
+ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out)
 {
-    u_char                          *p, *v, *last, fname[NGX_INT_T_LEN + 2];
+    u_char                          *p, *v, *last;
     size_t                           len;
-    ngx_int_t                        execs, i, e;
-    ngx_str_t                       *f, parts[6], none;
-    ngx_uint_t                       j, k, na;
+    uint64_t                         updated;
+    ngx_str_t                        token, parts[9], none, *fs;
+    ngx_str_t                        success, unknown_state, *state;
+    ngx_uint_t                       i, na, ok, unknown;
+    ngx_array_t                      execs;
+    ngx_http_idem_status_exec_t     *e, *first;
     ngx_http_idem_status_attempt_t  *a;
 
-    len = sizeof("{\"attempts\":[]}") + 16 * 32;
-
-    for (j = 0; j < n; j++) {
-        len += 6 * elts[j].len + 160;
-    }
-
-    out->data = ngx_pnalloc(r->pool, len);
-    if (out->data == NULL) {
+    if (ngx_array_init(&execs, r->pool, 4,
+                       sizeof(ngx_http_idem_status_exec_t))
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -255,55 +285,134 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *elts,
         return NGX_ERROR;
     }
 
-    ngx_str_null(&none);
+    /* executions first: attempts refer to them by token */
 
-    p = ngx_cpymem(out->data, "{", 1);
+    for (i = 0; i + 1 < n; i += 2) {
+        v = elts[i].data;
 
-    p = ngx_http_idem_json_string(p, "call_id",
-            ngx_http_idem_status_field(elts, n, "call_id", 7));
-    p = ngx_http_idem_json_string(p, ",\"trace_id",
-            ngx_http_idem_status_field(elts, n, "trace_id", 8));
-    p = ngx_http_idem_json_string(p, ",\"state",
-            ngx_http_idem_status_field(elts, n, "state", 5));
-    p = ngx_http_idem_json_string(p, ",\"source",
-            ngx_http_idem_status_field(elts, n, "source", 6));
-    p = ngx_http_idem_json_string(p, ",\"node",
-            ngx_http_idem_status_field(elts, n, "node", 4));
-    p = ngx_http_idem_json_string(p, ",\"method",
-            ngx_http_idem_status_field(elts, n, "method", 6));
-    p = ngx_http_idem_json_string(p, ",\"uri",
-            ngx_http_idem_status_field(elts, n, "uri", 3));
-    p = ngx_http_idem_json_number(p, ",\"created_ms",
-            ngx_http_idem_status_field(elts, n, "created_ms", 10));
-    p = ngx_http_idem_json_number(p, ",\"updated_ms",
-            ngx_http_idem_status_field(elts, n, "updated_ms", 10));
+        if (elts[i].len < 3 || v[1] != ':'
+            || (v[0] != 'e' && v[0] != 'p' && v[0] != 'f'))
+        {
+            continue;
+        }
 
-    /* the final status of the latest execution that has one */
+        token.data = v + 2;
+        token.len = elts[i].len - 2;
 
-    f = ngx_http_idem_status_field(elts, n, "executions", 10);
-    execs = f ? ngx_atoi(f->data, f->len) : 0;
+        e = ngx_http_idem_status_exec(&execs, &token, 1);
+        if (e == NULL) {
+            return NGX_ERROR;
+        }
 
-    f = NULL;
+        if (v[0] == 'p') {
+            if (e->state.len == 0 || e->state.data[0] == 'R') {
+                ngx_str_set(&e->state, "PROCESSING");
+            }
 
-    for (i = execs; i > 0 && f == NULL; i--) {
-        last = ngx_sprintf(fname, "f:%i", i);
-        f = ngx_http_idem_status_field(elts, n, (char *) fname,
-                                       last - fname);
+            e->updated_ms = ngx_max(e->updated_ms,
+                                    ngx_http_idem_status_ms(&elts[i + 1]));
+            continue;
+        }
+
+        if (v[0] == 'e') {
+            if (ngx_http_idem_status_split(&elts[i + 1], parts, 7) != 7) {
+                continue;
+            }
+
+            if (e->final_status.len == 0) {
+                if (parts[0].data[0] == 'P' || e->state.len) {
+                    ngx_str_set(&e->state, "PROCESSING");
+
+                } else {
+                    ngx_str_set(&e->state, "RECEIVED");
+                }
+            }
+
+            ngx_memcpy(e->info, &parts[1], 6 * sizeof(ngx_str_t));
+
+        } else {
+            if (ngx_http_idem_status_split(&elts[i + 1], parts, 9) != 9) {
+                continue;
+            }
+
+            /* a final state wins over whatever came before it */
+
+            e->state = parts[0];
+            e->final_status = parts[1];
+            e->updated_ms = ngx_max(e->updated_ms,
+                                    ngx_http_idem_status_ms(&parts[2]));
+            ngx_memcpy(e->info, &parts[3], 6 * sizeof(ngx_str_t));
+        }
+
+        e->created_ms = ngx_http_idem_status_ms(&e->info[0]);
+        e->updated_ms = ngx_max(e->updated_ms, e->created_ms);
     }
 
-    p = ngx_http_idem_json_number(p, ",\"final_status", f);
-    p = ngx_sprintf(p, ",\"executions\":%i,\"attempts\":[",
-                    execs > 0 ? execs : 0);
+    /* an execution known by its "p:" field only has no arrival: drop it */
 
-    /* attempts: "a:<execution>:<n>" = "start dur outcome sent status span" */
+    e = execs.elts;
+
+    for (i = 0; i < execs.nelts; /* void */) {
+        if (e[i].info[0].len == 0) {
+            e[i] = e[--execs.nelts];
+            continue;
+        }
+
+        i++;
+    }
+
+    if (execs.nelts == 0) {
+        return NGX_DECLINED;
+    }
+
+    ngx_qsort(e, execs.nelts, sizeof(ngx_http_idem_status_exec_t),
+              ngx_http_idem_exec_cmp);
+
+    ok = 0;
+    unknown = 0;
+    updated = 0;
+    fs = NULL;
+
+    for (i = 0; i < execs.nelts; i++) {
+        e[i].index = i + 1;
+        updated = ngx_max(updated, e[i].updated_ms);
+
+        if (e[i].state.len == 7
+            && ngx_strncmp(e[i].state.data, "SUCCESS", 7) == 0)
+        {
+            ok++;
+
+        } else if (e[i].state.len == 7
+                   && ngx_strncmp(e[i].state.data, "UNKNOWN", 7) == 0)
+        {
+            unknown++;
+        }
+
+        if (e[i].final_status.len) {
+            fs = &e[i].final_status;
+        }
+    }
+
+    first = &e[0];
+
+    ngx_str_set(&success, "SUCCESS");
+    ngx_str_set(&unknown_state, "UNKNOWN");
+
+    state = ok ? &success
+               : (unknown ? &unknown_state : &e[execs.nelts - 1].state);
+
+    /* attempts: "a:<token>:<n>" = "start dur outcome sent status span" */
 
     na = 0;
+    len = 512 + 6 * id->len;
 
-    for (j = 0; j + 1 < n; j += 2) {
-        v = elts[j].data;
-        last = v + elts[j].len;
+    for (i = 0; i + 1 < n; i += 2) {
+        len += 6 * elts[i + 1].len + 160;
 
-        if (elts[j].len < 5 || v[0] != 'a' || v[1] != ':') {
+        v = elts[i].data;
+        last = v + elts[i].len;
+
+        if (elts[i].len < 5 || v[0] != 'a' || v[1] != ':') {
             continue;
         }
 
@@ -312,38 +421,53 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *elts,
             continue;
         }
 
-        e = ngx_atoi(elts[j].data + 2, v - elts[j].data - 2);
-        i = ngx_atoi(v + 1, last - v - 1);
+        token.data = elts[i].data + 2;
+        token.len = v - token.data;
 
-        if (e <= 0 || i <= 0) {
+        a[na].exec = ngx_http_idem_status_exec(&execs, &token, 0);
+        a[na].n = ngx_atoi(v + 1, last - v - 1);
+        a[na].value = elts[i + 1];
+
+        if (a[na].exec == NULL || a[na].exec->index == 0
+            || a[na].n == (ngx_uint_t) NGX_ERROR)
+        {
+            /* an attempt of an execution that left no other trace */
             continue;
         }
 
-        a[na].execution = e;
-        a[na].n = i;
-        a[na].value = elts[j + 1];
         na++;
     }
 
     ngx_qsort(a, na, sizeof(ngx_http_idem_status_attempt_t),
               ngx_http_idem_status_cmp);
 
-    for (j = 0; j < na; j++) {
+    out->data = ngx_pnalloc(r->pool, len);
+    if (out->data == NULL) {
+        return NGX_ERROR;
+    }
 
-        /* split the value in its six parts */
+    ngx_str_null(&none);
 
-        v = a[j].value.data;
-        last = v + a[j].value.len;
+    p = ngx_http_idem_json_string(out->data, "{\"call_id", id);
+    p = ngx_http_idem_json_string(p, ",\"trace_id", &first->info[4]);
+    p = ngx_http_idem_json_string(p, ",\"state", state);
+    p = ngx_http_idem_json_string(p, ",\"source", &first->info[1]);
+    p = ngx_http_idem_json_string(p, ",\"node", &first->info[2]);
+    p = ngx_http_idem_json_string(p, ",\"method", &first->info[3]);
+    p = ngx_http_idem_json_string(p, ",\"uri", &first->info[5]);
+    p = ngx_sprintf(p, ",\"created_ms\":%uL,\"updated_ms\":%uL",
+                    first->created_ms, updated);
+    p = ngx_http_idem_json_number(p, ",\"final_status", fs);
+    p = ngx_sprintf(p, ",\"executions\":%ui,\"attempts\":[", execs.nelts);
 
-        for (k = 0; k < 6; k++) {
-            parts[k].data = v;
-            v = ngx_strlchr(v, last, ' ');
-            parts[k].len = (v ? v : last) - parts[k].data;
-            v = v ? v + 1 : last;
+    for (i = 0; i < na; i++) {
+
+        if (ngx_http_idem_status_split(&a[i].value, parts, 6) != 6) {
+            continue;
         }
 
         p = ngx_sprintf(p, "%s{\"execution\":%ui,\"n\":%ui",
-                        j ? "," : "", a[j].execution, a[j].n);
+                        i ? "," : "", a[i].exec->index, a[i].n);
         p = ngx_http_idem_json_number(p, ",\"start_ms", &parts[0]);
         p = ngx_http_idem_json_number(p, ",\"duration_ms", &parts[1]);
         p = ngx_http_idem_json_string(p, ",\"outcome", &parts[2]);
@@ -369,32 +493,102 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *elts,
 }
 
 
-static ngx_str_t *
-ngx_http_idem_status_field(ngx_str_t *elts, ngx_uint_t n, char *name,
-    size_t len)
+static ngx_http_idem_status_exec_t *
+ngx_http_idem_status_exec(ngx_array_t *execs, ngx_str_t *token,
+    ngx_uint_t create)
 {
-    ngx_uint_t  i;
+    ngx_uint_t                    i;
+    ngx_http_idem_status_exec_t  *e;
 
-    for (i = 0; i + 1 < n; i += 2) {
-        if (elts[i].len == len && ngx_strncmp(elts[i].data, name, len) == 0)
+    e = execs->elts;
+
+    for (i = 0; i < execs->nelts; i++) {
+        if (e[i].token.len == token->len
+            && ngx_strncmp(e[i].token.data, token->data, token->len) == 0)
         {
-            return &elts[i + 1];
+            return &e[i];
         }
     }
 
-    return NULL;
+    if (!create) {
+        return NULL;
+    }
+
+    e = ngx_array_push(execs);
+    if (e == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(e, sizeof(ngx_http_idem_status_exec_t));
+    e->token = *token;
+
+    return e;
 }
 
 
-/* "name" starts with the separator and the opening quote, if any */
+/* space separated; the last part takes the rest (a URI) */
+
+static ngx_uint_t
+ngx_http_idem_status_split(ngx_str_t *value, ngx_str_t *parts, ngx_uint_t n)
+{
+    u_char      *p, *last, *sp;
+    ngx_uint_t   i;
+
+    p = value->data;
+    last = p + value->len;
+
+    for (i = 0; i < n; i++) {
+        sp = (i == n - 1) ? NULL : ngx_strlchr(p, last, ' ');
+
+        parts[i].data = p;
+        parts[i].len = (sp ? sp : last) - p;
+
+        if (sp == NULL) {
+            return i + 1;
+        }
+
+        p = sp + 1;
+    }
+
+    return i;
+}
+
+
+static uint64_t
+ngx_http_idem_status_ms(ngx_str_t *value)
+{
+    off_t  n;
+
+    n = ngx_atoof(value->data, value->len);
+
+    return n > 0 ? (uint64_t) n : 0;
+}
+
+
+static int ngx_libc_cdecl
+ngx_http_idem_exec_cmp(const void *one, const void *two)
+{
+    const ngx_http_idem_status_exec_t  *a = one;
+    const ngx_http_idem_status_exec_t  *b = two;
+
+    ngx_int_t  rc;
+
+    if (a->created_ms != b->created_ms) {
+        return a->created_ms < b->created_ms ? -1 : 1;
+    }
+
+    rc = ngx_memn2cmp(a->token.data, b->token.data, a->token.len,
+                      b->token.len);
+
+    return rc < 0 ? -1 : (rc > 0);
+}
+
+
+/* "name" starts with the separator, "{" or ",", and the opening quote */
 
 static u_char *
 ngx_http_idem_json_string(u_char *p, char *name, ngx_str_t *value)
 {
-    if (name[0] != ',') {
-        *p++ = '"';
-    }
-
     p = ngx_sprintf(p, "%s\":", name);
 
     if (value == NULL) {
@@ -436,8 +630,8 @@ ngx_http_idem_status_cmp(const void *one, const void *two)
     const ngx_http_idem_status_attempt_t  *a = one;
     const ngx_http_idem_status_attempt_t  *b = two;
 
-    if (a->execution != b->execution) {
-        return a->execution < b->execution ? -1 : 1;
+    if (a->exec->index != b->exec->index) {
+        return a->exec->index < b->exec->index ? -1 : 1;
     }
 
     if (a->n != b->n) {

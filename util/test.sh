@@ -27,14 +27,17 @@ echo "$redis_pid" > "$redis_dir/redis.pid"
 
 # the misbehaving backend of the retry tests (util/backend.pl)
 backend_dir=$root/t/servroot-backend-$TEST_NGINX_BACKEND_PORT
+old=$(cat "$backend_dir.pid" 2>/dev/null) && kill "$old" 2>/dev/null || true
 rm -rf "$backend_dir"
 perl util/backend.pl "$TEST_NGINX_BACKEND_PORT" "$backend_dir" &
 backend_pid=$!
+echo "$backend_pid" > "$backend_dir.pid"
 
 cleanup() {
-    fault_pid=$(cat "$root/t/servroot-redis-$TEST_NGINX_REDIS_FAULT_PORT/redis.pid" 2>/dev/null)
+    fault_pid=$(cat "$root/t/servroot-redis-$TEST_NGINX_REDIS_FAULT_PORT/redis.pid" 2>/dev/null) || true
     if [ -n "$fault_pid" ]; then
-        kill -CONT "$fault_pid" 2>/dev/null; kill "$fault_pid" 2>/dev/null
+        kill -CONT "$fault_pid" 2>/dev/null || true
+        kill "$fault_pid" 2>/dev/null || true
     fi
     kill "$redis_pid" "$backend_pid" 2>/dev/null || true
     wait "$redis_pid" "$backend_pid" 2>/dev/null || true
@@ -50,4 +53,6 @@ if [ $# -eq 0 ]; then
     set -- -r t
 fi
 
-prove "$@"
+status=0
+prove "$@" || status=$?
+exit $status
