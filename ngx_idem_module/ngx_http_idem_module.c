@@ -1030,7 +1030,6 @@ ngx_http_idem_create_main_conf(ngx_conf_t *cf)
      *     imcf->attempt_header = { ... };
      *     imcf->traceparent_header = { ... };
      *     imcf->store = { ... };
-     *     imcf->record_script = 0;
      *     imcf->used = 0;
      *     imcf->records = 0;
      */
@@ -1099,12 +1098,6 @@ ngx_http_idem_init_main_conf(ngx_conf_t *cf, void *conf)
 
     if (imcf->key_prefix.data == NULL) {
         ngx_str_set(&imcf->key_prefix, "idem:");
-    }
-
-    if (imcf->store.addr.data != NULL
-        && ngx_http_idem_record_init_conf(cf, imcf) != NGX_OK)
-    {
-        return NGX_CONF_ERROR;
     }
 
     if (ngx_http_idem_header_init(cf->pool, &imcf->grpc_timeout_header,

@@ -83,7 +83,6 @@ typedef struct {
     ngx_http_idem_store_conf_t  store;      /* addr.data NULL: none */
     ngx_msec_t                record_ttl;
     ngx_str_t                 key_prefix;
-    ngx_uint_t                record_script;
 
     ngx_flag_t                used;         /* some "idem on" exists */
     ngx_flag_t                records;      /* some "idem_record on" */
@@ -262,8 +261,6 @@ void ngx_http_idem_timers_cleanup(ngx_http_idem_ctx_t *ctx);
 ngx_int_t ngx_http_idem_upstream_init(ngx_conf_t *cf);
 
 /* ngx_http_idem_record.c */
-ngx_int_t ngx_http_idem_record_init_conf(ngx_conf_t *cf,
-    ngx_http_idem_main_conf_t *imcf);
 ngx_int_t ngx_http_idem_record_start(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 ngx_int_t ngx_http_idem_attempt_start(ngx_http_request_t *r,

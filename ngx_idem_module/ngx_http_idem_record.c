@@ -20,6 +20,7 @@
  *
  * <token> names one execution (random, per request).  The record's state
  * and the order of executions are derived when it is read (status.c).
+ * A write is an HSET and a PEXPIRE that refreshes the record's TTL.
  */
 
 
@@ -52,30 +53,6 @@ static ngx_str_t  ngx_http_idem_outcomes[] = {
     ngx_string("client_abort"),
     ngx_string("deadline")
 };
-
-
-/* ARGV: ttl, then field value pairs */
-
-static ngx_str_t  ngx_http_idem_record_lua = ngx_string(
-"redis.call('HSET', KEYS[1], unpack(ARGV, 2))\n"
-"redis.call('PEXPIRE', KEYS[1], ARGV[1])\n");
-
-
-ngx_int_t
-ngx_http_idem_record_init_conf(ngx_conf_t *cf,
-    ngx_http_idem_main_conf_t *imcf)
-{
-    ngx_int_t  n;
-
-    n = ngx_http_idem_store_add_script(cf, &ngx_http_idem_record_lua);
-    if (n == NGX_ERROR) {
-        return NGX_ERROR;
-    }
-
-    imcf->record_script = n;
-
-    return NGX_OK;
-}
 
 
 /*
@@ -448,7 +425,7 @@ done:
         ctx->arrived = 1;
     }
 
-    if (ngx_http_idem_store_eval(imcf->record_script, &key, 3 + 2 * n, argv)
+    if (ngx_http_idem_store_hset(&key, &argv[0], 2 + 2 * n, &argv[1])
         != NGX_OK)
     {
         /* the store logs drops itself, rate limited */

@@ -1151,6 +1151,87 @@ ngx_http_idem_store_eval(ngx_uint_t script, ngx_str_t *key, ngx_uint_t argc,
 }
 
 
+/*
+ * HSET of a few fields, then PEXPIRE, side by side in hiredis' buffer: they
+ * leave in one write and Redis runs them in order.  Cheaper than a script
+ * for what needs no atomicity beyond one HSET.
+ */
+
+ngx_int_t
+ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
+    ngx_str_t *argv)
+{
+    size_t                  lens_buf[NGX_HTTP_IDEM_REDIS_ARGS], *lens;
+    ngx_int_t               rc;
+    ngx_uint_t              i, n;
+    const char             *args_buf[NGX_HTTP_IDEM_REDIS_ARGS], **args;
+    ngx_http_idem_redis_t  *rd;
+
+    rd = &ngx_http_idem_redis;
+
+    if (!rd->started) {
+        rd->stats.dropped++;
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_idem_redis_accept(rd) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    n = ngx_max(argc + 2, 3);
+
+    if (n <= NGX_HTTP_IDEM_REDIS_ARGS) {
+        args = args_buf;
+        lens = lens_buf;
+
+    } else {
+        args = ngx_alloc(n * (sizeof(char *) + sizeof(size_t)), rd->log);
+        if (args == NULL) {
+            rd->stats.dropped++;
+            return NGX_DECLINED;
+        }
+
+        lens = (size_t *) &args[n];
+    }
+
+    args[0] = "HSET";
+    lens[0] = sizeof("HSET") - 1;
+    args[1] = (const char *) key->data;
+    lens[1] = key->len;
+
+    for (i = 0; i < argc; i++) {
+        args[2 + i] = (const char *) argv[i].data;
+        lens[2 + i] = argv[i].len;
+    }
+
+    rc = ngx_http_idem_redis_command(rd, ngx_http_idem_redis_evaluated,
+                                     NULL, argc + 2, args, lens);
+
+    if (rc == NGX_OK) {
+        args[0] = "PEXPIRE";
+        lens[0] = sizeof("PEXPIRE") - 1;
+        args[2] = (const char *) ttl->data;
+        lens[2] = ttl->len;
+
+        rc = ngx_http_idem_redis_command(rd, ngx_http_idem_redis_evaluated,
+                                         NULL, 3, args, lens);
+    }
+
+    if (args != args_buf) {
+        ngx_free(args);
+    }
+
+    if (rc != NGX_OK) {
+        rd->stats.dropped++;
+        rd->down++;
+        ngx_http_idem_redis_report_later(rd);
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
 static void
 ngx_http_idem_redis_evaluated(redisAsyncContext *ac, void *r, void *privdata)
 {

@@ -8,6 +8,12 @@
  * fires as long as the socket is writable: hiredis deletes it as soon as
  * its output buffer is empty.
  *
+ * Once connected, a write is not armed in epoll at all: the write event
+ * is posted, so that every command queued during this turn of the event
+ * loop leaves in one write(2) at its end, without two epoll_ctl(2) calls
+ * per flush.  Only a write that could not finish (the socket is full) arms
+ * the level-triggered event.
+ *
  * The socket belongs to hiredis: it creates it, connects it and closes it
  * after the cleanup hook, which only releases the nginx connection.
  */
@@ -99,6 +105,20 @@ ngx_http_idem_redis_add_write(void *privdata)
 {
     ngx_connection_t *c = privdata;
 
+    redisAsyncContext  *ac;
+
+    ac = c->data;
+
+    /* c->write->ready: set while a posted flush runs (see write_handler) */
+
+    if ((ac->c.flags & REDIS_CONNECTED) && !c->write->ready && !c->error) {
+        if (!c->write->posted && !c->write->active) {
+            ngx_post_event(c->write, &ngx_posted_events);
+        }
+
+        return;
+    }
+
     ngx_http_idem_redis_add_event(c, c->write, NGX_WRITE_EVENT);
 }
 
@@ -107,6 +127,10 @@ static void
 ngx_http_idem_redis_del_write(void *privdata)
 {
     ngx_connection_t *c = privdata;
+
+    if (c->write->posted) {
+        ngx_delete_posted_event(c->write);
+    }
 
     ngx_http_idem_redis_del_event(c->write, NGX_WRITE_EVENT);
 }
@@ -218,7 +242,20 @@ ngx_http_idem_redis_write_handler(ngx_event_t *wev)
         return;
     }
 
+    /*
+     * While hiredis flushes, a request for another write event means the
+     * socket is full: that one is armed in epoll, not posted again.
+     */
+
+    wev->ready = 1;
+
     redisAsyncHandleWrite(ac);
+
+    /* the connection may be gone: only a live one is touched */
+
+    if (wev->closed == 0) {
+        wev->ready = 0;
+    }
 }
 
 

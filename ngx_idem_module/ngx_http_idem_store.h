@@ -71,6 +71,13 @@ ngx_int_t ngx_http_idem_store_eval(ngx_uint_t script, ngx_str_t *key,
     ngx_uint_t argc, ngx_str_t *argv);
 
 /*
+ * Fire and forget: HSET key field value ..., then PEXPIRE key ttl (ms).
+ * NGX_OK: queued; NGX_DECLINED: dropped.
+ */
+ngx_int_t ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl,
+    ngx_uint_t argc, ngx_str_t *argv);
+
+/*
  * A read.  The handler is called exactly once, never from inside this call,
  * unless the op is cancelled first.  NULL: could not even be queued.
  */
