@@ -35,8 +35,7 @@ static char *ngx_http_idem_set_retry(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_idem_set_redis(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-static char *ngx_http_idem_set_record(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
+
 
 static ngx_int_t ngx_http_idem_preconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_idem_postconfiguration(ngx_conf_t *cf);
@@ -178,7 +177,7 @@ static ngx_command_t  ngx_http_idem_commands[] = {
 
     { ngx_string("idem_record"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
-      ngx_http_idem_set_record,
+      ngx_conf_set_flag_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idem_loc_conf_t, record),
       NULL },
@@ -909,28 +908,6 @@ ngx_http_idem_set_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-static char *
-ngx_http_idem_set_record(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_idem_loc_conf_t *ilcf = conf;
-
-    char                       *rv;
-    ngx_http_idem_main_conf_t  *imcf;
-
-    rv = ngx_conf_set_flag_slot(cf, cmd, conf);
-    if (rv != NGX_CONF_OK) {
-        return rv;
-    }
-
-    if (ilcf->record) {
-        imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
-        imcf->records = 1;
-    }
-
-    return NGX_CONF_OK;
-}
-
-
 static ngx_int_t
 ngx_http_idem_init_process(ngx_cycle_t *cycle)
 {
@@ -1031,7 +1008,6 @@ ngx_http_idem_create_main_conf(ngx_conf_t *cf)
      *     imcf->traceparent_header = { ... };
      *     imcf->store = { ... };
      *     imcf->used = 0;
-     *     imcf->records = 0;
      */
 
     imcf->record_ttl = NGX_CONF_UNSET_MSEC;

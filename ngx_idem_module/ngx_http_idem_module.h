@@ -85,7 +85,6 @@ typedef struct {
     ngx_str_t                 key_prefix;
 
     ngx_flag_t                used;         /* some "idem on" exists */
-    ngx_flag_t                records;      /* some "idem_record on" */
 } ngx_http_idem_main_conf_t;
 
 

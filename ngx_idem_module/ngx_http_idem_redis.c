@@ -152,6 +152,8 @@ static void ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd);
 static ngx_int_t ngx_http_idem_redis_command(ngx_http_idem_redis_t *rd,
     redisCallbackFn *fn, void *privdata, ngx_uint_t argc, const char **argv,
     size_t *lens);
+static const char **ngx_http_idem_redis_argv(ngx_http_idem_redis_t *rd,
+    ngx_uint_t n, const char **args_buf, size_t *lens_buf, size_t **lens);
 static void ngx_http_idem_redis_load_scripts(ngx_http_idem_redis_t *rd);
 static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
     void *r, void *privdata);
@@ -951,6 +953,30 @@ ngx_http_idem_redis_command(ngx_http_idem_redis_t *rd, redisCallbackFn *fn,
 }
 
 
+/* argument arrays for hiredis: on the caller's stack when they fit */
+
+static const char **
+ngx_http_idem_redis_argv(ngx_http_idem_redis_t *rd, ngx_uint_t n,
+    const char **args_buf, size_t *lens_buf, size_t **lens)
+{
+    const char  **args;
+
+    if (n <= NGX_HTTP_IDEM_REDIS_ARGS) {
+        *lens = lens_buf;
+        return args_buf;
+    }
+
+    args = ngx_alloc(n * (sizeof(char *) + sizeof(size_t)), rd->log);
+    if (args == NULL) {
+        return NULL;
+    }
+
+    *lens = (size_t *) &args[n];
+
+    return args;
+}
+
+
 static void
 ngx_http_idem_redis_load_scripts(ngx_http_idem_redis_t *rd)
 {
@@ -1105,18 +1131,10 @@ ngx_http_idem_store_eval(ngx_uint_t script, ngx_str_t *key, ngx_uint_t argc,
 
     n = argc + 4;
 
-    if (n <= NGX_HTTP_IDEM_REDIS_ARGS) {
-        args = args_buf;
-        lens = lens_buf;
-
-    } else {
-        args = ngx_alloc(n * (sizeof(char *) + sizeof(size_t)), rd->log);
-        if (args == NULL) {
-            rd->stats.dropped++;
-            return NGX_DECLINED;
-        }
-
-        lens = (size_t *) &args[n];
+    args = ngx_http_idem_redis_argv(rd, n, args_buf, lens_buf, &lens);
+    if (args == NULL) {
+        rd->stats.dropped++;
+        return NGX_DECLINED;
     }
 
     args[0] = "EVALSHA";
@@ -1180,18 +1198,10 @@ ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
 
     n = ngx_max(argc + 2, 3);
 
-    if (n <= NGX_HTTP_IDEM_REDIS_ARGS) {
-        args = args_buf;
-        lens = lens_buf;
-
-    } else {
-        args = ngx_alloc(n * (sizeof(char *) + sizeof(size_t)), rd->log);
-        if (args == NULL) {
-            rd->stats.dropped++;
-            return NGX_DECLINED;
-        }
-
-        lens = (size_t *) &args[n];
+    args = ngx_http_idem_redis_argv(rd, n, args_buf, lens_buf, &lens);
+    if (args == NULL) {
+        rd->stats.dropped++;
+        return NGX_DECLINED;
     }
 
     args[0] = "HSET";
@@ -1329,19 +1339,11 @@ ngx_http_idem_store_read(ngx_uint_t argc, ngx_str_t *argv,
     op->timeout.data = op;
     op->timeout.log = rd->log;
 
-    if (argc <= NGX_HTTP_IDEM_REDIS_ARGS) {
-        args = args_buf;
-        lens = lens_buf;
-
-    } else {
-        args = ngx_alloc(argc * (sizeof(char *) + sizeof(size_t)), rd->log);
-        if (args == NULL) {
-            ngx_free(op);
-            rd->stats.dropped++;
-            return NULL;
-        }
-
-        lens = (size_t *) &args[argc];
+    args = ngx_http_idem_redis_argv(rd, argc, args_buf, lens_buf, &lens);
+    if (args == NULL) {
+        ngx_free(op);
+        rd->stats.dropped++;
+        return NULL;
     }
 
     for (i = 0; i < argc; i++) {

@@ -528,3 +528,29 @@ GET /t
 X-Attempts: 3
 --- no_error_log
 [alert]
+
+
+
+=== TEST 22: a client that goes away during an attempt: 499, nothing leaks
+--- http_config
+    log_format timing 'TIMING $uri $status';
+--- config
+    location /t {
+        idem on;
+        idem_idempotent on;
+        access_log logs/error.log timing;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1500/9;
+    }
+--- request
+GET /t
+--- more_headers
+X-Call-Id: r22-gone-mid
+--- timeout: 0.4
+--- abort
+--- ignore_response
+--- wait: 0.3
+--- error_log
+TIMING /t 499
+--- no_error_log
+[alert]
+[crit]
