@@ -101,8 +101,15 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
         return NGX_OK;
     }
 
+    /* the policy of the location that proxies (after a redirect, too) */
+
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+    if (!ilcf->enable) {
+        return NGX_OK;
+    }
+
     u = r->upstream;
-    ilcf = ctx->conf;
+    ctx->conf = ilcf;
 
     ctx->balanced = 1;
     ctx->peer_data = u->peer.data;

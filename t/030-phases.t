@@ -289,3 +289,35 @@ seen gateway
 X-Call-Id: [0-9a-f-]{36}
 --- no_error_log
 [error]
+
+
+
+=== TEST 13: HTTP/2 clients: the same rules (nginx's grpc_pass is the h2 client)
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+        }
+    }
+--- config
+    location /t {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location /back {
+        echo "seen $http_x_call_id $http_x_call_id_source $server_protocol";
+    }
+--- request eval
+["GET /t", "GET /t", "GET /t"]
+--- more_headers eval
+["X-Call-Id: h2-1", "", "X-Call-Id: h2 1"]
+--- error_code eval
+[200, 200, 400]
+--- response_headers_like eval
+["X-Call-Id: h2-1", "X-Call-Id: [0-9a-f-]{36}", "Content-Type: application/problem\\+json"]
+--- response_body_like eval
+["^seen h2-1 client HTTP/1.0\$", "^seen [0-9a-f-]{36} gateway HTTP/1.0\$",
+ '"detail":"header X-Call-Id: byte 0x20 at offset 2 is not allowed"']
+--- no_error_log
+[error]

@@ -554,3 +554,32 @@ TIMING /t 499
 --- no_error_log
 [alert]
 [crit]
+
+
+
+=== TEST 23: after a redirect to a location without "idem on", nginx's own policy
+--- http_config
+    upstream two {
+        server 127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+        server 127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- config
+    location /t {
+        idem on;
+        error_page 418 = @plain;
+        return 418;
+    }
+    location @plain {
+        proxy_next_upstream error timeout http_503;
+        rewrite ^ /status/503/1 break;
+        proxy_pass http://two;
+    }
+--- request
+GET /t
+--- more_headers
+X-Call-Id: r23-plain
+--- error_code: 200
+--- response_body_like chomp
+\An=1 [^\n]*\nn=2 attempt=1 [^\n]*\n\z
+--- no_error_log
+[error]
