@@ -17,6 +17,10 @@ static ngx_int_t ngx_http_idem_variable_remaining(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_idem_variable_state(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+static void ngx_http_idem_variable_value(ngx_http_variable_value_t *v,
+    u_char *data, size_t len);
+static ngx_int_t ngx_http_idem_variable_number(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, ngx_uint_t n);
 
 
 static ngx_http_variable_t  ngx_http_idem_vars[] = {
@@ -83,11 +87,7 @@ ngx_http_idem_variable_str(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    v->len = s->len;
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
-    v->data = s->data;
+    ngx_http_idem_variable_value(v, s->data, s->len);
 
     return NGX_OK;
 }
@@ -107,17 +107,13 @@ ngx_http_idem_variable_source(ngx_http_request_t *r,
     }
 
     if (ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT) {
-        v->len = sizeof("client") - 1;
-        v->data = (u_char *) "client";
+        ngx_http_idem_variable_value(v, (u_char *) "client",
+                                     sizeof("client") - 1);
 
     } else {
-        v->len = sizeof("gateway") - 1;
-        v->data = (u_char *) "gateway";
+        ngx_http_idem_variable_value(v, (u_char *) "gateway",
+                                     sizeof("gateway") - 1);
     }
-
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
 
     return NGX_OK;
 }
@@ -129,7 +125,6 @@ static ngx_int_t
 ngx_http_idem_variable_attempts(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
-    u_char               *p;
     ngx_http_idem_ctx_t  *ctx;
 
     ctx = ngx_http_idem_get_ctx(r);
@@ -139,18 +134,7 @@ ngx_http_idem_variable_attempts(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    v->len = ngx_sprintf(p, "%ui", ctx->attempt) - p;
-    v->data = p;
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
-
-    return NGX_OK;
+    return ngx_http_idem_variable_number(r, v, ctx->attempt);
 }
 
 
@@ -160,8 +144,6 @@ static ngx_int_t
 ngx_http_idem_variable_remaining(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
-    u_char               *p;
-    ngx_msec_int_t        left;
     ngx_http_idem_ctx_t  *ctx;
 
     ctx = ngx_http_idem_get_ctx(r);
@@ -171,20 +153,9 @@ ngx_http_idem_variable_remaining(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
-    if (p == NULL) {
-        return NGX_ERROR;
-    }
-
-    left = ngx_max(ngx_http_idem_remaining(ctx), 0);
-
-    v->len = ngx_sprintf(p, "%M", (ngx_msec_t) left) - p;
-    v->data = p;
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
-
-    return NGX_OK;
+    return ngx_http_idem_variable_number(r, v,
+                           (ngx_uint_t) ngx_max(ngx_http_idem_remaining(ctx),
+                                                0));
 }
 
 
@@ -206,11 +177,38 @@ ngx_http_idem_variable_state(ngx_http_request_t *r,
 
     s = ngx_http_idem_state_name(ngx_http_idem_current_state(r, ctx));
 
-    v->len = s->len;
-    v->data = s->data;
+    ngx_http_idem_variable_value(v, s->data, s->len);
+
+    return NGX_OK;
+}
+
+
+/* the values change during a request: never cached */
+
+static void
+ngx_http_idem_variable_value(ngx_http_variable_value_t *v, u_char *data,
+    size_t len)
+{
+    v->len = len;
+    v->data = data;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;
+}
+
+
+static ngx_int_t
+ngx_http_idem_variable_number(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, ngx_uint_t n)
+{
+    u_char  *p;
+
+    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_idem_variable_value(v, p, ngx_sprintf(p, "%ui", n) - p);
 
     return NGX_OK;
 }
