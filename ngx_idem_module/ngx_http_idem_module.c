@@ -203,6 +203,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       0,
       NULL },
 
+    { ngx_string("idem_metrics"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_idem_metrics,
+      0,
+      0,
+      NULL },
+
     { ngx_string("idem_node_id"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_id_part,
@@ -306,11 +313,32 @@ ngx_http_idem_handler(ngx_http_request_t *r)
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "idem: rejected: %V", &problem.detail);
 
+        /* "missing-call-id", "invalid-call-id", "invalid-trace-id" ... */
+
+        if (problem.type.data[0] == 'm') {
+            ngx_http_idem_count(missing_call_id);
+
+        } else if (problem.type.data[8] == 'c') {
+            ngx_http_idem_count(invalid_call_id);
+
+        } else if (problem.type.data[8] == 't') {
+            ngx_http_idem_count(invalid_trace_id);
+
+        } else {
+            ngx_http_idem_count(invalid_deadline);
+        }
+
         return ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
     }
 
     if (ngx_http_idem_inject(r, ilcf, &in, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_http_idem_count(calls);
+
+    if (ctx->source == NGX_HTTP_IDEM_SOURCE_GATEWAY) {
+        ngx_http_idem_count(generated);
     }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -362,6 +390,8 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
 
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                   "idem: %V", &problem.detail);
+
+    ngx_http_idem_count(deadline_exceeded);
 
     rc = ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
 
@@ -933,6 +963,10 @@ ngx_http_idem_exit_process(ngx_cycle_t *cycle)
 static ngx_int_t
 ngx_http_idem_preconfiguration(ngx_conf_t *cf)
 {
+    /* a new configuration: its idem_metrics, if any, set this again */
+
+    ngx_http_idem_counters = NULL;
+
     return ngx_http_idem_add_variables(cf);
 }
 

@@ -217,6 +217,36 @@ typedef struct {
 } ngx_http_idem_problem_t;
 
 
+/* counters, in shared memory (ngx_http_idem_metrics.c) */
+typedef struct {
+    ngx_atomic_t              calls;
+    ngx_atomic_t              generated;
+    ngx_atomic_t              invalid_call_id;
+    ngx_atomic_t              missing_call_id;
+    ngx_atomic_t              invalid_trace_id;
+    ngx_atomic_t              invalid_deadline;
+    ngx_atomic_t              deadline_exceeded;
+    ngx_atomic_t              attempts;
+    ngx_atomic_t              retries;
+    ngx_atomic_t              record_writes;
+    ngx_atomic_t              record_drops;
+    ngx_atomic_t              status_found;
+    ngx_atomic_t              status_not_found;
+    ngx_atomic_t              status_unknown;
+} ngx_http_idem_counters_t;
+
+
+extern ngx_http_idem_counters_t  *ngx_http_idem_counters;
+
+/* counts only where some location shows the counters (idem_metrics) */
+#define ngx_http_idem_count(field)                                           \
+    do {                                                                     \
+        if (ngx_http_idem_counters != NULL) {                                \
+            (void) ngx_atomic_fetch_add(&ngx_http_idem_counters->field, 1);  \
+        }                                                                    \
+    } while (0)
+
+
 /* ngx_http_idem_module.c */
 ngx_http_idem_ctx_t *ngx_http_idem_get_ctx(ngx_http_request_t *r);
 
@@ -274,6 +304,9 @@ ngx_uint_t ngx_http_idem_current_state(ngx_http_request_t *r,
 
 /* ngx_http_idem_status.c */
 char *ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+
+/* ngx_http_idem_metrics.c */
+char *ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 /* ngx_http_idem_problem.c */
 ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,

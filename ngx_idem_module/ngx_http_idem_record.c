@@ -132,6 +132,13 @@ ngx_http_idem_attempt_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     a->n = ctx->attempt;
     a->start = ngx_current_msec;
+
+    ngx_http_idem_count(attempts);
+
+    if (a->n > 1) {
+        ngx_http_idem_count(retries);
+    }
+
     a->start_ms = ngx_http_idem_unix_ms();
     a->outcome = NGX_HTTP_IDEM_OUTCOME_NONE;
 
@@ -429,8 +436,11 @@ done:
         != NGX_OK)
     {
         /* the store logs drops itself, rate limited */
+        ngx_http_idem_count(record_drops);
         return NGX_DECLINED;
     }
+
+    ngx_http_idem_count(record_writes);
 
     return NGX_OK;
 }

@@ -656,11 +656,15 @@ ngx_http_idem_status_send(ngx_http_request_t *r, ngx_uint_t status,
 
     if (body != NULL) {
         text = *body;
+        ngx_http_idem_count(status_found);
 
     } else if (status == NGX_HTTP_NOT_FOUND) {
         ngx_str_set(&text, "{\"state\":\"NOT_FOUND\"}\n");
+        ngx_http_idem_count(status_not_found);
 
     } else {
+        ngx_http_idem_count(status_unknown);
+
         ngx_str_set(&text, "{\"state\":\"UNKNOWN\"}\n");
 
         h = ngx_list_push(&r->headers_out.headers);

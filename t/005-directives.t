@@ -403,3 +403,12 @@ invalid value "my app" in "idem_key_prefix" directive
 --- must_die
 --- error_log
 invalid number of arguments in "idem_status" directive
+
+
+
+=== TEST 42: idem_metrics takes no argument
+--- config
+    location /m { idem_metrics on; }
+--- must_die
+--- error_log
+invalid number of arguments in "idem_metrics" directive

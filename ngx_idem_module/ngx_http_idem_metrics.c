@@ -1,0 +1,206 @@
+
+/*
+ * Counters shared by all workers (a small shared memory zone, created only
+ * when some location has "idem_metrics"), and the content handler that
+ * shows them in Prometheus' text format.
+ */
+
+
+#include "ngx_http_idem_module.h"
+
+
+#define NGX_HTTP_IDEM_METRICS_ZONE_SIZE  (8 * ngx_pagesize)
+
+
+static ngx_int_t ngx_http_idem_metrics_init_zone(ngx_shm_zone_t *shm_zone,
+    void *data);
+static ngx_int_t ngx_http_idem_metrics_handler(ngx_http_request_t *r);
+
+
+/* NULL while no location shows them: counting is then skipped */
+ngx_http_idem_counters_t  *ngx_http_idem_counters;
+
+
+typedef struct {
+    char                      *name;
+    char                      *labels;
+    char                      *help;
+    size_t                     offset;
+} ngx_http_idem_metric_t;
+
+
+#define ngx_http_idem_metric(name, labels, help, field)                      \
+    { name, labels, help, offsetof(ngx_http_idem_counters_t, field) }
+
+
+static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
+
+    ngx_http_idem_metric("idem_calls_total", "",
+        "Calls whose ids were settled on routes with idem on.", calls),
+    ngx_http_idem_metric("idem_call_ids_generated_total", "",
+        "Call ids the gateway generated.", generated),
+    ngx_http_idem_metric("idem_rejected_total", "reason=\"invalid_call_id\"",
+        "Calls answered 400 by the module.", invalid_call_id),
+    ngx_http_idem_metric("idem_rejected_total", "reason=\"missing_call_id\"",
+        NULL, missing_call_id),
+    ngx_http_idem_metric("idem_rejected_total", "reason=\"invalid_trace_id\"",
+        NULL, invalid_trace_id),
+    ngx_http_idem_metric("idem_rejected_total", "reason=\"invalid_deadline\"",
+        NULL, invalid_deadline),
+    ngx_http_idem_metric("idem_deadline_exceeded_total", "",
+        "Calls whose budget was spent before the first attempt.",
+        deadline_exceeded),
+    ngx_http_idem_metric("idem_attempts_total", "",
+        "Upstream attempts, first ones included.", attempts),
+    ngx_http_idem_metric("idem_retries_total", "",
+        "Upstream attempts after the first.", retries),
+    ngx_http_idem_metric("idem_record_writes_total", "result=\"queued\"",
+        "Writes to call records.", record_writes),
+    ngx_http_idem_metric("idem_record_writes_total", "result=\"dropped\"",
+        NULL, record_drops),
+    ngx_http_idem_metric("idem_status_answers_total", "state=\"found\"",
+        "Answers of the status endpoint.", status_found),
+    ngx_http_idem_metric("idem_status_answers_total", "state=\"not_found\"",
+        NULL, status_not_found),
+    ngx_http_idem_metric("idem_status_answers_total", "state=\"unknown\"",
+        NULL, status_unknown),
+    { NULL, NULL, NULL, 0 }
+};
+
+
+char *
+ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_str_t                  name;
+    ngx_shm_zone_t            *shm_zone;
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler == ngx_http_idem_metrics_handler) {
+        return "is duplicate";
+    }
+
+    clcf->handler = ngx_http_idem_metrics_handler;
+
+    /* one zone for every location that shows the counters */
+
+    ngx_str_set(&name, "idem_metrics");
+
+    shm_zone = ngx_shared_memory_add(cf, &name,
+                                     NGX_HTTP_IDEM_METRICS_ZONE_SIZE,
+                                     &ngx_http_idem_module);
+    if (shm_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    shm_zone->init = ngx_http_idem_metrics_init_zone;
+
+    return NGX_CONF_OK;
+}
+
+
+/* a reload keeps the counters: the zone's memory is handed over */
+
+static ngx_int_t
+ngx_http_idem_metrics_init_zone(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_slab_pool_t  *shpool;
+
+    if (data != NULL) {
+        shm_zone->data = data;
+        ngx_http_idem_counters = data;
+        return NGX_OK;
+    }
+
+    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    if (shm_zone->shm.exists) {
+        shm_zone->data = shpool->data;
+        ngx_http_idem_counters = shpool->data;
+        return NGX_OK;
+    }
+
+    ngx_http_idem_counters = ngx_slab_calloc(shpool,
+                                             sizeof(ngx_http_idem_counters_t));
+    if (ngx_http_idem_counters == NULL) {
+        return NGX_ERROR;
+    }
+
+    shpool->data = ngx_http_idem_counters;
+    shm_zone->data = ngx_http_idem_counters;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_idem_metrics_handler(ngx_http_request_t *r)
+{
+    size_t                   len;
+    ngx_int_t                rc;
+    ngx_buf_t               *b;
+    ngx_chain_t              out;
+    ngx_atomic_t            *value;
+    ngx_http_idem_metric_t  *m;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    if (ngx_http_idem_counters == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    len = 0;
+
+    for (m = ngx_http_idem_metrics_list; m->name; m++) {
+        len += 2 * ngx_strlen(m->name) + ngx_strlen(m->labels)
+               + (m->help ? ngx_strlen(m->help) : 0)
+               + sizeof("# HELP  \n# TYPE  counter\n{} \n") + NGX_ATOMIC_T_LEN;
+    }
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    for (m = ngx_http_idem_metrics_list; m->name; m++) {
+        value = (ngx_atomic_t *) ((char *) ngx_http_idem_counters
+                                  + m->offset);
+
+        if (m->help) {
+            b->last = ngx_sprintf(b->last, "# HELP %s %s\n# TYPE %s counter\n",
+                                  m->name, m->help, m->name);
+        }
+
+        b->last = ngx_sprintf(b->last, m->labels[0] ? "%s{%s} %uA\n"
+                                                     : "%s%s %uA\n",
+                              m->name, m->labels, *value);
+    }
+
+    b->last_buf = 1;
+    b->last_in_chain = 1;
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = b->last - b->pos;
+    ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}

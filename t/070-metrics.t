@@ -1,0 +1,101 @@
+# idem_metrics: the module's counters, shared by all workers, in
+# Prometheus' text format.
+
+use Test::Nginx::Socket 'no_plan';
+
+no_long_string();
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: every counter starts at zero
+--- config
+    location /metrics {
+        idem_metrics;
+    }
+--- request
+GET /metrics
+--- response_headers
+Content-Type: text/plain; version=0.0.4
+--- response_body_like chomp
+\A# HELP idem_calls_total Calls whose ids were settled on routes with idem on\.
+# TYPE idem_calls_total counter
+idem_calls_total 0
+.*idem_rejected_total\{reason="invalid_call_id"\} 0
+idem_rejected_total\{reason="missing_call_id"\} 0
+.*idem_status_answers_total\{state="unknown"\} 0
+\z
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: calls, generated ids, rejections, attempts, retries, budgets
+--- config
+    location /t {
+        idem on;
+        idem_idempotent on;
+        idem_retry 3 backoff=5ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/503/2;
+    }
+    location /r {
+        idem on;
+        idem_call_id_missing reject;
+        return 200;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- request eval
+["GET /t", "GET /t", "GET /r", "GET /t", "GET /t", "GET /metrics"]
+--- more_headers eval
+["X-Call-Id: m-1", "", "", "X-Call-Id: a b", "X-Deadline-Ms: 0", ""]
+--- error_code eval
+[200, 200, 400, 400, 504, 200]
+--- response_body_like eval
+["n=3", "n=3", "missing-call-id", "invalid-call-id", "deadline-exceeded",
+ '(?s)idem_calls_total 3\n.*idem_call_ids_generated_total 2\n.*reason="invalid_call_id"\} 1\nidem_rejected_total\{reason="missing_call_id"\} 1\nidem_rejected_total\{reason="invalid_trace_id"\} 0\nidem_rejected_total\{reason="invalid_deadline"\} 0\n.*idem_deadline_exceeded_total 1\n.*idem_attempts_total 6\n.*idem_retries_total 4\n']
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: record writes queued and dropped, status answers
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- request eval
+["GET /t", "GET /calls/m-rec-1", "GET /calls/m-never", "GET /metrics"]
+--- more_headers eval
+["X-Call-Id: m-rec-1", "", "", ""]
+--- error_code eval
+[200, 200, 404, 200]
+--- response_body_like eval
+["n=1", '"state":"SUCCESS"', "NOT_FOUND",
+ '(?s)idem_record_writes_total\{result="queued"\} [1-9]\d*\nidem_record_writes_total\{result="dropped"\} 0\n.*state="found"\} 1\nidem_status_answers_total\{state="not_found"\} 1\n']
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: GET and HEAD only
+--- config
+    location /metrics {
+        idem_metrics;
+    }
+--- request
+POST /metrics
+x
+--- error_code: 405
