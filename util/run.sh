@@ -19,8 +19,8 @@ redis_pid=$!
 nginx_pid=
 stop() {
     trap - INT TERM EXIT
-    [ -n "$nginx_pid" ] && kill -QUIT "$nginx_pid" 2>/dev/null
-    kill "$redis_pid" 2>/dev/null
+    [ -n "$nginx_pid" ] && kill -QUIT "$nginx_pid" 2>/dev/null || true
+    kill "$redis_pid" 2>/dev/null || true
     wait 2>/dev/null
     echo "stopped"
 }
