@@ -5,8 +5,8 @@
  *
  * The connection is down, connecting or up; commands are taken only when
  * it is up, and never more than max_pending at a time (hiredis' output
- * buffer has no bound of its own).  On connect, AUTH, SELECT and a SCRIPT
- * LOAD of every registered script are pipelined ahead of anything else.
+ * buffer has no bound of its own).  On connect, AUTH and SELECT are
+ * pipelined ahead of anything else.
  * A lost or failed connection is tried again after 100 ms, doubling up to
  * 5 s, on a cancelable timer.
  *
@@ -23,7 +23,6 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_event.h>
-#include <ngx_sha1.h>
 
 #include "ngx_http_idem_store.h"
 #include "ngx_http_idem_redis_adapter.h"
@@ -53,27 +52,20 @@
 #define NGX_HTTP_IDEM_REDIS_ARGS             16
 
 #define NGX_HTTP_IDEM_REDIS_ERRSTR_LEN       128
-#define NGX_HTTP_IDEM_REDIS_SHA1_LEN         40
 
 /* handshake replies, told apart by their privdata */
 #define NGX_HTTP_IDEM_REDIS_AUTH             0
 #define NGX_HTTP_IDEM_REDIS_SELECT           1
 
 
+/* the store's own counters, per worker */
 typedef struct {
-    ngx_str_t                        lua;
-    u_char                           sha1[NGX_HTTP_IDEM_REDIS_SHA1_LEN];
-} ngx_http_idem_redis_script_t;
-
-
-typedef struct ngx_http_idem_redis_scripts_s  ngx_http_idem_redis_scripts_t;
-
-/* the scripts of one configuration, in its cycle's pool */
-struct ngx_http_idem_redis_scripts_s {
-    ngx_cycle_t                     *cycle;
-    ngx_array_t                      scripts;
-    ngx_http_idem_redis_scripts_t   *next;
-};
+    ngx_uint_t                 sent;           /* commands written */
+    ngx_uint_t                 failed;         /* error replies */
+    ngx_uint_t                 dropped;        /* not sent: store down/full */
+    ngx_uint_t                 connects;       /* successful connects */
+    ngx_uint_t                 pending;        /* outstanding now */
+} ngx_http_idem_store_stats_t;
 
 
 /* a read: malloc()ed, it outlives the request that asked for it */
@@ -90,15 +82,11 @@ typedef struct {
     ngx_http_idem_store_conf_t      *conf;
     ngx_log_t                       *log;
     redisAsyncContext               *ac;
-    ngx_http_idem_redis_script_t    *scripts;
-    ngx_uint_t                       nscripts;
 
     ngx_uint_t                       state;
     ngx_msec_t                       backoff;      /* the next delay */
     ngx_msec_t                       retry_in;     /* the delay armed */
     ngx_uint_t                       attempts;     /* failures in a row */
-    ngx_uint_t                       loading;      /* SCRIPT LOAD replies */
-    ngx_msec_t                       reloaded;     /* after a NOSCRIPT */
     ngx_msec_t                       drain_start;
     ngx_msec_t                       conn_logged;  /* connect errors */
 
@@ -124,7 +112,6 @@ typedef struct {
     unsigned                         dropping:1;   /* we free the context */
     unsigned                         draining:1;   /* exiting, pending */
     unsigned                         failing:1;    /* not up since a loss */
-    unsigned                         script_logged:1;
 } ngx_http_idem_redis_t;
 
 
@@ -132,9 +119,6 @@ static ngx_int_t ngx_http_idem_redis_parse_addr(ngx_conf_t *cf,
     ngx_command_t *cmd, ngx_str_t *addr, ngx_http_idem_store_conf_t *conf);
 static ngx_int_t ngx_http_idem_redis_parse_msec(ngx_str_t *value,
     size_t skip, ngx_msec_t *msec);
-static ngx_http_idem_redis_scripts_t *ngx_http_idem_redis_find_scripts(
-    ngx_cycle_t *cycle);
-static void ngx_http_idem_redis_scripts_cleanup(void *data);
 
 static void ngx_http_idem_redis_connect(ngx_http_idem_redis_t *rd);
 static void ngx_http_idem_redis_connect_failed(ngx_http_idem_redis_t *rd,
@@ -154,12 +138,9 @@ static ngx_int_t ngx_http_idem_redis_command(ngx_http_idem_redis_t *rd,
     size_t *lens);
 static const char **ngx_http_idem_redis_argv(ngx_http_idem_redis_t *rd,
     ngx_uint_t n, const char **args_buf, size_t *lens_buf, size_t **lens);
-static void ngx_http_idem_redis_load_scripts(ngx_http_idem_redis_t *rd);
 static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
     void *r, void *privdata);
-static void ngx_http_idem_redis_script_loaded(redisAsyncContext *ac,
-    void *r, void *privdata);
-static void ngx_http_idem_redis_evaluated(redisAsyncContext *ac, void *r,
+static void ngx_http_idem_redis_written(redisAsyncContext *ac, void *r,
     void *privdata);
 static void ngx_http_idem_redis_read_done(redisAsyncContext *ac, void *r,
     void *privdata);
@@ -179,10 +160,7 @@ static void ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd);
 static void ngx_http_idem_redis_report_handler(ngx_event_t *ev);
 
 
-static ngx_http_idem_redis_t           ngx_http_idem_redis;
-
-/* one entry per configuration cycle alive in this process */
-static ngx_http_idem_redis_scripts_t  *ngx_http_idem_redis_registry;
+static ngx_http_idem_redis_t  ngx_http_idem_redis;
 
 
 /*
@@ -407,121 +385,11 @@ ngx_http_idem_redis_parse_msec(ngx_str_t *value, size_t skip,
 }
 
 
-/*
- * Scripts belong to the configuration being read: a reload registers them
- * again in the new cycle, and a failed reload's list goes with its pool.
- */
-
-ngx_int_t
-ngx_http_idem_store_add_script(ngx_conf_t *cf, ngx_str_t *lua)
-{
-    u_char                          digest[20];
-    u_char                          hex[NGX_HTTP_IDEM_REDIS_SHA1_LEN];
-    ngx_uint_t                      i;
-    ngx_sha1_t                      sha1;
-    ngx_pool_cleanup_t             *cln;
-    ngx_http_idem_redis_script_t   *script;
-    ngx_http_idem_redis_scripts_t  *reg;
-
-    reg = ngx_http_idem_redis_find_scripts(cf->cycle);
-
-    if (reg == NULL) {
-        reg = ngx_pcalloc(cf->cycle->pool,
-                          sizeof(ngx_http_idem_redis_scripts_t));
-        if (reg == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (ngx_array_init(&reg->scripts, cf->cycle->pool, 4,
-                           sizeof(ngx_http_idem_redis_script_t))
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-
-        cln = ngx_pool_cleanup_add(cf->cycle->pool, 0);
-        if (cln == NULL) {
-            return NGX_ERROR;
-        }
-
-        cln->handler = ngx_http_idem_redis_scripts_cleanup;
-        cln->data = reg;
-
-        reg->cycle = cf->cycle;
-        reg->next = ngx_http_idem_redis_registry;
-        ngx_http_idem_redis_registry = reg;
-    }
-
-    ngx_sha1_init(&sha1);
-    ngx_sha1_update(&sha1, lua->data, lua->len);
-    ngx_sha1_final(digest, &sha1);
-
-    ngx_hex_dump(hex, digest, sizeof(digest));
-
-    /* the same script twice is one script */
-
-    script = reg->scripts.elts;
-
-    for (i = 0; i < reg->scripts.nelts; i++) {
-        if (ngx_memcmp(script[i].sha1, hex, sizeof(hex)) == 0) {
-            return i;
-        }
-    }
-
-    script = ngx_array_push(&reg->scripts);
-    if (script == NULL) {
-        return NGX_ERROR;
-    }
-
-    script->lua.len = lua->len;
-    script->lua.data = ngx_pstrdup(cf->cycle->pool, lua);
-    if (script->lua.data == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_memcpy(script->sha1, hex, sizeof(hex));
-
-    return reg->scripts.nelts - 1;
-}
-
-
-static ngx_http_idem_redis_scripts_t *
-ngx_http_idem_redis_find_scripts(ngx_cycle_t *cycle)
-{
-    ngx_http_idem_redis_scripts_t  *reg;
-
-    for (reg = ngx_http_idem_redis_registry; reg; reg = reg->next) {
-        if (reg->cycle == cycle) {
-            return reg;
-        }
-    }
-
-    return NULL;
-}
-
-
-static void
-ngx_http_idem_redis_scripts_cleanup(void *data)
-{
-    ngx_http_idem_redis_scripts_t *reg = data;
-
-    ngx_http_idem_redis_scripts_t  **prev;
-
-    for (prev = &ngx_http_idem_redis_registry; *prev; prev = &(*prev)->next) {
-        if (*prev == reg) {
-            *prev = reg->next;
-            return;
-        }
-    }
-}
-
-
 ngx_int_t
 ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
     ngx_http_idem_store_conf_t *conf)
 {
-    ngx_http_idem_redis_t          *rd;
-    ngx_http_idem_redis_scripts_t  *reg;
+    ngx_http_idem_redis_t  *rd;
 
     if (conf == NULL || conf->addr.data == NULL) {
         return NGX_OK;
@@ -547,12 +415,6 @@ ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
     rd->conf = conf;
     rd->log = cycle->log;
     rd->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
-
-    reg = ngx_http_idem_redis_find_scripts(cycle);
-    if (reg != NULL) {
-        rd->scripts = reg->scripts.elts;
-        rd->nscripts = reg->scripts.nelts;
-    }
 
     rd->connect_ev.handler = ngx_http_idem_redis_connect_timeout;
     rd->connect_ev.data = rd;
@@ -780,8 +642,6 @@ ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
 
     rd->state = NGX_HTTP_IDEM_REDIS_UP;
     rd->stats.connects++;
-    rd->script_logged = 0;
-    rd->loading = 0;
 
     level = rd->failing ? NGX_LOG_NOTICE : NGX_LOG_INFO;
 
@@ -813,8 +673,6 @@ ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
                             ngx_http_idem_redis_handshake_done,
                             (void *) NGX_HTTP_IDEM_REDIS_SELECT, 2, argv, lens);
     }
-
-    ngx_http_idem_redis_load_scripts(rd);
 }
 
 
@@ -830,7 +688,6 @@ ngx_http_idem_redis_disconnected(const redisAsyncContext *ac, int status)
 
     rd->ac = NULL;
     rd->state = NGX_HTTP_IDEM_REDIS_DOWN;
-    rd->loading = 0;
 
     if (rd->closing) {
         return;
@@ -978,32 +835,6 @@ ngx_http_idem_redis_argv(ngx_http_idem_redis_t *rd, ngx_uint_t n,
 
 
 static void
-ngx_http_idem_redis_load_scripts(ngx_http_idem_redis_t *rd)
-{
-    size_t       lens[3];
-    ngx_uint_t   i;
-    const char  *argv[3];
-
-    argv[0] = "SCRIPT";
-    lens[0] = sizeof("SCRIPT") - 1;
-    argv[1] = "LOAD";
-    lens[1] = sizeof("LOAD") - 1;
-
-    for (i = 0; i < rd->nscripts; i++) {
-        argv[2] = (const char *) rd->scripts[i].lua.data;
-        lens[2] = rd->scripts[i].lua.len;
-
-        if (ngx_http_idem_redis_command(rd, ngx_http_idem_redis_script_loaded,
-                                        (void *) i, 3, argv, lens)
-            == NGX_OK)
-        {
-            rd->loading++;
-        }
-    }
-}
-
-
-static void
 ngx_http_idem_redis_handshake_done(redisAsyncContext *ac, void *r,
     void *privdata)
 {
@@ -1043,136 +874,9 @@ ngx_http_idem_redis_handshake_done(redisAsyncContext *ac, void *r,
 }
 
 
-static void
-ngx_http_idem_redis_script_loaded(redisAsyncContext *ac, void *r,
-    void *privdata)
-{
-    redisReply *reply = r;
-
-    ngx_uint_t              i, level;
-    ngx_http_idem_redis_t  *rd;
-
-    rd = ac->data;
-    i = (ngx_uint_t) privdata;
-
-    ngx_http_idem_redis_pending_done(rd);
-
-    if (rd->loading) {
-        rd->loading--;
-    }
-
-    if (reply == NULL || rd->closing) {
-        return;
-    }
-
-    if (reply->type == REDIS_REPLY_ERROR) {
-        rd->stats.failed++;
-
-        if (!rd->script_logged) {
-            rd->script_logged = 1;
-
-            level = ngx_http_idem_redis_conn_level(rd);
-
-            ngx_log_error(level, rd->log, 0,
-                          "idem: redis \"%V\": SCRIPT LOAD of script #%ui "
-                          "failed: \"%*s\"",
-                          &rd->conf->addr, i, reply->len, reply->str);
-        }
-
-        return;
-    }
-
-    if (reply->type == REDIS_REPLY_STRING
-        && i < rd->nscripts
-        && (reply->len != NGX_HTTP_IDEM_REDIS_SHA1_LEN
-            || ngx_strncasecmp((u_char *) reply->str, rd->scripts[i].sha1,
-                               NGX_HTTP_IDEM_REDIS_SHA1_LEN)
-               != 0))
-    {
-        ngx_log_error(NGX_LOG_ERR, rd->log, 0,
-                      "idem: redis \"%V\": script #%ui loaded as \"%*s\", "
-                      "expected \"%*s\"", &rd->conf->addr, i,
-                      reply->len, reply->str,
-                      (size_t) NGX_HTTP_IDEM_REDIS_SHA1_LEN,
-                      rd->scripts[i].sha1);
-    }
-
-    ngx_http_idem_redis_answered(rd);
-}
-
-
-ngx_int_t
-ngx_http_idem_store_eval(ngx_uint_t script, ngx_str_t *key, ngx_uint_t argc,
-    ngx_str_t *argv)
-{
-    size_t                  lens_buf[NGX_HTTP_IDEM_REDIS_ARGS], *lens;
-    ngx_int_t               rc;
-    ngx_uint_t              i, n;
-    const char             *args_buf[NGX_HTTP_IDEM_REDIS_ARGS], **args;
-    ngx_http_idem_redis_t  *rd;
-
-    rd = &ngx_http_idem_redis;
-
-    if (!rd->started) {
-        rd->stats.dropped++;
-        return NGX_DECLINED;
-    }
-
-    if (script >= rd->nscripts) {
-        ngx_log_error(NGX_LOG_ALERT, rd->log, 0,
-                      "idem: redis: no script #%ui", script);
-        rd->stats.dropped++;
-        return NGX_DECLINED;
-    }
-
-    if (ngx_http_idem_redis_accept(rd) != NGX_OK) {
-        return NGX_DECLINED;
-    }
-
-    n = argc + 4;
-
-    args = ngx_http_idem_redis_argv(rd, n, args_buf, lens_buf, &lens);
-    if (args == NULL) {
-        rd->stats.dropped++;
-        return NGX_DECLINED;
-    }
-
-    args[0] = "EVALSHA";
-    lens[0] = sizeof("EVALSHA") - 1;
-    args[1] = (const char *) rd->scripts[script].sha1;
-    lens[1] = NGX_HTTP_IDEM_REDIS_SHA1_LEN;
-    args[2] = "1";
-    lens[2] = 1;
-    args[3] = (const char *) key->data;
-    lens[3] = key->len;
-
-    for (i = 0; i < argc; i++) {
-        args[4 + i] = (const char *) argv[i].data;
-        lens[4 + i] = argv[i].len;
-    }
-
-    rc = ngx_http_idem_redis_command(rd, ngx_http_idem_redis_evaluated,
-                                     (void *) script, n, args, lens);
-
-    if (args != args_buf) {
-        ngx_free(args);
-    }
-
-    if (rc != NGX_OK) {
-        rd->stats.dropped++;
-        rd->down++;
-        ngx_http_idem_redis_report_later(rd);
-        return NGX_DECLINED;
-    }
-
-    return NGX_OK;
-}
-
-
 /*
  * HSET of a few fields, then PEXPIRE, side by side in hiredis' buffer: they
- * leave in one write and Redis runs them in order.  Cheaper than a script
- * for what needs no atomicity beyond one HSET.
+ * leave in one write and Redis runs them in order.
  */
 
 ngx_int_t
@@ -1214,7 +918,7 @@ ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
         lens[2 + i] = argv[i].len;
     }
 
-    rc = ngx_http_idem_redis_command(rd, ngx_http_idem_redis_evaluated,
+    rc = ngx_http_idem_redis_command(rd, ngx_http_idem_redis_written,
                                      NULL, argc + 2, args, lens);
 
     if (rc == NGX_OK) {
@@ -1223,7 +927,7 @@ ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
         args[2] = (const char *) ttl->data;
         lens[2] = ttl->len;
 
-        rc = ngx_http_idem_redis_command(rd, ngx_http_idem_redis_evaluated,
+        rc = ngx_http_idem_redis_command(rd, ngx_http_idem_redis_written,
                                          NULL, 3, args, lens);
     }
 
@@ -1242,8 +946,10 @@ ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
 }
 
 
+/* the answer to a write: only an error matters */
+
 static void
-ngx_http_idem_redis_evaluated(redisAsyncContext *ac, void *r, void *privdata)
+ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
 {
     redisReply *reply = r;
 
@@ -1274,26 +980,6 @@ ngx_http_idem_redis_evaluated(redisAsyncContext *ac, void *r, void *privdata)
     rd->stats.failed++;
 
     ngx_http_idem_redis_error_reply(rd, reply);
-
-    /*
-     * The script cache was flushed (SCRIPT FLUSH, a restart without
-     * persistence, a failover): load the scripts again, once a second at
-     * most, not while a load is under way.
-     */
-
-    if (reply->len >= 8
-        && ngx_strncmp(reply->str, "NOSCRIPT", 8) == 0
-        && rd->loading == 0
-        && ngx_current_msec - rd->reloaded >= NGX_HTTP_IDEM_REDIS_REPORT)
-    {
-        rd->reloaded = ngx_current_msec;
-
-        ngx_log_error(NGX_LOG_WARN, rd->log, 0,
-                      "idem: redis \"%V\": scripts are missing (NOSCRIPT), "
-                      "loading them again", &rd->conf->addr);
-
-        ngx_http_idem_redis_load_scripts(rd);
-    }
 }
 
 
@@ -1580,7 +1266,7 @@ ngx_http_idem_redis_answered(ngx_http_idem_redis_t *rd)
 
 
 /*
- * OOM, READONLY (a replica), MOVED (a cluster), LOADING, NOSCRIPT ...: the
+ * OOM, READONLY (a replica), MOVED (a cluster), LOADING ...: the
  * store cannot take the command now; counted and reported.
  */
 
@@ -1776,9 +1462,3 @@ ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd)
     rd->errors = 0;
 }
 
-
-ngx_http_idem_store_stats_t *
-ngx_http_idem_store_stats(void)
-{
-    return &ngx_http_idem_redis.stats;
-}

@@ -40,35 +40,14 @@ typedef void (*ngx_http_idem_store_read_pt)(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 
 
-/* counters, for logs and metrics (per worker) */
-typedef struct {
-    ngx_uint_t                 sent;           /* commands written */
-    ngx_uint_t                 failed;         /* error replies */
-    ngx_uint_t                 dropped;        /* not sent: store down/full */
-    ngx_uint_t                 connects;       /* successful connects */
-    ngx_uint_t                 pending;        /* outstanding now */
-} ngx_http_idem_store_stats_t;
-
-
-/*
- * Configuration time: parse the "idem_redis" directive's arguments into
- * conf (messages name the directive); register a Lua script, get its index.
- */
+/* configuration time: "idem_redis ADDR ..." (messages name the directive) */
 char *ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_http_idem_store_conf_t *conf);
-ngx_int_t ngx_http_idem_store_add_script(ngx_conf_t *cf, ngx_str_t *lua);
 
 /* worker start and exit (a NULL conf: no store configured) */
 ngx_int_t ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
     ngx_http_idem_store_conf_t *conf);
 void ngx_http_idem_store_exit_process(ngx_cycle_t *cycle);
-
-/*
- * Fire and forget: EVALSHA of a registered script with one key.  NGX_OK:
- * queued; NGX_DECLINED: dropped (store down or too many outstanding).
- */
-ngx_int_t ngx_http_idem_store_eval(ngx_uint_t script, ngx_str_t *key,
-    ngx_uint_t argc, ngx_str_t *argv);
 
 /*
  * Fire and forget: HSET key field value ..., then PEXPIRE key ttl (ms).
@@ -85,8 +64,6 @@ ngx_http_idem_store_op_t *ngx_http_idem_store_read(ngx_uint_t argc,
     ngx_str_t *argv, ngx_http_idem_store_read_pt handler, void *data,
     ngx_msec_t timeout);
 void ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op);
-
-ngx_http_idem_store_stats_t *ngx_http_idem_store_stats(void);
 
 
 #endif /* _NGX_HTTP_IDEM_STORE_H_INCLUDED_ */
