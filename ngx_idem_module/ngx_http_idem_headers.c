@@ -19,8 +19,10 @@ static ngx_table_elt_t *ngx_http_idem_push_value(ngx_http_request_t *r,
     ngx_http_idem_header_t *name, size_t size);
 static ngx_table_elt_t *ngx_http_idem_push(ngx_list_t *list,
     ngx_http_idem_header_t *name, ngx_str_t *value);
-static void ngx_http_idem_hide_response_header(ngx_http_request_t *r,
-    ngx_http_idem_header_t *name);
+static void ngx_http_idem_hide_response_headers(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+static ngx_inline ngx_uint_t ngx_http_idem_response_header_is(
+    ngx_table_elt_t *h, ngx_http_idem_header_t *name);
 
 
 ngx_int_t
@@ -432,8 +434,7 @@ ngx_http_idem_set_response_headers(ngx_http_request_t *r,
 {
     ngx_table_elt_t  *h;
 
-    ngx_http_idem_hide_response_header(r, ctx->call_id_header);
-    ngx_http_idem_hide_response_header(r, ctx->trace_id_header);
+    ngx_http_idem_hide_response_headers(r, ctx);
 
     h = ngx_http_idem_push(&r->headers_out.headers, ctx->call_id_header,
                            &ctx->call_id);
@@ -451,9 +452,11 @@ ngx_http_idem_set_response_headers(ngx_http_request_t *r,
 }
 
 
+/* one walk over the answer's headers for both names */
+
 static void
-ngx_http_idem_hide_response_header(ngx_http_request_t *r,
-    ngx_http_idem_header_t *name)
+ngx_http_idem_hide_response_headers(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx)
 {
     ngx_uint_t        i;
     ngx_list_part_t  *part;
@@ -474,15 +477,24 @@ ngx_http_idem_hide_response_header(ngx_http_request_t *r,
             i = 0;
         }
 
-        /* response entries may lack lowcase_key: compare the names */
-
         if (h[i].hash != 0
-            && h[i].key.len == name->name.len
-            && ngx_strncasecmp(h[i].key.data, name->name.data,
-                               name->name.len)
-               == 0)
+            && (ngx_http_idem_response_header_is(&h[i], ctx->call_id_header)
+                || ngx_http_idem_response_header_is(&h[i],
+                                                    ctx->trace_id_header)))
         {
             h[i].hash = 0;
         }
     }
+}
+
+
+/* answer headers may lack lowcase_key: the names are compared */
+
+static ngx_inline ngx_uint_t
+ngx_http_idem_response_header_is(ngx_table_elt_t *h,
+    ngx_http_idem_header_t *name)
+{
+    return h->key.len == name->name.len
+           && ngx_strncasecmp(h->key.data, name->name.data, name->name.len)
+              == 0;
 }
