@@ -377,3 +377,33 @@ Test::More::is($old, "0", "nothing under the default prefix");
 GET /t
 --- response_body
 ok
+
+
+
+=== TEST 16: subrequests are never recorded
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        auth_request /auth;
+        echo main;
+    }
+    location = /auth {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /t", "GET /calls/rec-subrequest"]
+--- more_headers
+X-Call-Id: rec-subrequest
+--- error_code eval
+[200, 404]
+--- response_body eval
+["main\n", "{\"state\":\"NOT_FOUND\"}\n"]
+--- no_error_log
+[error]
