@@ -14,6 +14,8 @@ static ngx_int_t ngx_http_idem_log_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_init_process(ngx_cycle_t *cycle);
 static void ngx_http_idem_exit_process(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_idem_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
 static ngx_http_idem_ctx_t *ngx_http_idem_create_ctx(ngx_http_request_t *r);
 static void ngx_http_idem_cleanup(void *data);
 
@@ -32,6 +34,10 @@ static char *ngx_http_idem_set_pattern(ngx_conf_t *cf, ngx_command_t *cmd,
 static char *ngx_http_idem_set_deadline(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_idem_set_retry(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_idem_set_scope(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_idem_set_status_url(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_idem_set_redis(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -196,6 +202,41 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       offsetof(ngx_http_idem_main_conf_t, key_prefix),
       NULL },
 
+    { ngx_string("idem_dedupe"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, dedupe),
+      NULL },
+
+    { ngx_string("idem_dedupe_scope"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_scope,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("idem_dedupe_store_max"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, dedupe_store_max),
+      NULL },
+
+    { ngx_string("idem_dedupe_lease"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_deadline,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, dedupe_lease),
+      (void *) 1 },
+
+    { ngx_string("idem_status_url"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_status_url,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("idem_status"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE1,
       ngx_http_idem_status,
@@ -253,6 +294,7 @@ ngx_module_t  ngx_http_idem_module = {
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 
 
 /*
@@ -353,17 +395,19 @@ ngx_http_idem_handler(ngx_http_request_t *r)
 
 
 /*
- * After access checks, before the content handler: a budget spent by now
- * is answered without contacting the upstream; otherwise the call is timed
+ * After access checks, before the content handler: the call's record and
+ * its claim (a duplicate is answered here); a budget spent by now is
+ * answered without contacting the upstream; otherwise the call is timed
  * from here on.
  */
 
 static ngx_int_t
 ngx_http_idem_precontent_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                 rc;
-    ngx_http_idem_ctx_t      *ctx;
-    ngx_http_idem_problem_t   problem;
+    ngx_int_t                  rc;
+    ngx_http_idem_ctx_t       *ctx;
+    ngx_http_idem_problem_t    problem;
+    ngx_http_idem_loc_conf_t  *ilcf;
 
     if (r != r->main) {
         return NGX_DECLINED;
@@ -373,6 +417,30 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
 
     if (ctx == NULL) {
         return NGX_DECLINED;
+    }
+
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    if ((ilcf->record || ilcf->dedupe) && ctx->token.len == 0) {
+        rc = ngx_http_idem_record_prepare(r, ctx);
+
+        if (rc == NGX_ERROR) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (rc == NGX_DECLINED) {
+            ngx_http_idem_problem_set(r, &problem, NGX_HTTP_BAD_REQUEST,
+                                      "empty-dedupe-scope", "No scope",
+                                      NULL, "the call's scope (who owns "
+                                      "its id) is empty");
+            ngx_http_idem_count(empty_scope);
+            goto answer;
+        }
+    }
+
+    rc = ngx_http_idem_dedupe(r, ctx);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     if (ngx_http_idem_record_start(r, ctx) != NGX_OK) {
@@ -388,10 +456,12 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
                               NULL, "the call's budget was spent before "
                               "the first attempt");
 
+    ngx_http_idem_count(deadline_exceeded);
+
+answer:
+
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                   "idem: %V", &problem.detail);
-
-    ngx_http_idem_count(deadline_exceeded);
 
     rc = ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
 
@@ -446,6 +516,15 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
         return NGX_ERROR;
     }
 
+    /* a claim's owner keeps its answer for the duplicates */
+
+    if (ctx->owner && !ctx->replayed && ctx->capture == NULL
+        && !ctx->capture_over
+        && ngx_http_idem_answer_header(r, ctx) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     u = r->upstream;
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
@@ -464,6 +543,25 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
     }
 
     return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_idem_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_http_idem_ctx_t  *ctx;
+
+    if (r == r->main && in != NULL) {
+        ctx = ngx_http_idem_get_ctx(r);
+
+        if (ctx != NULL && ctx->capture != NULL && !ctx->capture_over
+            && !ctx->capture_done)
+        {
+            ngx_http_idem_answer_body(r, ctx, in);
+        }
+    }
+
+    return ngx_http_next_body_filter(r, in);
 }
 
 
@@ -537,6 +635,7 @@ ngx_http_idem_cleanup(void *data)
     ngx_http_idem_ctx_t *ctx = data;
 
     ngx_http_idem_timers_cleanup(ctx);
+    ngx_http_idem_dedupe_cleanup(ctx);
 
     if (ctx->arrival_ev.posted) {
         ngx_delete_posted_event(&ctx->arrival_ev);
@@ -929,6 +1028,90 @@ invalid:
 }
 
 
+/* idem_dedupe_scope COMPLEX_VALUE | off */
+
+static char *
+ngx_http_idem_set_scope(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    ngx_str_t                         *value;
+    ngx_http_compile_complex_value_t   ccv;
+
+    if (ilcf->dedupe_scope_set != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    ilcf->dedupe_scope_set = 1;
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        return NGX_CONF_OK;
+    }
+
+    if (value[1].len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "empty value in \"%V\" directive", &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    ilcf->dedupe_scope = ngx_palloc(cf->pool,
+                                    sizeof(ngx_http_complex_value_t));
+    if (ilcf->dedupe_scope == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+    ccv.cf = cf;
+    ccv.value = &value[1];
+    ccv.complex_value = ilcf->dedupe_scope;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* idem_status_url URL: it goes into a Link header as "<URL<id>>" */
+
+static char *
+ngx_http_idem_set_status_url(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    u_char     *p;
+    ngx_str_t  *value;
+
+    if (ilcf->status_url.data != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (p = value[1].data; p < value[1].data + value[1].len; p++) {
+        if (*p <= ' ' || *p >= 0x7f || *p == '<' || *p == '>' || *p == '"') {
+            break;
+        }
+    }
+
+    if (value[1].len == 0 || p < value[1].data + value[1].len) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be a URL without spaces, quotes or "
+                           "angle brackets", &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    ilcf->status_url = value[1];
+
+    return NGX_CONF_OK;
+}
+
+
 static char *
 ngx_http_idem_set_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
@@ -1018,6 +1201,9 @@ ngx_http_idem_postconfiguration(ngx_conf_t *cf)
 
     ngx_http_next_header_filter = ngx_http_top_header_filter;
     ngx_http_top_header_filter = ngx_http_idem_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_idem_body_filter;
 
     return NGX_OK;
 }
@@ -1167,6 +1353,8 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
      *     ilcf->call_id_pattern_src = { 0, NULL };
      *     ilcf->deadline_header = { { 0, NULL }, NULL, 0 };
      *     ilcf->status_id = NULL;
+     *     ilcf->status_url = { 0, NULL };
+     *     ilcf->dedupe_scope = NULL;
      *     ilcf->variable_upstream_logged = 0;
      */
 
@@ -1188,6 +1376,10 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->retry_per_try_timeout = NGX_CONF_UNSET_MSEC;
     ilcf->retry_on = NGX_CONF_UNSET_UINT;
     ilcf->record = NGX_CONF_UNSET;
+    ilcf->dedupe = NGX_CONF_UNSET;
+    ilcf->dedupe_scope_set = NGX_CONF_UNSET;
+    ilcf->dedupe_store_max = NGX_CONF_UNSET_SIZE;
+    ilcf->dedupe_lease = NGX_CONF_UNSET_MSEC;
 
     return ilcf;
 }
@@ -1200,7 +1392,13 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_idem_loc_conf_t *conf = child;
 
     size_t                      len;
+    ngx_uint_t                  here;
     ngx_http_idem_main_conf_t  *imcf;
+
+    /* set at this level: where a warning about them belongs */
+
+    here = (conf->dedupe != NGX_CONF_UNSET
+            || conf->call_id_missing != NGX_CONF_UNSET_UINT);
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
 
@@ -1271,7 +1469,44 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_value(conf->record, prev->record, 0);
 
+    ngx_conf_merge_value(conf->dedupe, prev->dedupe, 0);
+    if (conf->dedupe_scope_set == NGX_CONF_UNSET) {
+        conf->dedupe_scope = prev->dedupe_scope;
+    }
+
+    ngx_conf_merge_value(conf->dedupe_scope_set, prev->dedupe_scope_set, 0);
+    ngx_conf_merge_size_value(conf->dedupe_store_max, prev->dedupe_store_max,
+                              64 * 1024);
+    ngx_conf_merge_msec_value(conf->dedupe_lease, prev->dedupe_lease, 0);
+    ngx_conf_merge_str_value(conf->status_url, prev->status_url, "");
+
     imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
+
+    if (conf->dedupe && !conf->dedupe_scope_set) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idem_dedupe\" is on but \"idem_dedupe_scope\" "
+                           "is not set: say who owns a call id (e.g. "
+                           "$http_authorization), or \"off\" for one "
+                           "shared scope");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->dedupe && imcf->store.addr.data == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idem_dedupe\" is on but there is no "
+                           "\"idem_redis\" to claim call ids in");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->dedupe && here
+        && conf->call_id_missing == NGX_HTTP_IDEM_MISSING_GENERATE)
+    {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"idem_dedupe\" is on where missing call ids "
+                           "are generated: a client that timed out never "
+                           "learned the id its retry should carry "
+                           "(\"idem_call_id_missing reject\" avoids this)");
+    }
 
     if (conf->record && imcf->store.addr.data == NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

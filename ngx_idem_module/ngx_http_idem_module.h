@@ -59,6 +59,20 @@
      |NGX_HTTP_UPSTREAM_FT_HTTP_502|NGX_HTTP_UPSTREAM_FT_HTTP_503            \
      |NGX_HTTP_UPSTREAM_FT_HTTP_504)
 
+/* duplicate suppression: where a request is */
+#define NGX_HTTP_IDEM_DEDUPE_NONE        0
+#define NGX_HTTP_IDEM_DEDUPE_BODY        1   /* reading the body */
+#define NGX_HTTP_IDEM_DEDUPE_CLAIM       2   /* waiting for the claim */
+#define NGX_HTTP_IDEM_DEDUPE_DONE        3   /* the verdict is known */
+
+/* what a finished owner left for its duplicates (the "k:" field) */
+#define NGX_HTTP_IDEM_KEEP_REPLAY        'R' /* the answer is stored */
+#define NGX_HTTP_IDEM_KEEP_LARGE         'L' /* an answer, not stored */
+#define NGX_HTTP_IDEM_KEEP_RELEASE       'F' /* nothing happened: rerun */
+#define NGX_HTTP_IDEM_KEEP_UNKNOWN       'U'
+
+#define NGX_HTTP_IDEM_SHA256_HEX_LEN     64
+
 /* "PREFIX-" + unix ms (13 digits until 2286) + "-" + 8 hex + "-" + node */
 #define NGX_HTTP_IDEM_PREFIXED_FIXED_LEN (1 + 13 + 1 + 8 + 1)
 
@@ -122,6 +136,14 @@ typedef struct {
     ngx_uint_t                retry_on;     /* NGX_HTTP_UPSTREAM_FT_* */
 
     ngx_flag_t                record;
+
+    ngx_flag_t                dedupe;
+    ngx_http_complex_value_t *dedupe_scope;  /* NULL: off (one scope) */
+    ngx_flag_t                dedupe_scope_set;
+    size_t                    dedupe_store_max;
+    ngx_msec_t                dedupe_lease;  /* 0: budget + 5s, or 60s */
+    ngx_str_t                 status_url;    /* the 409's Link, or empty */
+
     ngx_uint_t                status;       /* idem_status here */
     ngx_http_complex_value_t *status_id;    /* its ID, NULL: last segment */
 
@@ -182,6 +204,18 @@ typedef struct {
     ngx_event_t               arrival_ev;
     uint64_t                  created_ms;
     ngx_uint_t                final_state;  /* 0 until the request ends */
+    ngx_str_t                 key;          /* the record's */
+
+    /* duplicate suppression (dedupe.c) and the stored answer (answer.c) */
+    ngx_uint_t                dedupe;       /* NGX_HTTP_IDEM_DEDUPE_* */
+    ngx_uint_t                verdict;
+    ngx_http_idem_store_op_t *claim_op;
+    ngx_event_t               resume_ev;
+    ngx_str_t                 found;        /* an answer, or a record */
+    ngx_msec_t                claim_left;   /* an owner's lease, ms */
+    ngx_buf_t                *capture;      /* "status\nheaders\n\nbody" */
+    size_t                    capture_max;  /* body bytes kept, at most */
+    off_t                     captured;     /* body bytes seen */
 
     unsigned                  has_deadline:1;
     unsigned                  deadline_expired:1;
@@ -189,6 +223,11 @@ typedef struct {
     unsigned                  expire_after_backoff:1;
     unsigned                  record:1;
     unsigned                  arrived:1;    /* the arrival was written */
+    unsigned                  owner:1;      /* this request holds a claim */
+    unsigned                  replayed:1;   /* answered from the store */
+    unsigned                  capture_done:1;   /* the whole answer */
+    unsigned                  capture_over:1;   /* too large, or a file */
+    unsigned                  retry_later:1;    /* 429/503 + Retry-After */
 } ngx_http_idem_ctx_t;
 
 
@@ -214,6 +253,7 @@ typedef struct {
     ngx_str_t                 type;         /* slug, e.g. "invalid-call-id" */
     ngx_str_t                 title;
     ngx_str_t                 detail;
+    ngx_str_t                 record;       /* JSON of the call's record */
 } ngx_http_idem_problem_t;
 
 
@@ -233,6 +273,14 @@ typedef struct {
     ngx_atomic_t              status_found;
     ngx_atomic_t              status_not_found;
     ngx_atomic_t              status_unknown;
+    ngx_atomic_t              empty_scope;
+    ngx_atomic_t              dedupe_claims;
+    ngx_atomic_t              dedupe_replays;
+    ngx_atomic_t              dedupe_in_flight;
+    ngx_atomic_t              dedupe_unknown;
+    ngx_atomic_t              dedupe_not_stored;
+    ngx_atomic_t              dedupe_mismatches;
+    ngx_atomic_t              dedupe_unavailable;
 } ngx_http_idem_counters_t;
 
 
@@ -299,11 +347,39 @@ void ngx_http_idem_attempt_end(ngx_http_request_t *r,
 void ngx_http_idem_record_finish(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 ngx_str_t *ngx_http_idem_state_name(ngx_uint_t state);
+ngx_int_t ngx_http_idem_record_prepare(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+u_char *ngx_http_idem_record_arrival(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, u_char *p, u_char state);
+size_t ngx_http_idem_record_arrival_len(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+uint64_t ngx_http_idem_unix_ms(void);
 ngx_uint_t ngx_http_idem_current_state(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 
+/* ngx_http_idem_dedupe.c */
+ngx_int_t ngx_http_idem_key(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key);
+ngx_int_t ngx_http_idem_dedupe(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+void ngx_http_idem_dedupe_cleanup(ngx_http_idem_ctx_t *ctx);
+ngx_int_t ngx_http_idem_sha256_hex(u_char *dst, ngx_str_t *parts,
+    ngx_uint_t n);
+
+/* ngx_http_idem_answer.c */
+ngx_int_t ngx_http_idem_answer_header(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+void ngx_http_idem_answer_body(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_chain_t *in);
+ngx_int_t ngx_http_idem_answer_replay(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_str_t *answer);
+u_char ngx_http_idem_answer_keep(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_str_t *answer);
+
 /* ngx_http_idem_status.c */
 char *ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+ngx_int_t ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
+    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
 
 /* ngx_http_idem_metrics.c */
 char *ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

@@ -44,6 +44,10 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
         len += sizeof(",\"call_id\":\"\"") - 1 + call_id->len;
     }
 
+    /* the record is JSON already (status.c) */
+
+    len += sizeof(",\"record\":") - 1 + problem->record.len;
+
     b = ngx_create_temp_buf(r->pool, len);
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -60,7 +64,18 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
         p = ngx_sprintf(p, "\",\"call_id\":\"%V", call_id);
     }
 
-    b->last = ngx_cpymem(p, "\"}", 2);
+    *p++ = '"';
+
+    if (problem->record.len) {
+        p = ngx_cpymem(p, ",\"record\":", sizeof(",\"record\":") - 1);
+        p = ngx_cpymem(p, problem->record.data, problem->record.len);
+
+        if (p[-1] == '\n') {
+            p--;
+        }
+    }
+
+    b->last = ngx_cpymem(p, "}", 1);
     b->last_buf = (r == r->main) ? 1 : 0;
     b->last_in_chain = 1;
 
@@ -112,6 +127,7 @@ ngx_http_idem_problem_set(ngx_http_request_t *r,
     problem->title.len = ngx_strlen(title);
     problem->detail.data = (u_char *) reason;
     problem->detail.len = ngx_strlen(reason);
+    ngx_str_null(&problem->record);
 
     if (header == NULL) {
         return;

@@ -4,10 +4,12 @@
  * written to the store as they happen, so that "what happened to call X?"
  * has an answer.  Writes are fire and forget: they never delay an answer.
  *
- * A record is a Redis hash under <prefix>c:{<call id>}.  Every field is
+ * A record is a Redis hash under <prefix>c:{<call id>}, or under
+ * <prefix>s:{<SHA-256 of the scope>:<call id>} where the route has a
+ * scope (dedupe.c, which adds the claim's fields).  Every field is
  * written once and never changed, so that states only move forward
  * whatever order the writes arrive in, and a write is one cheap HSET (with
- * the TTL refreshed by the same small script):
+ * the TTL refreshed in the same turn):
  *
  *   e:<token>      an execution arrived: "<R|P> <created_ms> <source> <node>
  *                  <method> <trace id> <uri>" (P: its first attempt had
@@ -32,7 +34,7 @@ static ngx_int_t ngx_http_idem_record_write(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_uint_t final);
 static ngx_uint_t ngx_http_idem_final_state(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
-static uint64_t ngx_http_idem_unix_ms(void);
+static void ngx_http_idem_record_uri(ngx_http_request_t *r, ngx_str_t *uri);
 
 
 static ngx_str_t  ngx_http_idem_states[] = {
@@ -74,6 +76,35 @@ ngx_http_idem_record_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ctx->record = 1;
 
+    ngx_post_event(&ctx->arrival_ev, &ngx_posted_events);
+
+    return NGX_OK;
+}
+
+
+/*
+ * What an execution is known by in its record: the record's key and a
+ * token of its own.  NGX_DECLINED: the route has a scope, and its value is
+ * empty here.
+ */
+
+ngx_int_t
+ngx_http_idem_record_prepare(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_int_t                  rc;
+    ngx_http_idem_loc_conf_t  *ilcf;
+
+    if (ctx->token.len) {
+        return NGX_OK;
+    }
+
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    rc = ngx_http_idem_key(r, ilcf, &ctx->call_id, &ctx->key);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
     ctx->token.data = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_SPAN_ID_LEN);
     if (ctx->token.data == NULL) {
         return NGX_ERROR;
@@ -87,8 +118,6 @@ ngx_http_idem_record_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ctx->arrival_ev.log = r->connection->log;
 
     ctx->created_ms = ngx_http_idem_unix_ms();
-
-    ngx_post_event(&ctx->arrival_ev, &ngx_posted_events);
 
     return NGX_OK;
 }
@@ -297,9 +326,9 @@ static ngx_int_t
 ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_uint_t state, ngx_uint_t final)
 {
-    u_char                     *p, *q, *last;
+    u_char                      keep, *p, *last;
     size_t                      len;
-    ngx_str_t                  *argv, key, uri, *outcome;
+    ngx_str_t                  *argv, answer, *outcome;
     ngx_uint_t                  i, n, argc, status;
     ngx_http_idem_attempt_t    *a;
     ngx_http_idem_main_conf_t  *imcf;
@@ -308,30 +337,31 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     n = (final && ctx->attempts) ? ctx->attempts->nelts : 0;
 
-    /* ttl, the execution's field and value, two per attempt */
+    /*
+     * ttl, the execution's field and value, two per attempt, then what a
+     * claim's owner keeps for duplicates: "k:" and "r"
+     */
 
-    argv = ngx_palloc(r->pool, (3 + 2 * n) * sizeof(ngx_str_t));
+    argv = ngx_palloc(r->pool, (7 + 2 * n) * sizeof(ngx_str_t));
     if (argv == NULL) {
         return NGX_ERROR;
     }
 
-    /* the path only: a query string may hold what nobody should keep */
+    keep = 0;
+    ngx_str_null(&answer);
 
-    uri = r->unparsed_uri;
-    q = ngx_strlchr(uri.data, uri.data + uri.len, '?');
-    if (q != NULL) {
-        uri.len = q - uri.data;
+    if (final && ctx->owner) {
+        keep = ngx_http_idem_answer_keep(r, ctx, state, &answer);
     }
 
-    len = imcf->key_prefix.len + sizeof("c:{}") - 1 + ctx->call_id.len
-          + NGX_INT64_LEN
+    len = NGX_INT64_LEN
           + 2 + ctx->token.len
-          + sizeof("UNKNOWN 999  ") - 1 + 2 * NGX_INT64_LEN
-          + sizeof("gateway     ") + imcf->node_id.len
-          + r->method_name.len + ctx->trace_id.len + uri.len
+          + sizeof("UNKNOWN 999  ") - 1 + NGX_INT64_LEN
+          + ngx_http_idem_record_arrival_len(r, ctx)
           + n * (sizeof("a:::") + ctx->token.len + 5 * NGX_INT64_LEN
                  + sizeof("error_after_send 1  ")
-                 + NGX_HTTP_IDEM_SPAN_ID_LEN);
+                 + NGX_HTTP_IDEM_SPAN_ID_LEN)
+          + (keep ? sizeof("k:R") + ctx->token.len : 0);
 
     p = ngx_pnalloc(r->pool, len);
     if (p == NULL) {
@@ -339,10 +369,6 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     }
 
     last = p + len;
-
-    key.data = p;
-    p = ngx_sprintf(p, "%Vc:{%V}", &imcf->key_prefix, &ctx->call_id);
-    key.len = p - key.data;
 
     argv[0].data = p;
     p = ngx_sprintf(p, "%M", imcf->record_ttl);
@@ -361,22 +387,16 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         status = r->err_status ? r->err_status : r->headers_out.status;
         p = ngx_sprintf(p, "%V %ui %uL ", &ngx_http_idem_states[state],
                         status, ngx_http_idem_unix_ms());
+        p = ngx_http_idem_record_arrival(r, ctx, p, '\0');
 
     } else if (argv[1].data[0] == 'p') {
         p = ngx_sprintf(p, "%uL", ngx_http_idem_unix_ms());
-        goto done;
 
     } else {
-        p = ngx_sprintf(p, "%c ",
-                        state == NGX_HTTP_IDEM_PROCESSING ? 'P' : 'R');
+        p = ngx_http_idem_record_arrival(r, ctx, p,
+                                         state == NGX_HTTP_IDEM_PROCESSING
+                                         ? 'P' : 'R');
     }
-
-    p = ngx_sprintf(p, "%uL %s %V %V %V %V", ctx->created_ms,
-                    ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT
-                    ? "client" : "gateway",
-                    &imcf->node_id, &r->method_name, &ctx->trace_id, &uri);
-
-done:
 
     argv[2].len = p - argv[2].data;
 
@@ -422,6 +442,29 @@ done:
         argv[argc + 1].len = p - argv[argc + 1].data;
     }
 
+    argc = 3 + 2 * n;
+
+    if (keep) {
+
+        /* what the execution leaves for the duplicates of its call */
+
+        argv[argc].data = p;
+        p = ngx_sprintf(p, "k:%V", &ctx->token);
+        argv[argc].len = p - argv[argc].data;
+
+        argv[argc + 1].data = p;
+        *p++ = keep;
+        argv[argc + 1].len = 1;
+
+        argc += 2;
+
+        if (keep == NGX_HTTP_IDEM_KEEP_REPLAY) {
+            ngx_str_set(&argv[argc], "r");
+            argv[argc + 1] = answer;
+            argc += 2;
+        }
+    }
+
     if (p > last) {
         ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
                       "idem: record buffer overrun");
@@ -432,7 +475,7 @@ done:
         ctx->arrived = 1;
     }
 
-    if (ngx_http_idem_store_hset(&key, &argv[0], 2 + 2 * n, &argv[1])
+    if (ngx_http_idem_store_hset(&ctx->key, &argv[0], argc - 1, &argv[1])
         != NGX_OK)
     {
         /* the store logs drops itself, rate limited */
@@ -446,7 +489,67 @@ done:
 }
 
 
-static uint64_t
+/*
+ * "<R|P> <created_ms> <source> <node> <method> <trace id> <uri>"; state
+ * '\0': without its first letter (a final state's value goes on so).
+ */
+
+u_char *
+ngx_http_idem_record_arrival(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    u_char *p, u_char state)
+{
+    ngx_str_t                   uri;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    if (state) {
+        *p++ = state;
+        *p++ = ' ';
+    }
+
+    ngx_http_idem_record_uri(r, &uri);
+
+    return ngx_sprintf(p, "%uL %s %V %V %V %V", ctx->created_ms,
+                       ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT
+                       ? "client" : "gateway",
+                       &imcf->node_id, &r->method_name, &ctx->trace_id, &uri);
+}
+
+
+size_t
+ngx_http_idem_record_arrival_len(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx)
+{
+    ngx_str_t                   uri;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    ngx_http_idem_record_uri(r, &uri);
+
+    return sizeof("R  gateway     ") - 1 + NGX_INT64_LEN + imcf->node_id.len
+           + r->method_name.len + ctx->trace_id.len + uri.len;
+}
+
+
+/* the path only: a query string may hold what nobody should keep */
+
+static void
+ngx_http_idem_record_uri(ngx_http_request_t *r, ngx_str_t *uri)
+{
+    u_char  *q;
+
+    *uri = r->unparsed_uri;
+
+    q = ngx_strlchr(uri->data, uri->data + uri->len, '?');
+    if (q != NULL) {
+        uri->len = q - uri->data;
+    }
+}
+
+
+uint64_t
 ngx_http_idem_unix_ms(void)
 {
     ngx_time_t  *tp;

@@ -25,6 +25,7 @@ typedef struct {
     ngx_str_t                   final_status;
     uint64_t                    created_ms;
     uint64_t                    updated_ms;
+    uint64_t                    lease_ms;   /* a claim lapses, 0: none */
     ngx_uint_t                  index;      /* 1, 2 ... by arrival */
 } ngx_http_idem_status_exec_t;
 
@@ -40,8 +41,6 @@ static ngx_int_t ngx_http_idem_status_handler(ngx_http_request_t *r);
 static void ngx_http_idem_status_reply(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_status_cleanup(void *data);
-static ngx_int_t ngx_http_idem_status_json(ngx_http_request_t *r,
-    ngx_str_t *id, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
 static ngx_http_idem_status_exec_t *ngx_http_idem_status_exec(
     ngx_array_t *execs, ngx_str_t *token, ngx_uint_t create);
 static ngx_uint_t ngx_http_idem_status_split(ngx_str_t *value,
@@ -57,6 +56,25 @@ static int ngx_libc_cdecl ngx_http_idem_status_cmp(const void *one,
     const void *two);
 static ngx_int_t ngx_http_idem_status_send(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *body);
+
+
+/*
+ * The record, without a stored answer (dedupe.c), after Redis's clock:
+ * a claim that lapsed reads as UNKNOWN by that clock, on every gateway.
+ */
+
+static ngx_str_t  ngx_http_idem_status_lua = ngx_string(
+    "local t = redis.call('TIME')\n"
+    "local h = redis.call('HGETALL', KEYS[1])\n"
+    "local out = {t[1] .. string.format('%03d', "
+    "math.floor(tonumber(t[2]) / 1000))}\n"
+    "for i = 1, #h, 2 do\n"
+    "  if h[i] ~= 'r' then\n"
+    "    out[#out + 1] = h[i]\n"
+    "    out[#out + 1] = h[i + 1]\n"
+    "  end\n"
+    "end\n"
+    "return out\n");
 
 
 char *
@@ -107,11 +125,10 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 {
     u_char                      *p;
     ngx_int_t                    rc;
-    ngx_str_t                    id, argv[2];
+    ngx_str_t                    id, argv[4];
     ngx_pool_cleanup_t          *cln;
     ngx_http_idem_problem_t      problem;
     ngx_http_idem_loc_conf_t    *ilcf;
-    ngx_http_idem_main_conf_t   *imcf;
     ngx_http_idem_status_ctx_t  *sctx;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
@@ -124,7 +141,6 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
     }
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
-    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
     if (ilcf->status_id != NULL) {
         if (ngx_http_complex_value(r, ilcf->status_id, &id) != NGX_OK) {
@@ -154,14 +170,25 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
         return ngx_http_idem_send_problem(r, &problem, NULL);
     }
 
-    argv[1].len = imcf->key_prefix.len + sizeof("c:{}") - 1 + id.len;
-    argv[1].data = ngx_pnalloc(r->pool, argv[1].len);
-    if (argv[1].data == NULL) {
+    /* under the caller's scope, where the location has one */
+
+    rc = ngx_http_idem_key(r, ilcf, &id, &argv[3]);
+
+    if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ngx_sprintf(argv[1].data, "%Vc:{%V}", &imcf->key_prefix, &id);
-    ngx_str_set(&argv[0], "HGETALL");
+    if (rc == NGX_DECLINED) {
+        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_BAD_REQUEST,
+                                  "empty-dedupe-scope", "No scope",
+                                  NULL, "the caller's scope (who owns "
+                                  "call ids) is empty");
+        return ngx_http_idem_send_problem(r, &problem, NULL);
+    }
+
+    ngx_str_set(&argv[0], "EVAL");
+    argv[1] = ngx_http_idem_status_lua;
+    ngx_str_set(&argv[2], "1");
 
     sctx = ngx_pcalloc(r->pool, sizeof(ngx_http_idem_status_ctx_t));
     if (sctx == NULL) {
@@ -176,7 +203,7 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
     sctx->request = r;
     sctx->id = id;
 
-    sctx->op = ngx_http_idem_store_read(2, argv, ngx_http_idem_status_reply,
+    sctx->op = ngx_http_idem_store_read(4, argv, ngx_http_idem_status_reply,
                                         sctx, 0);
 
     if (sctx->op == NULL) {
@@ -213,6 +240,7 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
 {
     ngx_http_idem_status_ctx_t *sctx = data;
 
+    ngx_int_t            now;
     ngx_str_t            body;
     ngx_connection_t    *c;
     ngx_http_request_t  *r;
@@ -222,14 +250,20 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
 
     sctx->op = NULL;
 
-    if (rc != NGX_OK) {
+    /* Redis's time, then the record's fields */
+
+    now = (rc == NGX_OK && n > 0) ? ngx_atoi(elts[0].data, elts[0].len)
+                                  : NGX_ERROR;
+
+    if (now == NGX_ERROR) {
         rc = ngx_http_idem_status_send(r, NGX_HTTP_SERVICE_UNAVAILABLE, NULL);
 
-    } else if (n == 0) {
+    } else if (n == 1) {
         rc = ngx_http_idem_status_send(r, NGX_HTTP_NOT_FOUND, NULL);
 
     } else {
-        rc = ngx_http_idem_status_json(r, &sctx->id, elts, n, &body);
+        rc = ngx_http_idem_status_json(r, &sctx->id, now, &elts[1], n - 1,
+                                       &body);
 
         if (rc == NGX_OK) {
             rc = ngx_http_idem_status_send(r, NGX_HTTP_OK, &body);
@@ -255,12 +289,13 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
  *
  * Executions are numbered in the order they arrived.  The record's state:
  * SUCCESS if any execution succeeded, else UNKNOWN if any was UNKNOWN,
- * else the latest execution's.  NGX_DECLINED: no execution in the record.
+ * else the latest execution's.  An unfinished execution whose claim lapsed
+ * by "now" (Redis's clock) is UNKNOWN.  NGX_DECLINED: no execution.
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
-    ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out)
+    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out)
 {
     u_char                          *p, *v, *last;
     size_t                           len;
@@ -291,7 +326,7 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
         v = elts[i].data;
 
         if (elts[i].len < 3 || v[1] != ':'
-            || (v[0] != 'e' && v[0] != 'p' && v[0] != 'f'))
+            || (v[0] != 'e' && v[0] != 'p' && v[0] != 'f' && v[0] != 'l'))
         {
             continue;
         }
@@ -302,6 +337,11 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
         e = ngx_http_idem_status_exec(&execs, &token, 1);
         if (e == NULL) {
             return NGX_ERROR;
+        }
+
+        if (v[0] == 'l') {
+            e->lease_ms = ngx_http_idem_status_ms(&elts[i + 1]);
+            continue;
         }
 
         if (v[0] == 'p') {
@@ -376,6 +416,13 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
     for (i = 0; i < execs.nelts; i++) {
         e[i].index = i + 1;
         updated = ngx_max(updated, e[i].updated_ms);
+
+        if (e[i].final_status.len == 0 && e[i].lease_ms
+            && now >= e[i].lease_ms)
+        {
+            /* its gateway never said how it ended: it may have run */
+            ngx_str_set(&e[i].state, "UNKNOWN");
+        }
 
         if (e[i].state.len == 7
             && ngx_strncmp(e[i].state.data, "SUCCESS", 7) == 0)

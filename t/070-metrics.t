@@ -25,6 +25,8 @@ idem_calls_total 0
 .*idem_rejected_total\{reason="invalid_call_id"\} 0
 idem_rejected_total\{reason="missing_call_id"\} 0
 .*idem_status_answers_total\{state="unknown"\} 0
+.*idem_dedupe_total\{result="claimed"\} 0
+.*idem_dedupe_total\{result="unavailable"\} 0
 \z
 --- no_error_log
 [error]

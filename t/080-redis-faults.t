@@ -136,7 +136,97 @@ exited on signal
 
 
 
-=== TEST 7: clean up
+=== TEST 7: dedupe with Redis up: claimed, then replayed
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_FAULT_PORT connect_timeout=200ms timeout=300ms;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+select(undef, undef, undef, 0.5);
+--- request eval
+["POST /d\nx", "POST /d\nx"]
+--- more_headers
+X-Call-Id: fault-dd-up
+--- error_code eval
+[200, 200]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true"]
+--- response_body_like eval
+["n=1 ", "n=1 "]
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: dedupe with Redis paused: 503 once the claim times out, nothing forwarded
+--- init
+RedisFault::pause();
+--- request eval
+["POST /d\nx", "GET /log/fault-dd-paused"]
+--- more_headers eval
+["X-Call-Id: fault-dd-paused", ""]
+--- timeout: 2
+--- error_code eval
+[503, 200]
+--- response_headers eval
+["Retry-After: 1\nContent-Type: application/problem+json", ""]
+--- response_body_like eval
+['"type":"urn:ngx-idem:problem:dedupe-unavailable"', '\A\z']
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 9: Redis resumed: the claim that timed out was released, the call runs
+--- init
+RedisFault::resume();
+select(undef, undef, undef, 0.5);
+--- request eval
+["POST /d\nx", "POST /d\nx"]
+--- more_headers
+X-Call-Id: fault-dd-paused
+--- error_code eval
+[200, 200]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true"]
+--- response_body_like eval
+['\An=1 [^\n]*\n\z', '\An=1 [^\n]*\n\z']
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 10: dedupe with Redis stopped: 503 at once, nothing forwarded
+--- init
+RedisFault::stop();
+select(undef, undef, undef, 0.3);
+--- request eval
+["POST /d\nx", "GET /log/fault-dd-stopped"]
+--- more_headers eval
+["X-Call-Id: fault-dd-stopped", ""]
+--- timeout: 1
+--- error_code eval
+[503, 200]
+--- response_body_like eval
+['"type":"urn:ngx-idem:problem:dedupe-unavailable"', '\A\z']
+--- no_error_log
+[alert]
+[crit]
+exited on signal
+
+
+
+=== TEST 11: clean up
 --- init
 RedisFault::stop();
 --- config

@@ -1,0 +1,720 @@
+
+/*
+ * Duplicate suppression.  After access checks, a call on a dedupe route
+ * claims its id in the store before anything is forwarded: one script,
+ * atomic for every gateway on that store, that either makes this request
+ * the owner of the call or says what became of the owner's execution.  A
+ * duplicate is answered from that: 409 while the owner runs or when its
+ * outcome is unknown, the owner's stored answer replayed, 422 when the id
+ * comes with another request.  The request waits for the claim without
+ * blocking: it is parked and resumed from a posted event.
+ *
+ * The claim adds these fields to the call's record (record.c):
+ *
+ *   d              SHA-256 of method, URI and body of the first claim
+ *   o              the token of the execution that holds the claim
+ *   l:<token>      when its claim lapses, Redis's clock, unix ms
+ *   k:<token>      what it left for duplicates (NGX_HTTP_IDEM_KEEP_*),
+ *                  written with its final state
+ *   r              the stored answer (answer.c), written with "k:"
+ */
+
+
+#include "ngx_http_idem_module.h"
+
+#include <openssl/evp.h>
+
+
+#define NGX_HTTP_IDEM_CLAIMED            0
+#define NGX_HTTP_IDEM_IN_FLIGHT          1
+#define NGX_HTTP_IDEM_REPLAY             2
+#define NGX_HTTP_IDEM_NOT_STORED         3
+#define NGX_HTTP_IDEM_OUTCOME_UNKNOWN    4
+#define NGX_HTTP_IDEM_MISMATCH           5
+#define NGX_HTTP_IDEM_UNAVAILABLE        6
+#define NGX_HTTP_IDEM_INTERNAL           7
+
+/* nginx 1.22 has no name for it */
+#define NGX_HTTP_IDEM_UNPROCESSABLE      422
+
+/* an unfinished claim is honoured this long past the call's budget */
+#define NGX_HTTP_IDEM_LEASE_SLACK        5000
+#define NGX_HTTP_IDEM_LEASE_DEFAULT      60000
+
+
+static void ngx_http_idem_dedupe_body(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_dedupe_claim(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+static ngx_int_t ngx_http_idem_dedupe_digest(ngx_http_request_t *r,
+    u_char *hex);
+static void ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_dedupe_resume(ngx_event_t *ev);
+static ngx_int_t ngx_http_idem_dedupe_answer(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+static ngx_int_t ngx_http_idem_dedupe_header(ngx_http_request_t *r,
+    char *name, ngx_str_t *value);
+
+
+/*
+ * KEYS[1]: the record; ARGV: token, digest, lease (ms), ttl (ms), arrival.
+ * Replies {"claimed"}, {"mismatch"}, {"inflight", ms left},
+ * {"replay", answer}, or {"large" | "unknown", now, the record's fields}.
+ * A claim lapses by Redis's clock, so that gateways need not agree on the
+ * time; its owner's final write applies whenever it comes.
+ */
+
+static ngx_str_t  ngx_http_idem_claim_lua = ngx_string(
+    "local k = KEYS[1]\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local function record(v)\n"
+    "  local h = redis.call('HGETALL', k)\n"
+    "  local out = {v, string.format('%.0f', now)}\n"
+    "  for i = 1, #h, 2 do\n"
+    "    if h[i] ~= 'r' then\n"
+    "      out[#out + 1] = h[i]\n"
+    "      out[#out + 1] = h[i + 1]\n"
+    "    end\n"
+    "  end\n"
+    "  return out\n"
+    "end\n"
+    "local d = redis.call('HGET', k, 'd')\n"
+    "if d and d ~= ARGV[2] then return {'mismatch'} end\n"
+    "local o = redis.call('HGET', k, 'o')\n"
+    "if o then\n"
+    "  local s = redis.call('HGET', k, 'k:' .. o)\n"
+    "  if not s then\n"
+    "    local l = tonumber(redis.call('HGET', k, 'l:' .. o)) or 0\n"
+    "    if now < l then\n"
+    "      return {'inflight', string.format('%.0f', l - now)}\n"
+    "    end\n"
+    "    return record('unknown')\n"
+    "  end\n"
+    "  if s == 'R' then return {'replay', redis.call('HGET', k, 'r')} end\n"
+    "  if s == 'L' then return record('large') end\n"
+    "  if s ~= 'F' then return record('unknown') end\n"
+    "end\n"
+    "redis.call('HSET', k, 'd', ARGV[2], 'o', ARGV[1],\n"
+    "  'l:' .. ARGV[1], string.format('%.0f', now + tonumber(ARGV[3])),\n"
+    "  'e:' .. ARGV[1], ARGV[5])\n"
+    "redis.call('PEXPIRE', k, ARGV[4])\n"
+    "return {'claimed'}\n");
+
+
+/*
+ * "<prefix>c:{<id>}", or "<prefix>s:{<hex SHA-256 of the scope>:<id>}"
+ * where the location has a scope: the raw scope (a credential, often)
+ * never reaches the store.  NGX_DECLINED: the scope's value is empty.
+ */
+
+ngx_int_t
+ngx_http_idem_key(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
+    ngx_str_t *id, ngx_str_t *key)
+{
+    u_char                      hex[NGX_HTTP_IDEM_SHA256_HEX_LEN];
+    ngx_str_t                   scope;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    key->len = imcf->key_prefix.len + sizeof("s:{:}") - 1 + id->len
+               + (ilcf->dedupe_scope ? NGX_HTTP_IDEM_SHA256_HEX_LEN : 0);
+
+    key->data = ngx_pnalloc(r->pool, key->len);
+    if (key->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ilcf->dedupe_scope == NULL) {
+        key->len = ngx_sprintf(key->data, "%Vc:{%V}", &imcf->key_prefix, id)
+                   - key->data;
+        return NGX_OK;
+    }
+
+    if (ngx_http_complex_value(r, ilcf->dedupe_scope, &scope) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (scope.len == 0) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_idem_sha256_hex(hex, &scope, 1) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    key->len = ngx_sprintf(key->data, "%Vs:{%*s:%V}", &imcf->key_prefix,
+                           (size_t) NGX_HTTP_IDEM_SHA256_HEX_LEN, hex, id)
+               - key->data;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_idem_sha256_hex(u_char *dst, ngx_str_t *parts, ngx_uint_t n)
+{
+    u_char         md[EVP_MAX_MD_SIZE];
+    ngx_int_t      rc;
+    ngx_uint_t     i;
+    EVP_MD_CTX    *mdctx;
+    unsigned int   len;
+
+    mdctx = EVP_MD_CTX_new();
+    if (mdctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = NGX_ERROR;
+
+    if (EVP_DigestInit_ex(mdctx, EVP_sha256(), NULL) != 1) {
+        goto done;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (EVP_DigestUpdate(mdctx, parts[i].data, parts[i].len) != 1) {
+            goto done;
+        }
+    }
+
+    if (EVP_DigestFinal_ex(mdctx, md, &len) == 1 && len == 32) {
+        ngx_hex_dump(dst, md, 32);
+        rc = NGX_OK;
+    }
+
+done:
+
+    EVP_MD_CTX_free(mdctx);
+
+    return rc;
+}
+
+
+/*
+ * Called in the precontent phase until it says NGX_DECLINED (go on: this
+ * request owns the call, or the route does not dedupe).  NGX_DONE: the
+ * request waits, or was answered here.
+ */
+
+ngx_int_t
+ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_int_t                  rc;
+    ngx_http_idem_loc_conf_t  *ilcf;
+
+    switch (ctx->dedupe) {
+
+    case NGX_HTTP_IDEM_DEDUPE_NONE:
+
+        ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+        if (!ilcf->dedupe) {
+            return NGX_DECLINED;
+        }
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem dedupe: reading the body");
+
+        ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_BODY;
+
+        ctx->resume_ev.handler = ngx_http_idem_dedupe_resume;
+        ctx->resume_ev.data = ctx;
+        ctx->resume_ev.log = r->connection->log;
+
+        /* the technique of ngx_http_mirror_module's request_body */
+
+        rc = ngx_http_read_client_request_body(r, ngx_http_idem_dedupe_body);
+        if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+            return rc;
+        }
+
+        ngx_http_finalize_request(r, NGX_DONE);
+        return NGX_DONE;
+
+    case NGX_HTTP_IDEM_DEDUPE_DONE:
+        return ngx_http_idem_dedupe_answer(r, ctx);
+
+    default: /* reading the body, or waiting for the claim */
+        return NGX_DONE;
+    }
+}
+
+
+/* the pool of a request that goes while its claim is out */
+
+void
+ngx_http_idem_dedupe_cleanup(ngx_http_idem_ctx_t *ctx)
+{
+    if (ctx->claim_op != NULL) {
+        ngx_http_idem_store_cancel(ctx->claim_op);
+        ctx->claim_op = NULL;
+    }
+
+    if (ctx->resume_ev.posted) {
+        ngx_delete_posted_event(&ctx->resume_ev);
+    }
+}
+
+
+static void
+ngx_http_idem_dedupe_body(ngx_http_request_t *r)
+{
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ngx_http_idem_get_ctx(r);
+
+    r->write_event_handler = ngx_http_core_run_phases;
+
+    ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_CLAIM;
+
+    if (ngx_http_idem_dedupe_claim(r, ctx) != NGX_OK) {
+
+        /* not even sent: answered at once, from a posted event */
+
+        ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_DONE;
+        ngx_post_event(&ctx->resume_ev, &ngx_posted_events);
+    }
+}
+
+
+static ngx_int_t
+ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    u_char                     *p;
+    ngx_str_t                   argv[9];
+    ngx_msec_int_t              lease;
+    ngx_http_idem_loc_conf_t   *ilcf;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    ctx->verdict = NGX_HTTP_IDEM_INTERNAL;
+
+    p = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_SHA256_HEX_LEN + 2 * NGX_INT64_LEN
+                             + ngx_http_idem_record_arrival_len(r, ctx));
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* the lease: the directive's, else the budget and some slack */
+
+    if (ilcf->dedupe_lease) {
+        lease = ilcf->dedupe_lease;
+
+    } else if (ctx->has_deadline) {
+        lease = ngx_max(ngx_http_idem_remaining(ctx), 0)
+                + NGX_HTTP_IDEM_LEASE_SLACK;
+
+    } else {
+        lease = NGX_HTTP_IDEM_LEASE_DEFAULT;
+    }
+
+    ngx_str_set(&argv[0], "EVAL");
+    argv[1] = ngx_http_idem_claim_lua;
+    ngx_str_set(&argv[2], "1");
+    argv[3] = ctx->key;
+    argv[4] = ctx->token;
+
+    argv[5].data = p;
+    argv[5].len = NGX_HTTP_IDEM_SHA256_HEX_LEN;
+
+    if (ngx_http_idem_dedupe_digest(r, p) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    p += NGX_HTTP_IDEM_SHA256_HEX_LEN;
+
+    argv[6].data = p;
+    p = ngx_sprintf(p, "%M", (ngx_msec_t) lease);
+    argv[6].len = p - argv[6].data;
+
+    argv[7].data = p;
+    p = ngx_sprintf(p, "%M", imcf->record_ttl);
+    argv[7].len = p - argv[7].data;
+
+    argv[8].data = p;
+    p = ngx_http_idem_record_arrival(r, ctx, p, 'R');
+    argv[8].len = p - argv[8].data;
+
+    /*
+     * EVAL, not EVALSHA: Redis keeps the compiled script under its SHA1,
+     * and a restarted or failed-over Redis needs no NOSCRIPT dance.
+     */
+
+    ctx->verdict = NGX_HTTP_IDEM_UNAVAILABLE;
+
+    ctx->claim_op = ngx_http_idem_store_read(9, argv,
+                                             ngx_http_idem_dedupe_reply,
+                                             ctx, 0);
+    if (ctx->claim_op == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem dedupe: claim of \"%V\" sent", &ctx->key);
+
+    return NGX_OK;
+}
+
+
+/*
+ * SHA-256 of "<method> <uri>\n<body>".  A body that nginx spooled to a
+ * temporary file is read back from it, as nginx's own filters do.
+ */
+
+static ngx_int_t
+ngx_http_idem_dedupe_digest(ngx_http_request_t *r, u_char *hex)
+{
+    u_char        *buf, md[EVP_MAX_MD_SIZE];
+    off_t          pos;
+    size_t         size;
+    ssize_t        n;
+    ngx_int_t      rc;
+    ngx_buf_t     *b;
+    ngx_chain_t   *cl;
+    unsigned int   len;
+    EVP_MD_CTX    *mdctx;
+
+    mdctx = EVP_MD_CTX_new();
+    if (mdctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    rc = NGX_ERROR;
+    buf = NULL;
+
+    if (EVP_DigestInit_ex(mdctx, EVP_sha256(), NULL) != 1
+        || EVP_DigestUpdate(mdctx, r->method_name.data, r->method_name.len)
+           != 1
+        || EVP_DigestUpdate(mdctx, " ", 1) != 1
+        || EVP_DigestUpdate(mdctx, r->unparsed_uri.data, r->unparsed_uri.len)
+           != 1
+        || EVP_DigestUpdate(mdctx, "\n", 1) != 1)
+    {
+        goto done;
+    }
+
+    for (cl = r->request_body ? r->request_body->bufs : NULL;
+         cl;
+         cl = cl->next)
+    {
+        b = cl->buf;
+
+        if (ngx_buf_in_memory(b)) {
+            if (EVP_DigestUpdate(mdctx, b->pos, b->last - b->pos) != 1) {
+                goto done;
+            }
+
+            continue;
+        }
+
+        if (!b->in_file) {
+            continue;
+        }
+
+        if (buf == NULL) {
+            buf = ngx_palloc(r->pool, ngx_pagesize);
+            if (buf == NULL) {
+                goto done;
+            }
+        }
+
+        for (pos = b->file_pos; pos < b->file_last; pos += n) {
+            size = (size_t) ngx_min(b->file_last - pos, (off_t) ngx_pagesize);
+
+            n = ngx_read_file(b->file, buf, size, pos);
+
+            if (n != (ssize_t) size) {
+                ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                              "idem: could not read the request body back "
+                              "from \"%V\"", &b->file->name);
+                goto done;
+            }
+
+            if (EVP_DigestUpdate(mdctx, buf, n) != 1) {
+                goto done;
+            }
+        }
+    }
+
+    if (EVP_DigestFinal_ex(mdctx, md, &len) == 1 && len == 32) {
+        ngx_hex_dump(hex, md, 32);
+        rc = NGX_OK;
+    }
+
+done:
+
+    EVP_MD_CTX_free(mdctx);
+
+    return rc;
+}
+
+
+/* the claim's answer; the strings live during this call only */
+
+static void
+ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_ctx_t *ctx = data;
+
+    ngx_int_t            left, now;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    ctx->claim_op = NULL;
+    ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_DONE;
+
+    ngx_post_event(&ctx->resume_ev, &ngx_posted_events);
+
+    if (rc != NGX_OK || n == 0) {
+
+        /* the claim may have been made: the final write releases it */
+
+        ctx->verdict = NGX_HTTP_IDEM_UNAVAILABLE;
+        ctx->owner = 1;
+        return;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem dedupe: claim: \"%V\", %ui elements", &elts[0], n);
+
+    switch (elts[0].data[0]) {
+
+    case 'c':
+        ctx->verdict = NGX_HTTP_IDEM_CLAIMED;
+        return;
+
+    case 'm':
+        ctx->verdict = NGX_HTTP_IDEM_MISMATCH;
+        return;
+
+    case 'i':
+        ctx->verdict = NGX_HTTP_IDEM_IN_FLIGHT;
+
+        left = (n > 1) ? ngx_atoi(elts[1].data, elts[1].len) : NGX_ERROR;
+        ctx->claim_left = (left == NGX_ERROR) ? 0 : left;
+        return;
+
+    case 'r':
+        if (n > 1 && elts[1].len) {
+            ctx->verdict = NGX_HTTP_IDEM_REPLAY;
+
+            ctx->found.data = ngx_pstrdup(r->pool, &elts[1]);
+            if (ctx->found.data == NULL) {
+                ctx->verdict = NGX_HTTP_IDEM_INTERNAL;
+                return;
+            }
+
+            ctx->found.len = elts[1].len;
+            return;
+        }
+
+        ctx->verdict = NGX_HTTP_IDEM_NOT_STORED;
+        return;
+
+    case 'l':
+    case 'u':
+        ctx->verdict = (elts[0].data[0] == 'l') ? NGX_HTTP_IDEM_NOT_STORED
+                                                : NGX_HTTP_IDEM_OUTCOME_UNKNOWN;
+
+        /* the record goes with the 409: what the caller reconciles with */
+
+        now = (n > 1) ? ngx_atoi(elts[1].data, elts[1].len) : NGX_ERROR;
+
+        if (now == NGX_ERROR
+            || ngx_http_idem_status_json(r, &ctx->call_id, now, &elts[2],
+                                         n - 2, &ctx->found)
+               != NGX_OK)
+        {
+            ngx_str_null(&ctx->found);
+        }
+
+        return;
+
+    default:
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "idem: unexpected answer to a claim: \"%V\"",
+                      &elts[0]);
+        ctx->verdict = NGX_HTTP_IDEM_UNAVAILABLE;
+        return;
+    }
+}
+
+
+/* the request goes on where it was parked, as a write event would */
+
+static void
+ngx_http_idem_dedupe_resume(ngx_event_t *ev)
+{
+    ngx_connection_t     *c;
+    ngx_http_request_t   *r;
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ev->data;
+    r = ctx->request;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    ngx_http_core_run_phases(r);
+    ngx_http_run_posted_requests(c);
+}
+
+
+static ngx_int_t
+ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    u_char                    *p;
+    ngx_int_t                  rc;
+    ngx_str_t                  value;
+    ngx_http_idem_problem_t    problem;
+    ngx_http_idem_loc_conf_t  *ilcf;
+
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    switch (ctx->verdict) {
+
+    case NGX_HTTP_IDEM_CLAIMED:
+
+        if (!ctx->owner) {
+            ctx->owner = 1;
+            ctx->record = 1;
+            ctx->arrived = 1;       /* the claim wrote the arrival */
+
+            ngx_http_idem_count(dedupe_claims);
+        }
+
+        return NGX_DECLINED;
+
+    case NGX_HTTP_IDEM_REPLAY:
+
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idem: call \"%V\" answered from its stored answer",
+                      &ctx->call_id);
+
+        ngx_http_idem_count(dedupe_replays);
+
+        rc = ngx_http_idem_answer_replay(r, ctx, &ctx->found);
+
+        ngx_http_finalize_request(r, rc);
+        return NGX_DONE;
+
+    case NGX_HTTP_IDEM_IN_FLIGHT:
+        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_CONFLICT,
+                                  "call-in-flight", "Call in flight", NULL,
+                                  "an execution of this call id is in "
+                                  "progress; retry later or ask for its "
+                                  "status");
+        ngx_http_idem_count(dedupe_in_flight);
+        break;
+
+    case NGX_HTTP_IDEM_OUTCOME_UNKNOWN:
+        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_CONFLICT,
+                                  "call-outcome-unknown",
+                                  "Call outcome unknown", NULL,
+                                  "an execution of this call id may have "
+                                  "taken effect without an answer; it is "
+                                  "not run again: reconcile with its record");
+        problem.record = ctx->found;
+        ngx_http_idem_count(dedupe_unknown);
+        break;
+
+    case NGX_HTTP_IDEM_NOT_STORED:
+        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_CONFLICT,
+                                  "answer-not-stored", "Answer not stored",
+                                  NULL, "this call id was executed, but its "
+                                  "answer was not kept for replay");
+        problem.record = ctx->found;
+        ngx_http_idem_count(dedupe_not_stored);
+        break;
+
+    case NGX_HTTP_IDEM_MISMATCH:
+        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_IDEM_UNPROCESSABLE,
+                                  "payload-mismatch", "Call id reused",
+                                  NULL, "this call id was used with another "
+                                  "method, URI or body");
+        ngx_http_idem_count(dedupe_mismatches);
+        break;
+
+    case NGX_HTTP_IDEM_UNAVAILABLE:
+        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                  "dedupe-unavailable",
+                                  "Duplicate check unavailable", NULL,
+                                  "the call id could not be claimed: "
+                                  "nothing was forwarded");
+        ngx_http_idem_count(dedupe_unavailable);
+
+        /* a claim sent and not answered is released by the final write */
+
+        ctx->record = ctx->owner;
+        break;
+
+    default: /* NGX_HTTP_IDEM_INTERNAL */
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idem: call \"%V\": %V", &ctx->call_id, &problem.detail);
+
+    if (problem.status != NGX_HTTP_IDEM_UNPROCESSABLE) {
+        ngx_str_set(&value, "1");
+
+        if (problem.status != NGX_HTTP_CONFLICT
+            || ctx->verdict == NGX_HTTP_IDEM_IN_FLIGHT)
+        {
+            if (ngx_http_idem_dedupe_header(r, "Retry-After", &value)
+                != NGX_OK)
+            {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+        }
+    }
+
+    if (problem.status == NGX_HTTP_CONFLICT && ilcf->status_url.len) {
+        value.len = sizeof("<>; rel=\"status\"") - 1 + ilcf->status_url.len
+                    + ctx->call_id.len;
+
+        value.data = ngx_pnalloc(r->pool, value.len);
+        if (value.data == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        p = ngx_sprintf(value.data, "<%V%V>; rel=\"status\"",
+                        &ilcf->status_url, &ctx->call_id);
+        value.len = p - value.data;
+
+        if (ngx_http_idem_dedupe_header(r, "Link", &value) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    rc = ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
+
+    ngx_http_finalize_request(r, rc);
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_idem_dedupe_header(ngx_http_request_t *r, char *name,
+    ngx_str_t *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key.data = (u_char *) name;
+    h->key.len = ngx_strlen(name);
+    h->value = *value;
+    h->lowcase_key = NULL;
+
+    return NGX_OK;
+}

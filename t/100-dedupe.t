@@ -1,0 +1,846 @@
+# Duplicate suppression (idem_dedupe): one row of the README's table per
+# block, each checked against what reached the backend (util/backend.pl
+# logs every request per call id; /log/<id> shows the log).
+# Concurrency and two gateways on one Redis: t/110-dedupe-concurrency.t.
+
+use Test::Nginx::Socket 'no_plan';
+
+no_long_string();
+no_shuffle();
+check_accum_error_log();
+run_tests();
+
+__DATA__
+
+=== TEST 1: a new id is forwarded; its duplicate gets the same answer, replayed
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /d\norder=1", "POST /d\norder=1", "GET /log/dd-1"]
+--- more_headers eval
+["X-Call-Id: dd-1", "X-Call-Id: dd-1", ""]
+--- error_code eval
+[200, 200, 200]
+--- response_headers eval
+['!Idempotent-Replayed' . "\n" . 'X-Call-Id: dd-1',
+ 'Idempotent-Replayed: true' . "\n" . 'X-Call-Id: dd-1',
+ '']
+--- response_body_like eval
+['\An=1 attempt=1 deadline=- tp=00-[0-9a-f]{32}-[0-9a-f]{16}-01 method=POST body=order=1\n\z',
+ '\An=1 attempt=1 deadline=- tp=00-[0-9a-f]{32}-[0-9a-f]{16}-01 method=POST body=order=1\n\z',
+ '\An=1 [^\n]*\n\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: the replay has the first answer's status, headers and body
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        add_header X-Route d;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/created;
+    }
+    location /created {
+        default_type application/vnd.order+json;
+        add_header X-Order 42;
+        add_header Set-Cookie "s=1; Path=/";
+        add_header Cache-Control "private, max-age=5";
+        return 201 '{"order":42,"bytes":"\x00\x01\xff"}';
+    }
+--- request eval
+["PUT /d\n{}", "PUT /d\n{}"]
+--- more_headers
+X-Call-Id: dd-2
+--- error_code eval
+[201, 201]
+--- response_headers eval
+['Content-Type: application/vnd.order+json' . "\n" . 'X-Order: 42' . "\n" . 'Set-Cookie: s=1; Path=/' . "\n" . 'X-Route: d' . "\n" . 'Cache-Control: private, max-age=5' . "\n" . '!Idempotent-Replayed',
+ 'Content-Type: application/vnd.order+json' . "\n" . 'X-Order: 42' . "\n" . 'Set-Cookie: s=1; Path=/' . "\n" . 'X-Route: d' . "\n" . 'Cache-Control: private, max-age=5' . "\n" . 'Idempotent-Replayed: true' . "\n" . 'Content-Length: 35']
+--- response_body eval
+['{"order":42,"bytes":"\x00\x01\xff"}', '{"order":42,"bytes":"\x00\x01\xff"}']
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: a chunked, 40 KB answer spooled to a file is replayed byte for byte
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_buffer_size 1k;
+        proxy_buffers 2 1k;
+        proxy_busy_buffers_size 1k;
+        proxy_max_temp_file_size 1m;
+        proxy_temp_file_write_size 1k;
+        limit_rate 40k;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/big;
+    }
+    location /big {
+        echo_duplicate 4000 "0123456789";
+        echo "end";
+    }
+--- request eval
+["GET /d", "GET /d"]
+--- more_headers
+X-Call-Id: dd-3
+--- timeout: 5
+--- response_headers eval
+['!Idempotent-Replayed' . "\n" . 'Transfer-Encoding: chunked',
+ 'Idempotent-Replayed: true' . "\n" . 'Content-Length: 40004' . "\n" . '!Transfer-Encoding']
+--- response_body eval
+["0123456789" x 4000 . "end\n", "0123456789" x 4000 . "end\n"]
+--- error_log
+an upstream response is buffered to a temporary file
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: an answer larger than idem_dedupe_store_max: 409 with the record
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_store_max 16;
+        idem_status_url /_idem/calls/;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx", "GET /log/dd-4"]
+--- more_headers eval
+["X-Call-Id: dd-4", "X-Call-Id: dd-4", ""]
+--- error_code eval
+[200, 409, 200]
+--- response_headers eval
+['',
+ 'Content-Type: application/problem+json' . "\n" . 'Link: </_idem/calls/dd-4>; rel="status"' . "\n" . '!Retry-After' . "\n" . '!Idempotent-Replayed',
+ '']
+--- response_body_like eval
+["n=1 ",
+ '^\{"type":"urn:ngx-idem:problem:answer-not-stored","title":"Answer not stored","status":409,"detail":"[^"]+","call_id":"dd-4","record":\{"call_id":"dd-4",.*"state":"SUCCESS",.*"final_status":200,"executions":1,"attempts":\[\{"execution":1,"n":1,.*"outcome":"ok","sent":true,"status":200,.*\}\]\}\}$',
+ '\An=1 [^\n]*\n\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: a 503 with Retry-After is not stored: the duplicate runs again
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/503/1/3;
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx", "POST /d\nx"]
+--- more_headers
+X-Call-Id: dd-5
+--- error_code eval
+[503, 200, 200]
+--- response_headers eval
+['Retry-After: 3',
+ '!Idempotent-Replayed',
+ 'Idempotent-Replayed: true']
+--- response_body_like eval
+["failing 1", "\\An=1 .*\nn=2 [^\n]*\n\\z", "\\An=1 .*\nn=2 [^\n]*\n\\z"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: a 429 with Retry-After is not stored either
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/429/1/1;
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx"]
+--- more_headers
+X-Call-Id: dd-6
+--- error_code eval
+[429, 200]
+--- response_body_like eval
+["failing 1", "n=2 "]
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: FAILED with an answer from the upstream (500): replayed, not rerun
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/500/1;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx", "GET /log/dd-7"]
+--- more_headers eval
+["X-Call-Id: dd-7", "X-Call-Id: dd-7", ""]
+--- error_code eval
+[500, 500, 200]
+--- response_headers eval
+['!Idempotent-Replayed',
+ 'Idempotent-Replayed: true',
+ '']
+--- response_body_like eval
+["failing 1", "failing 1", '\An=1 [^\n]*\n\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: a 503 without Retry-After is an answer: replayed
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/503/1;
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx"]
+--- more_headers
+X-Call-Id: dd-8
+--- error_code eval
+[503, 503]
+--- response_headers eval
+['!Idempotent-Replayed',
+ 'Idempotent-Replayed: true']
+--- response_body_like eval
+["failing 1", "failing 1"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: the first execution sent nothing: released, the duplicate runs
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:1;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx", "GET /calls/dd-9"]
+--- more_headers eval
+["X-Call-Id: dd-9", "X-Call-Id: dd-9", ""]
+--- error_code eval
+[502, 502, 200]
+--- response_headers eval
+['!Idempotent-Replayed',
+ '!Idempotent-Replayed',
+ '']
+--- response_body_like eval
+["Bad Gateway", "Bad Gateway",
+ '"state":"FAILED",.*"executions":2,"attempts":\[\{"execution":1,"n":1,.*"outcome":"connect_error","sent":false,.*\},\{"execution":2,"n":1,.*"outcome":"connect_error","sent":false,']
+--- no_error_log
+[alert]
+
+
+
+=== TEST 10: the budget was spent before the first attempt: released
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx"]
+--- more_headers eval
+["X-Call-Id: dd-10\nX-Deadline-Ms: 0", "X-Call-Id: dd-10"]
+--- error_code eval
+[504, 200]
+--- response_body_like eval
+["deadline-exceeded", '\An=1 ']
+--- no_error_log
+[error]
+
+
+
+=== TEST 11: the same id with another body, URI or method: 422, nothing forwarded
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /d?a=1\namount=10", "POST /d?a=1\namount=11", "POST /d?a=2\namount=10",
+ "PUT /d?a=1\namount=10", "POST /d?a=1\namount=1", "POST /d?a=1\n",
+ "POST /d?a=1\namount=10", "GET /log/dd-11"]
+--- more_headers eval
+["X-Call-Id: dd-11", "X-Call-Id: dd-11", "X-Call-Id: dd-11",
+ "X-Call-Id: dd-11", "X-Call-Id: dd-11", "X-Call-Id: dd-11",
+ "X-Call-Id: dd-11", ""]
+--- error_code eval
+[200, 422, 422, 422, 422, 422, 200, 200]
+--- response_headers eval
+['',
+ 'Content-Type: application/problem+json' . "\n" . '!Link',
+ '',
+ '',
+ '',
+ '',
+ 'Idempotent-Replayed: true',
+ '']
+--- response_body_like eval
+["n=1 ",
+ '^\{"type":"urn:ngx-idem:problem:payload-mismatch","title":"Call id reused","status":422,"detail":"this call id was used with another method, URI or body","call_id":"dd-11"\}$',
+ "payload-mismatch", "payload-mismatch", "payload-mismatch",
+ "payload-mismatch", "n=1 ", '\An=1 [^\n]*\n\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 12: the first execution ended UNKNOWN: 409, never a second execution
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_status_url /_idem/calls/;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/9;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx", "POST /d\nx", "GET /log/dd-12"]
+--- more_headers eval
+["X-Call-Id: dd-12", "X-Call-Id: dd-12", "X-Call-Id: dd-12", ""]
+--- error_code eval
+[504, 409, 409, 200]
+--- response_headers eval
+['',
+ 'Link: </_idem/calls/dd-12>; rel="status"' . "\n" . '!Retry-After',
+ '',
+ '']
+--- response_body_like eval
+["Gateway",
+ '^\{"type":"urn:ngx-idem:problem:call-outcome-unknown",.*"status":409,.*"call_id":"dd-12","record":\{"call_id":"dd-12",.*"state":"UNKNOWN",.*"outcome":"timeout","sent":true,',
+ "call-outcome-unknown", '\An=1 [^\n]*\n\z']
+--- no_error_log
+[alert]
+
+
+
+=== TEST 13: in flight: 409 with Retry-After and the status Link
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    log_format dup 'DUP $upstream_status "$upstream_http_retry_after" "$upstream_http_link" "$upstream_http_content_type"';
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_status_url /_idem/calls/;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/800/9;
+    }
+    location /pair {
+        echo_location_async /first;
+        echo_sleep 0.3;
+        echo_location_async /second;
+    }
+    location /first {
+        proxy_set_header X-Call-Id dd-13;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/d;
+    }
+    location /second {
+        proxy_set_header X-Call-Id dd-13;
+        log_subrequest on;
+        access_log logs/error.log dup;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/d;
+    }
+--- request
+GET /pair
+--- response_body_like chomp
+\An=1 [^\n]*\n\{"type":"urn:ngx-idem:problem:call-in-flight","title":"Call in flight","status":409,"detail":"[^"]+","call_id":"dd-13"\}\z
+--- error_log
+DUP 409 "1" "</_idem/calls/dd-13>; rel=\x22status\x22" "application/problem+json"
+--- no_error_log
+[error]
+
+
+
+=== TEST 14: a claim older than its lease reads as UNKNOWN; the late final write still applies
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_lease 500ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1500/9;
+    }
+    location /calls/ {
+        idem_status;
+    }
+    location /pair {
+        echo_location_async /first;
+        echo_sleep 0.9;
+        echo "==";
+        echo_location_async /second;
+        echo "==";
+        echo_location_async /status;
+        echo_sleep 1.2;
+        echo "==";
+        echo_location_async /second;
+        echo "==";
+        echo_location_async /status;
+    }
+    location /first {
+        proxy_set_header X-Call-Id dd-14;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/d;
+    }
+    location /second {
+        proxy_set_header X-Call-Id dd-14;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/d;
+    }
+    location /status {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/calls/dd-14;
+    }
+--- request
+GET /pair
+--- timeout: 6
+--- response_body_like chomp
+\An=1 [^\n]*\n==\n\{"type":"urn:ngx-idem:problem:call-outcome-unknown",[^\n]*"state":"UNKNOWN",[^\n]*\}==\n\{"call_id":"dd-14",[^\n]*"state":"UNKNOWN",[^\n]*\}\n==\nn=1 [^\n]*\n==\n\{"call_id":"dd-14",[^\n]*"state":"SUCCESS",[^\n]*"executions":1,[^\n]*\}\n\z
+--- no_error_log
+[error]
+
+
+
+=== TEST 15: an empty scope value: 400, nothing claimed or forwarded
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_authorization;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx", "GET /log/dd-15"]
+--- more_headers eval
+["X-Call-Id: dd-15", "X-Call-Id: dd-15\nAuthorization: ", ""]
+--- error_code eval
+[400, 400, 200]
+--- response_headers eval
+['Content-Type: application/problem+json' . "\n" . 'X-Call-Id: dd-15',
+ '',
+ '']
+--- response_body eval
+['{"type":"urn:ngx-idem:problem:empty-dedupe-scope","title":"No scope","status":400,"detail":"the call\'s scope (who owns its id) is empty","call_id":"dd-15"}',
+ '{"type":"urn:ngx-idem:problem:empty-dedupe-scope","title":"No scope","status":400,"detail":"the call\'s scope (who owns its id) is empty","call_id":"dd-15"}',
+ ""]
+--- no_error_log
+[error]
+
+
+
+=== TEST 16: one id under two scopes is two calls; each scope replays its own
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_authorization;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx", "POST /d\nx", "POST /d\nx"]
+--- more_headers eval
+["X-Call-Id: dd-16\nAuthorization: Bearer alice",
+ "X-Call-Id: dd-16\nAuthorization: Bearer bob",
+ "X-Call-Id: dd-16\nAuthorization: Bearer alice",
+ "X-Call-Id: dd-16\nAuthorization: Bearer bob"]
+--- error_code eval
+[200, 200, 200, 200]
+--- response_headers eval
+['!Idempotent-Replayed',
+ '!Idempotent-Replayed',
+ 'Idempotent-Replayed: true',
+ 'Idempotent-Replayed: true']
+--- response_body_like eval
+['\An=1 [^\n]*\n\z', '\An=1 [^\n]*\nn=2 [^\n]*\n\z',
+ '\An=1 [^\n]*\n\z', '\An=1 [^\n]*\nn=2 [^\n]*\n\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 17: the status endpoint reads under the caller's scope only
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_authorization;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_dedupe_scope $http_authorization;
+        idem_status;
+    }
+    location /open-calls/ {
+        idem_status;
+    }
+--- request eval
+["POST /d\nx", "GET /calls/dd-17", "GET /calls/dd-17", "GET /calls/dd-17",
+ "GET /open-calls/dd-17"]
+--- more_headers eval
+["X-Call-Id: dd-17\nAuthorization: Bearer alice",
+ "Authorization: Bearer alice", "Authorization: Bearer mallory", "",
+ "Authorization: Bearer alice"]
+--- error_code eval
+[200, 200, 404, 400, 404]
+--- response_body_like eval
+["n=1 ", '"call_id":"dd-17",.*"state":"SUCCESS"', '^\{"state":"NOT_FOUND"\}$',
+ "empty-dedupe-scope", '^\{"state":"NOT_FOUND"\}$']
+--- no_error_log
+[error]
+
+
+
+=== TEST 18: a request refused by auth_request or deny claims nothing
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        auth_request /auth;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /denied {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        deny all;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location = /auth {
+        internal;
+        if ($http_x_allow) {
+            return 204;
+        }
+        return 403;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["POST /d\nx", "POST /denied\nx", "GET /calls/dd-18", "POST /d\nx",
+ "GET /calls/dd-18"]
+--- more_headers eval
+["X-Call-Id: dd-18", "X-Call-Id: dd-18", "", "X-Call-Id: dd-18\nX-Allow: 1",
+ ""]
+--- error_code eval
+[403, 403, 404, 200, 200]
+--- response_headers eval
+['X-Call-Id: dd-18',
+ 'X-Call-Id: dd-18',
+ '',
+ '',
+ '']
+--- response_body_like eval
+["Forbidden", "Forbidden", '^\{"state":"NOT_FOUND"\}$', '\An=1 [^\n]*\n\z',
+ '"state":"SUCCESS",.*"executions":1,']
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 19: Redis unavailable: 503 problem+json, nothing forwarded
+--- http_config
+    idem_redis 127.0.0.1:1 connect_timeout=100ms;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /d\nx", "GET /log/dd-19"]
+--- more_headers eval
+["X-Call-Id: dd-19", ""]
+--- error_code eval
+[503, 200]
+--- response_headers eval
+['Content-Type: application/problem+json' . "\n" . 'Retry-After: 1' . "\n" . 'X-Call-Id: dd-19',
+ '']
+--- response_body eval
+['{"type":"urn:ngx-idem:problem:dedupe-unavailable","title":"Duplicate check unavailable","status":503,"detail":"the call id could not be claimed: nothing was forwarded","call_id":"dd-19"}',
+ ""]
+--- no_error_log
+[alert]
+
+
+
+=== TEST 20: a body spooled to a temporary file is part of the digest
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        client_body_buffer_size 1k;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/200/0;
+    }
+--- request eval
+["POST /d\n" . ("a" x 5000), "POST /d\n" . ("a" x 5000),
+ "POST /d\n" . ("a" x 4999) . "b"]
+--- more_headers
+X-Call-Id: dd-20
+--- error_code eval
+[200, 200, 422]
+--- response_headers eval
+['!Idempotent-Replayed',
+ 'Idempotent-Replayed: true',
+ '']
+--- response_body_like eval
+['\An=1 ', '\An=1 ', "payload-mismatch"]
+--- error_log
+a client request body is buffered to a temporary file
+--- no_error_log
+[error]
+
+
+
+=== TEST 21: subrequests are never deduped; a route without idem_dedupe is not
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /plain {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        echo_location /sub;
+        echo_location /sub;
+    }
+    location /sub {
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request eval
+["POST /plain\nx", "POST /plain\nx", "GET /d"]
+--- more_headers eval
+["X-Call-Id: dd-21", "X-Call-Id: dd-21", "X-Call-Id: dd-21b"]
+--- response_body_like eval
+['\An=1 [^\n]*\n\z', '\An=1 [^\n]*\nn=2 [^\n]*\n\z',
+ '\An=1 [^\n]*\nn=1 [^\n]*\nn=2 [^\n]*\n\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 22: counters for every verdict
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_x_tenant;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx", "POST /d\ny", "POST /d\nx", "GET /metrics"]
+--- more_headers eval
+["X-Call-Id: dd-22\nX-Tenant: t", "X-Call-Id: dd-22\nX-Tenant: t",
+ "X-Call-Id: dd-22\nX-Tenant: t", "X-Call-Id: dd-22", ""]
+--- error_code eval
+[200, 200, 422, 400, 200]
+--- response_body_like eval
+["n=1", "n=1", "mismatch", "scope",
+ '(?s)reason="empty_scope"\} 1\n.*idem_dedupe_total\{result="claimed"\} 1\nidem_dedupe_total\{result="replayed"\} 1\nidem_dedupe_total\{result="in_flight"\} 0\nidem_dedupe_total\{result="unknown"\} 0\nidem_dedupe_total\{result="not_stored"\} 0\nidem_dedupe_total\{result="mismatch"\} 1\nidem_dedupe_total\{result="unavailable"\} 0\n']
+--- no_error_log
+[error]
+
+
+
+=== TEST 23: idem_dedupe without idem_dedupe_scope: nginx -t fails
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+    }
+--- must_die
+--- error_log
+"idem_dedupe" is on but "idem_dedupe_scope" is not set
+
+
+
+=== TEST 24: idem_dedupe without idem_redis: nginx -t fails
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+    }
+--- must_die
+--- error_log
+"idem_dedupe" is on but there is no "idem_redis" to claim call ids in
+
+
+
+=== TEST 25: a dedupe route that generates missing ids gets a warning
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        return 204;
+    }
+    location /r {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        return 204;
+    }
+--- request
+GET /d
+--- error_code: 204
+--- error_log
+"idem_dedupe" is on where missing call ids are generated
+--- no_error_log
+[error]
+
+
+
+=== TEST 26: bad values of the dedupe directives fail nginx -t
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_status_url "/calls/<x>";
+    }
+--- must_die
+--- error_log
+invalid value "/calls/<x>" in "idem_status_url" directive
+
+
+
+=== TEST 27: a lease of 0 fails nginx -t
+--- config
+    location /d {
+        idem_dedupe_lease 0;
+    }
+--- must_die
+--- error_log
+invalid value "0" in "idem_dedupe_lease" directive, it must be a time greater than 0
+
+
+
+=== TEST 28: idem_dedupe_scope twice fails nginx -t
+--- config
+    location /d {
+        idem_dedupe_scope $http_a;
+        idem_dedupe_scope off;
+    }
+--- must_die
+--- error_log
+"idem_dedupe_scope" directive is duplicate
+
+
+
+=== TEST 29: a bad store size fails nginx -t
+--- config
+    location /d {
+        idem_dedupe_store_max 10q;
+    }
+--- must_die
+--- error_log
+"idem_dedupe_store_max" directive invalid value

@@ -1,0 +1,489 @@
+# Duplicate suppression under real concurrency (idem_dedupe on):
+#
+#  1. one gateway, 50 clients sending the same call id and body at the same
+#     moment: exactly one request reaches the backend; one client gets the
+#     original 200, every other one a 409 call-in-flight (problem+json,
+#     Retry-After, Link to the status URL) or a 200 replay
+#     (Idempotent-Replayed: true) byte-identical to the original; afterwards
+#     the id replays and its record says SUCCESS with one execution;
+#  2. two gateways on one Redis: for each of 20 ids the same call is sent to
+#     both at once; exactly one of them reaches the backend (20 executions
+#     in all), the other answers 409 call-in-flight or a replay;
+#  3. a different body under a finished id: 422 payload-mismatch, and the
+#     backend still saw the call once.
+#
+# Plain Test::More: this needs two nginx instances with master processes
+# and two workers each, and many clients writing at the same moment, which
+# is outside the Test::Nginx format.  The clients are plain sockets in this
+# one process: all connected first, all requests written back to back, then
+# every answer read to EOF through IO::Select.
+
+use strict;
+use warnings;
+use Test::More;
+use IO::Socket::INET;
+use IO::Select;
+use File::Path qw(make_path remove_tree);
+use Time::HiRes qw(sleep time);
+use Cwd qw(abs_path);
+use Digest::SHA qw(sha256_hex);
+
+my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
+my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
+my $redis = $ENV{TEST_NGINX_REDIS_PORT}
+    or plan skip_all => 'TEST_NGINX_REDIS_PORT is not set (use make test)';
+my $backend = $ENV{TEST_NGINX_BACKEND_PORT}
+    or plan skip_all => 'TEST_NGINX_BACKEND_PORT is not set (use make test)';
+my $base = $ENV{TEST_NGINX_SERVER_PORT} || 1984;
+my @ports = ($base + 110, $base + 111);
+my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
+
+my $prefix = "conc:$$:";          # the Redis keys of this run only
+my $timeout = 10;                 # seconds, for every network wait
+my $clients = 50;
+my $pairs = 20;
+
+my %master;                       # port => master pid, for the cleanup
+
+END {
+    local $?;
+    stop_all();
+    system("redis-cli -p $redis --scan --pattern '$prefix*' "
+           . "| xargs -r redis-cli -p $redis del >/dev/null 2>&1")
+        if $redis;
+}
+
+start_gateway($_) for @ports;
+my ($gw_a, $gw_b) = @ports;
+
+
+# 1. one gateway, 50 clients, one id
+
+{
+    my $id = fresh_id();
+    my $body = qq({"order":"$id","qty":1});
+    my @res = send_all(map { [$gw_a, post($id, $body)] } 1 .. $clients);
+
+    is(backend_runs($id), 1, "$clients concurrent calls: the backend ran once")
+        or diag("call id $id, backend log:\n"
+                . join "\n", first_few(split /\n/, backend_log($id)));
+
+    my @orig = grep { defined $_ && is_original($_) } @res;
+    is(scalar @orig, 1, 'exactly one client got the original 200')
+        or diag("call id $id: " . summary(@res));
+    my $orig_body = @orig ? $orig[0]{body} : undef;
+
+    my @bad;
+    my %kind;
+    for my $i (0 .. $#res) {
+        my $r = $res[$i];
+        next if defined $r && @orig && $r == $orig[0];
+        my $why = duplicate_problem($r, $id, $orig_body);
+        if (defined $why) {
+            push @bad, "client $i: $why";
+        } else {
+            $kind{$r->{status} == 409 ? 'in-flight' : 'replay'}++;
+        }
+    }
+    is(scalar @bad, 0, 'every other answer is a 409 call-in-flight or an '
+                       . 'identical replay')
+        or diag(join "\n", "call id $id", first_few(@bad));
+    note(sprintf '%d in flight, %d replayed',
+                 $kind{'in-flight'} // 0, $kind{replay} // 0);
+
+    is(scalar(grep { defined $_ && ($_->{h}{'x-call-id'} // '') eq $id } @res),
+       $clients, 'every answer carries the call id');
+
+    # the original's answer is stored asynchronously: a duplicate sent the
+    # moment it arrived may still read as in flight; wait for the replay
+    my $again = settled_answer($gw_a, post($id, $body), $id);
+    ok(defined $again && $again->{status} == 200
+       && ($again->{h}{'idempotent-replayed'} // '') eq 'true'
+       && defined $orig_body && $again->{body} eq $orig_body,
+       'a later duplicate is a 200 replay with the same body')
+        or diag("call id $id: " . describe($again));
+
+    my $st = settled_status($gw_a, $id);
+    ok(defined $st && $st->{status} == 200
+       && $st->{body} =~ /"state":"SUCCESS"/
+       && $st->{body} =~ /"executions":1[,}]/,
+       'the status endpoint says SUCCESS, one execution')
+        or diag("call id $id: " . describe($st));
+
+    is(backend_runs($id), 1, 'the backend still ran once');
+
+
+    # 3. same id, different body
+
+    my $other = send_all([$gw_a, post($id, qq({"order":"$id","qty":2}))]);
+    ok(defined $other && $other->{status} == 422
+       && content_type_is_problem($other)
+       && $other->{body} =~ /"type":"urn:ngx-idem:problem:payload-mismatch"/,
+       'a different body under the same id: 422 payload-mismatch')
+        or diag("call id $id: " . describe($other));
+
+    is(backend_runs($id), 1, 'the mismatched body never reached the backend');
+}
+
+
+# 2. two gateways, one Redis
+
+{
+    my ($ok_pairs, $runs, @bad) = (0, 0);
+    my %kind;
+
+    for my $n (1 .. $pairs) {
+        my $id = fresh_id();
+        my $body = qq({"pair":$n,"id":"$id"});
+
+        # alternate which gateway is written first
+        my @gws = $n % 2 ? ($gw_a, $gw_b) : ($gw_b, $gw_a);
+        my @res = send_all(map { [$_, post($id, $body)] } @gws);
+
+        my $ran = backend_runs($id);
+        $runs += $ran;
+
+        my @orig = grep { defined $_ && is_original($_) } @res;
+        my @why;
+        push @why, "backend ran $ran times" if $ran != 1;
+        push @why, scalar(@orig) . ' originals: ' . summary(@res)
+            if @orig != 1;
+        if (@orig == 1) {
+            my ($dup) = grep { !(defined $_ && $_ == $orig[0]) } @res;
+            my $why = duplicate_problem($dup, $id, $orig[0]{body});
+            push @why, "duplicate: $why" if defined $why;
+            $kind{$dup->{status} == 409 ? 'in-flight' : 'replay'}++
+                unless defined $why;
+        }
+
+        if (@why) {
+            push @bad, "call id $id (first to :$gws[0]): " . join '; ', @why;
+        } else {
+            $ok_pairs++;
+        }
+    }
+
+    is($ok_pairs, $pairs, "two gateways, $pairs ids sent to both at once: "
+                          . 'one original, one 409 or replay, one execution')
+        or diag(join "\n", first_few(@bad));
+    is($runs, $pairs, "$pairs backend executions in all");
+    note(sprintf 'duplicates: %d in flight, %d replayed',
+                 $kind{'in-flight'} // 0, $kind{replay} // 0);
+}
+
+
+# 4. the raw scope (a credential, here) never reaches Redis: the key holds
+#    its SHA-256, and no field holds it
+
+{
+    my $id = fresh_id();
+    my $scope = "Bearer tok-$$-secret";
+    my $res = send_all([$gw_a, "POST /s HTTP/1.0\r\nHost: localhost\r\n"
+                               . "X-Call-Id: $id\r\nAuthorization: $scope\r\n"
+                               . "Content-Length: 1\r\n\r\nx"]);
+    is($res && $res->{status}, 200, 'a scoped call is forwarded');
+
+    my $want = "${prefix}s:{" . sha256_hex($scope) . ":$id}";
+    my @keys;
+    for (1 .. 100) {                  # the final write is asynchronous
+        @keys = grep { /\Q$id\E/ }
+                split /\n/, `redis-cli -p $redis --scan --pattern '$prefix*'`;
+        my $f = `redis-cli -p $redis hexists '$want' r`;
+        last if @keys && $f =~ /1/;
+        sleep 0.05;
+    }
+    is_deeply(\@keys, [$want], 'its key is s:{<SHA-256 of the scope>:<id>}');
+
+    my $dump = `redis-cli -p $redis --no-raw hgetall '$want'`;
+    like($dump, qr/"d"/, 'the record holds the claim');
+    unlike($dump . join('', @keys), qr/tok-$$-secret/,
+           'the raw scope is nowhere in Redis');
+}
+
+
+# both gateways stop cleanly and logged nothing wrong
+
+stop_all();
+
+for my $port (@ports) {
+    my $log = slurp(servroot($port) . '/logs/error.log');
+    my @lines = grep { /\[(?:alert|crit|emerg|error)\]|exited on signal/ }
+                split /\n/, $log;
+    is(scalar @lines, 0, "gateway :$port: no error, alert or crash logged")
+        or diag(join "\n", @lines);
+}
+
+done_testing();
+
+
+# --- helpers ---------------------------------------------------------------
+
+sub servroot { "$root/t/servroot-dedupe-$_[0]" }
+
+sub start_gateway {
+    my ($port) = @_;
+    my $sr = servroot($port);
+
+    remove_tree($sr);
+    make_path("$sr/conf", "$sr/logs");
+
+    my $load = join '', map { "load_module $_;\n" } @modules;
+    my $user = $> == 0 ? "user root;\n" : '';
+
+    open my $fh, '>', "$sr/conf/nginx.conf" or die "$sr/conf/nginx.conf: $!";
+    print $fh <<"CONF";
+${load}${user}worker_processes 2;
+master_process on;
+daemon on;
+error_log $sr/logs/error.log info;
+pid $sr/logs/nginx.pid;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $sr/client_body_temp;
+    proxy_temp_path $sr/proxy_temp;
+    fastcgi_temp_path $sr/fastcgi_temp;
+    uwsgi_temp_path $sr/uwsgi_temp;
+    scgi_temp_path $sr/scgi_temp;
+    idem_redis 127.0.0.1:$redis;
+    idem_key_prefix $prefix;
+    server {
+        listen 127.0.0.1:$port;
+        location /d {
+            idem on;
+            idem_call_id_missing reject;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            idem_status_url /_idem/calls/;
+            proxy_pass http://127.0.0.1:$backend/sleep/400/1;
+        }
+        location /s {
+            idem on;
+            idem_call_id_missing reject;
+            idem_dedupe on;
+            idem_dedupe_scope \$http_authorization;
+            proxy_pass http://127.0.0.1:$backend/ok;
+        }
+        location /_idem/calls/ {
+            idem_status;
+        }
+    }
+}
+CONF
+    close $fh;
+
+    my $out = `$nginx -p $sr/ -c $sr/conf/nginx.conf -e $sr/logs/error.log 2>&1`;
+    if ($?) {
+        diag($out);
+        BAIL_OUT("nginx on :$port does not start");
+    }
+
+    for (1 .. 100) {
+        last if IO::Socket::INET->new("127.0.0.1:$port");
+        sleep 0.1;
+    }
+
+    my $pid = slurp("$sr/logs/nginx.pid");
+    chomp $pid;
+    BAIL_OUT("no master pid for :$port") unless $pid =~ /^\d+$/;
+    $master{$port} = $pid;
+    pass("gateway :$port starts");
+}
+
+# QUIT every master still running and wait for it (then TERM, then KILL)
+sub stop_all {
+    for my $port (sort keys %master) {
+        my $pid = delete $master{$port};
+        kill 'QUIT', $pid;
+        for my $sig ('TERM', 'KILL', undef) {
+            for (1 .. 100) {
+                last unless kill 0, $pid;
+                sleep 0.1;
+            }
+            last unless kill 0, $pid;
+            kill $sig, $pid if defined $sig;
+        }
+    }
+}
+
+sub fresh_id {
+    my @c = ('A' .. 'Z', 'a' .. 'z', '0' .. '9', '-', '.', '_', '~', ':');
+    return "t110-$$-" . join '', map { $c[int rand @c] } 1 .. 20;
+}
+
+sub post {
+    my ($id, $body) = @_;
+    return "POST /d HTTP/1.0\r\nHost: localhost\r\nX-Call-Id: $id\r\n"
+           . "Content-Type: application/json\r\n"
+           . 'Content-Length: ' . length($body) . "\r\n\r\n$body";
+}
+
+# Sends every [port, request] at once: connects them all, writes them all,
+# then reads every answer to EOF.  Returns the parsed answers in order
+# (undef for one that could not be sent or did not finish in time).
+sub send_all {
+    my @todo = @_;
+    my (@socks, %buf, %idx);
+
+    for my $i (0 .. $#todo) {
+        $socks[$i] = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$todo[$i][0]",
+                                           Timeout => $timeout);
+    }
+    for my $i (0 .. $#todo) {
+        my $s = $socks[$i] or next;
+        my $req = $todo[$i][1];
+        if ((syswrite($s, $req) // -1) != length $req) {
+            $socks[$i] = undef;
+        }
+    }
+
+    my $sel = IO::Select->new;
+    for my $i (0 .. $#socks) {
+        next unless $socks[$i];
+        $sel->add($socks[$i]);
+        $idx{$socks[$i]} = $i;
+        $buf{$i} = '';
+    }
+
+    my (@res, %done);
+    my $end = time + $timeout;
+    while ($sel->count && time < $end) {
+        for my $s ($sel->can_read($end - time)) {
+            my $i = $idx{$s};
+            my $n = sysread($s, $buf{$i}, 65536, length $buf{$i});
+            next if defined $n && $n > 0;
+            $sel->remove($s);
+            close $s;
+            $done{$i} = 1;
+        }
+    }
+
+    for my $i (0 .. $#todo) {
+        $res[$i] = $done{$i} ? parse($buf{$i}) : undef;
+    }
+    return wantarray ? @res : $res[0];
+}
+
+sub parse {
+    my ($raw) = @_;
+    my ($head, $body) = split /\r\n\r\n/, $raw, 2;
+    return undef unless defined $body;
+    my ($line, @fields) = split /\r\n/, $head;
+    my ($status) = $line =~ m{^HTTP/1\.[01] (\d{3})} or return undef;
+    my %h;
+    for (@fields) {
+        my ($k, $v) = /^([^:]+):\s*(.*)$/ or next;
+        $k = lc $k;
+        $h{$k} = defined $h{$k} ? "$h{$k}, $v" : $v;
+    }
+    return { status => $status, h => \%h, body => $body, raw => $raw };
+}
+
+sub is_original {
+    my ($r) = @_;
+    return $r->{status} == 200 && !exists $r->{h}{'idempotent-replayed'};
+}
+
+sub content_type_is_problem {
+    my ($r) = @_;
+    return ($r->{h}{'content-type'} // '') =~ m{^application/problem\+json\s*(?:;|$)}i;
+}
+
+# undef when $r is an acceptable duplicate answer (409 call-in-flight or an
+# identical replay), else what is wrong with it
+sub duplicate_problem {
+    my ($r, $id, $orig_body) = @_;
+    return 'no answer within ' . $timeout . 's' unless defined $r;
+
+    if ($r->{status} == 409) {
+        my @why;
+        push @why, 'Content-Type is not application/problem+json'
+            unless content_type_is_problem($r);
+        push @why, 'no Retry-After' unless exists $r->{h}{'retry-after'};
+        push @why, 'Link is not </_idem/calls/<id>>; rel="status"'
+            unless ($r->{h}{link} // '') eq qq(</_idem/calls/$id>; rel="status");
+        push @why, 'body is not a call-in-flight problem'
+            unless $r->{body} =~ /"type":"urn:ngx-idem:problem:call-in-flight"/;
+        return @why ? join('; ', @why) . ': ' . describe($r) : undef;
+    }
+
+    if ($r->{status} == 200
+        && ($r->{h}{'idempotent-replayed'} // '') eq 'true')
+    {
+        return undef if defined $orig_body && $r->{body} eq $orig_body;
+        return 'replayed body differs from the original: ' . describe($r);
+    }
+
+    return 'neither 409 nor a replay: ' . describe($r);
+}
+
+# repeats the request while it answers "in flight" (the original's answer
+# may not be stored yet); returns the first other answer
+sub settled_answer {
+    my ($port, $req, $id) = @_;
+    my $end = time + $timeout;
+    while (1) {
+        my $r = send_all([$port, $req]);
+        return $r unless defined $r && $r->{status} == 409
+                         && !defined duplicate_problem($r, $id, undef)
+                         && time < $end;
+        sleep 0.05;
+    }
+}
+
+# reads the status of $id until its state is no longer RECEIVED/PROCESSING
+sub settled_status {
+    my ($port, $id) = @_;
+    my $req = "GET /_idem/calls/$id HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    my $end = time + $timeout;
+    while (1) {
+        my $r = send_all([$port, $req]);
+        return $r unless defined $r && $r->{status} == 200
+                         && $r->{body} =~ /"state":"(?:RECEIVED|PROCESSING)"/
+                         && time < $end;
+        sleep 0.05;
+    }
+}
+
+sub backend_log {
+    my ($id) = @_;
+    my $r = send_all([$backend, "GET /log/$id HTTP/1.0\r\nHost: localhost\r\n\r\n"]);
+    return defined $r && $r->{status} == 200 ? $r->{body} : '';
+}
+
+sub backend_runs {
+    my ($id) = @_;
+    return scalar grep { length } split /\n/, backend_log($id);
+}
+
+sub describe {
+    my ($r) = @_;
+    return 'no answer' unless defined $r;
+    my $raw = $r->{raw};
+    $raw = substr($raw, 0, 2000) . '...' if length $raw > 2000;
+    return "\n$raw";
+}
+
+sub summary {
+    my %n;
+    for my $r (@_) {
+        my $k = !defined $r ? 'none'
+              : $r->{status} == 200
+                ? (exists $r->{h}{'idempotent-replayed'} ? '200 replay' : '200')
+              : $r->{status};
+        $n{$k}++;
+    }
+    return join ', ', map { "$n{$_} x $_" } sort keys %n;
+}
+
+# a long list of complaints, cut to its first few
+sub first_few {
+    return @_ <= 5 ? @_ : (@_[0 .. 4], '... and ' . (@_ - 5) . ' more');
+}
+
+sub slurp {
+    my ($f) = @_;
+    open my $fh, '<', $f or return '';
+    local $/;
+    return scalar <$fh>;
+}
