@@ -46,7 +46,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 
 
 
-=== TEST 2: the replay has the first answer's status, headers and body
+=== TEST 2: the replay has the first answer's status, headers (minus hop-by-hop) and body
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config
@@ -62,6 +62,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
         add_header X-Order 42;
         add_header Set-Cookie "s=1; Path=/";
         add_header Cache-Control "private, max-age=5";
+        add_header Proxy-Authenticate 'Basic realm="x"';
         return 201 '{"order":42,"bytes":"\x00\x01\xff"}';
     }
 --- request eval
@@ -71,8 +72,8 @@ X-Call-Id: dd-2
 --- error_code eval
 [201, 201]
 --- response_headers eval
-['Content-Type: application/vnd.order+json' . "\n" . 'X-Order: 42' . "\n" . 'Set-Cookie: s=1; Path=/' . "\n" . 'X-Route: d' . "\n" . 'Cache-Control: private, max-age=5' . "\n" . '!Idempotent-Replayed',
- 'Content-Type: application/vnd.order+json' . "\n" . 'X-Order: 42' . "\n" . 'Set-Cookie: s=1; Path=/' . "\n" . 'X-Route: d' . "\n" . 'Cache-Control: private, max-age=5' . "\n" . 'Idempotent-Replayed: true' . "\n" . 'Content-Length: 35']
+['Content-Type: application/vnd.order+json' . "\n" . 'X-Order: 42' . "\n" . 'Set-Cookie: s=1; Path=/' . "\n" . 'X-Route: d' . "\n" . 'Cache-Control: private, max-age=5' . "\n" . '!Idempotent-Replayed' . "\n" . 'Proxy-Authenticate: Basic realm="x"',
+ 'Content-Type: application/vnd.order+json' . "\n" . 'X-Order: 42' . "\n" . 'Set-Cookie: s=1; Path=/' . "\n" . 'X-Route: d' . "\n" . 'Cache-Control: private, max-age=5' . "\n" . 'Idempotent-Replayed: true' . "\n" . 'Content-Length: 35' . "\n" . '!Proxy-Authenticate']
 --- response_body eval
 ['{"order":42,"bytes":"\x00\x01\xff"}', '{"order":42,"bytes":"\x00\x01\xff"}']
 --- no_error_log
@@ -93,6 +94,7 @@ X-Call-Id: dd-2
         proxy_busy_buffers_size 1k;
         proxy_max_temp_file_size 1m;
         proxy_temp_file_write_size 1k;
+        sendfile on;
         limit_rate 40k;
         proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/big;
     }
@@ -146,6 +148,37 @@ an upstream response is buffered to a temporary file
 ["n=1 ",
  '^\{"type":"urn:ngx-idem:problem:answer-not-stored","title":"Answer not stored","status":409,"detail":"[^"]+","call_id":"dd-4","record":\{"call_id":"dd-4",.*"state":"SUCCESS",.*"final_status":200,"executions":1,"attempts":\[\{"execution":1,"n":1,.*"outcome":"ok","sent":true,"status":200,.*\}\]\}\}$',
  '\An=1 [^\n]*\n\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 4b: a chunked answer (no Content-Length) that outgrows the limit: 409
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_store_max 100;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/chunks;
+    }
+    location /chunks {
+        echo_duplicate 60 "0123456789";
+        echo_flush;
+        echo_duplicate 60 "abcdefghij";
+    }
+--- request eval
+["GET /d", "GET /d"]
+--- more_headers
+X-Call-Id: dd-4b
+--- error_code eval
+[200, 409]
+--- response_headers eval
+["Transfer-Encoding: chunked", "Content-Type: application/problem+json"]
+--- response_body_like eval
+['\A(0123456789){60}(abcdefghij){60}\z', '"type":"urn:ngx-idem:problem:answer-not-stored",.*"state":"SUCCESS"']
 --- no_error_log
 [error]
 
@@ -334,6 +367,8 @@ X-Call-Id: dd-8
  "X-Call-Id: dd-11", ""]
 --- error_code eval
 [200, 422, 422, 422, 422, 422, 200, 200]
+--- raw_response_headers_like eval
+["", "^HTTP/1.1 422 Unprocessable Content\r\n", "", "", "", "", "", ""]
 --- response_headers eval
 ['',
  'Content-Type: application/problem+json' . "\n" . '!Link',
