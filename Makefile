@@ -3,7 +3,7 @@
 #   make          build build/ngx_http_idem_module.so
 #   make run      start the quickstart gateway on 127.0.0.1:8080 (Ctrl-C stops)
 #   make test     run the whole Test::Nginx suite with prove
-#   make bench    wrk: plain proxy_pass vs idem vs idem + records (ratios)
+#   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios)
 #   make asan     the suite with an ASan/UBSan build of the module
 #   make deps     install what is missing (Debian packages)
 
@@ -48,7 +48,7 @@ run: deps $(MODULE)
 test: deps $(MODULE)
 	@util/test.sh
 
-# wrk, side by side: plain proxy_pass, idem on, idem on + idem_record on
+# wrk, side by side: plain proxy_pass, idem on, + idem_record, + idem_dedupe
 bench: deps $(MODULE)
 	@util/bench.sh
 

@@ -752,6 +752,42 @@ a client request body is buffered to a temporary file
 
 
 
+=== TEST 21b: HTTP/2 clients get the same answers (nginx's grpc_pass is the h2 client)
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            client_body_buffer_size 1k;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+        }
+    }
+--- config
+    location /t {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- request eval
+["POST /t\n" . ("h" x 3000), "POST /t\n" . ("h" x 3000),
+ "POST /t\n" . ("h" x 2999) . "i"]
+--- more_headers
+X-Call-Id: dd-h2
+--- error_code eval
+[200, 200, 422]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true",
+ "Content-Type: application/problem+json"]
+--- response_body_like eval
+['\An=1 attempt=1 [^\n]* method=POST body=h{3000}\n\z',
+ '\An=1 attempt=1 [^\n]* method=POST body=h{3000}\n\z',
+ '"type":"urn:ngx-idem:problem:payload-mismatch"']
+--- no_error_log
+[error]
+
+
+
 === TEST 22: counters for every verdict
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
