@@ -313,7 +313,11 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         return NGX_HTTP_IDEM_KEEP_RELEASE;
     }
 
-    if (ctx->capture == NULL || ctx->capture_over || !ctx->capture_done) {
+    /* a 204, a 304 or an answer to HEAD has no body to wait for */
+
+    if (ctx->capture == NULL || ctx->capture_over
+        || !(ctx->capture_done || r->header_only))
+    {
         return NGX_HTTP_IDEM_KEEP_LARGE;
     }
 

@@ -482,7 +482,7 @@ ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem dedupe: claim: \"%V\", %ui elements", &elts[0], n);
 
-    switch (elts[0].data[0]) {
+    switch (elts[0].len ? elts[0].data[0] : '\0') {
 
     case 'c':
         ctx->verdict = NGX_HTTP_IDEM_CLAIMED;

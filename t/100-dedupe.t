@@ -290,6 +290,58 @@ X-Call-Id: dd-8
 
 
 
+=== TEST 8b: a 204 (no body) is replayed as well
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/nothing;
+    }
+    location /nothing {
+        add_header X-Done yes;
+        return 204;
+    }
+--- request eval
+["DELETE /d", "DELETE /d"]
+--- more_headers
+X-Call-Id: dd-8b
+--- error_code eval
+[204, 204]
+--- response_headers eval
+["X-Done: yes\n!Idempotent-Replayed", "X-Done: yes\nIdempotent-Replayed: true"]
+--- response_body eval
+["", ""]
+--- no_error_log
+[error]
+
+
+
+=== TEST 8c: an answer to HEAD is replayed to the HEAD duplicate
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request eval
+["HEAD /d", "HEAD /d"]
+--- more_headers
+X-Call-Id: dd-8c
+--- error_code eval
+[200, 200]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true"]
+--- no_error_log
+[error]
+
+
+
 === TEST 9: the first execution sent nothing: released, the duplicate runs
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
