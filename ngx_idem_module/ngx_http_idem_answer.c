@@ -2,11 +2,15 @@
 /*
  * The answer a claim's owner keeps for its duplicates, and its replay.
  *
- * It is taken where this module's filters sit in nginx's chain: before
- * gzip, charset, sub, add_header and the rest, so that a replay, sent
- * through the whole chain again, gives the client the bytes the first
- * answer gave.  Kept as "<status>\n<name>: <value>\n...\n\n<body>": names
- * and values never hold a newline (nginx refuses them from upstreams).
+ * It is taken where this module's filters sit in nginx's chain (a dynamic
+ * HTTP_FILTER module goes just before the copy filter in the module list):
+ * after not_modified, range and slice, before add_header, gzip, charset,
+ * sub, ssi and the rest, so that a replay, sent through the whole chain
+ * again, gives the client the bytes the first answer gave.  An owner's
+ * Range is ignored (RFC 9110 allows it), so that its whole answer is kept;
+ * an answer made of subrequests' output (ssi, slice, addition) is not
+ * kept.  Kept as "<status>[ <reason>]\n<name>: <value>\n...\n\n<body>":
+ * names and values never hold a newline (nginx refuses them).
  */
 
 
@@ -21,6 +25,10 @@ static ngx_int_t ngx_http_idem_answer_skip(ngx_http_idem_ctx_t *ctx,
 static ngx_int_t ngx_http_idem_answer_is(ngx_table_elt_t *h, char *name);
 static ngx_int_t ngx_http_idem_answer_append(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, u_char *data, size_t len);
+static ngx_int_t ngx_http_idem_answer_line(u_char **pos, u_char *last,
+    ngx_str_t *name, ngx_str_t *value);
+static void ngx_http_idem_answer_content_type(ngx_http_request_t *r,
+    ngx_str_t *value);
 
 
 /* not kept: hop-by-hop, computed again, or this module's own */
@@ -58,15 +66,9 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     status = r->headers_out.status;
     ctx->capture_max = ilcf->dedupe_store_max;
 
-    if (status == NGX_HTTP_SWITCHING_PROTOCOLS
-        || r->headers_out.content_length_n > (off_t) ctx->capture_max)
-    {
-        ctx->capture_over = 1;
-        return NGX_OK;
-    }
-
-    len = sizeof("999\nContent-Type: \n\n") - 1
-          + r->headers_out.content_type.len;
+    len = sizeof("999 \nContent-Type: \nContent-Length: \n\n") - 1
+          + r->headers_out.status_line.len + r->headers_out.content_type.len
+          + NGX_OFF_T_LEN;
 
     part = &r->headers_out.headers.part;
     h = part->elts;
@@ -103,6 +105,13 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         }
     }
 
+    if (status == NGX_HTTP_SWITCHING_PROTOCOLS
+        || r->headers_out.content_length_n > (off_t) ctx->capture_max)
+    {
+        ctx->capture_over = 1;
+        return NGX_OK;
+    }
+
     ctx->capture = ngx_create_temp_buf(r->pool, len
                                        + ngx_min(ctx->capture_max,
                                                  NGX_HTTP_IDEM_ANSWER_FIRST));
@@ -110,11 +119,31 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_ERROR;
     }
 
-    p = ngx_sprintf(ctx->capture->last, "%03ui\n", status);
+    r->allow_ranges = 0;
+
+    p = ngx_sprintf(ctx->capture->last, "%03ui", status);
+
+    if (r->headers_out.status_line.len > 4) {
+
+        /* the reason phrase, if the upstream gave one */
+
+        p = ngx_sprintf(p, " %*s", r->headers_out.status_line.len - 4,
+                        r->headers_out.status_line.data + 4);
+    }
+
+    *p++ = '\n';
 
     if (r->headers_out.content_type.len) {
         p = ngx_sprintf(p, "Content-Type: %V\n",
                         &r->headers_out.content_type);
+    }
+
+    if (r->method == NGX_HTTP_HEAD && r->headers_out.content_length_n >= 0) {
+
+        /* the length of the body a HEAD answer does not carry */
+
+        p = ngx_sprintf(p, "Content-Length: %O\n",
+                        r->headers_out.content_length_n);
     }
 
     part = &r->headers_out.headers.part;
@@ -191,6 +220,19 @@ ngx_http_idem_answer_body(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     size_t      size;
     ssize_t     n;
     ngx_buf_t  *b;
+
+    if (r != r->main) {
+
+        /* a subrequest's output in the answer (ssi, slice): not kept */
+
+        for ( /* void */ ; in; in = in->next) {
+            if (!r->background && ngx_buf_size(in->buf)) {
+                ctx->capture_over = 1;
+            }
+        }
+
+        return;
+    }
 
     for ( /* void */ ; in; in = in->next) {
         b = in->buf;
@@ -292,8 +334,7 @@ u_char
 ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_uint_t state, ngx_str_t *answer)
 {
-    ngx_uint_t                i;
-    ngx_http_idem_attempt_t  *a;
+    ngx_uint_t  unanswered;
 
     if (state == NGX_HTTP_IDEM_UNKNOWN) {
         return NGX_HTTP_IDEM_KEEP_UNKNOWN;
@@ -301,15 +342,7 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     /* nothing reached the upstream: the call did not happen, run it again */
 
-    a = ctx->attempts ? ctx->attempts->elts : NULL;
-
-    for (i = 0; a && i < ctx->attempts->nelts; i++) {
-        if (a[i].sent) {
-            break;
-        }
-    }
-
-    if (a == NULL || i == ctx->attempts->nelts || ctx->retry_later) {
+    if (ngx_http_idem_sent(r, ctx, &unanswered) == 0 || ctx->retry_later) {
         return NGX_HTTP_IDEM_KEEP_RELEASE;
     }
 
@@ -334,49 +367,65 @@ ngx_int_t
 ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_str_t *answer)
 {
-    u_char           *p, *last, *eol, *colon;
+    u_char           *p, *last, *headers;
+    off_t             length;
     ngx_int_t         rc, status;
+    ngx_str_t         name, value;
     ngx_buf_t        *b;
     ngx_chain_t       out;
     ngx_table_elt_t  *h;
 
-    p = answer->data;
-    last = p + answer->len;
+    last = answer->data + answer->len;
 
-    eol = ngx_strlchr(p, last, '\n');
-    if (eol == NULL) {
+    /* "<status>[ <reason>]\n" */
+
+    headers = ngx_strlchr(answer->data, last, '\n');
+
+    if (headers == NULL || headers - answer->data < 3
+        || (headers - answer->data > 3 && answer->data[3] != ' '))
+    {
         goto invalid;
     }
 
-    status = ngx_atoi(p, eol - p);
-    if (status < 100 || status > 999) {
+    status = ngx_atoi(answer->data, 3);
+    if (status < 100) {
         goto invalid;
     }
 
-    r->headers_out.status = status;
+    headers++;
 
-    for (p = eol + 1; p < last && *p != '\n'; p = eol + 1) {
+    /* checked whole first: a bad one changes nothing of the answer */
 
-        eol = ngx_strlchr(p, last, '\n');
-        colon = ngx_strlchr(p, last, ':');
+    p = headers;
 
-        if (eol == NULL || colon == NULL || colon > eol
-            || colon + 1 == eol || colon[1] != ' ')
+    do {
+        rc = ngx_http_idem_answer_line(&p, last, &name, &value);
+    } while (rc == NGX_OK);
+
+    if (rc == NGX_ERROR) {
+        goto invalid;
+    }
+
+    length = -1;
+
+    for (p = headers;
+         ngx_http_idem_answer_line(&p, last, &name, &value) == NGX_OK;
+         /* void */)
+    {
+        if (name.len == sizeof("Content-Type") - 1
+            && ngx_strncasecmp(name.data, (u_char *) "Content-Type",
+                               name.len) == 0)
         {
-            goto invalid;
+            ngx_http_idem_answer_content_type(r, &value);
+            continue;
         }
 
-        if (colon - p == sizeof("Content-Type") - 1
-            && ngx_strncasecmp(p, (u_char *) "Content-Type",
-                               sizeof("Content-Type") - 1) == 0)
+        if (name.len == sizeof("Content-Length") - 1
+            && ngx_strncasecmp(name.data, (u_char *) "Content-Length",
+                               name.len) == 0)
         {
-            /* kept apart: nginx sends it from headers_out.content_type */
-
-            r->headers_out.content_type.data = colon + 2;
-            r->headers_out.content_type.len = eol - colon - 2;
-            r->headers_out.content_type_len =
-                                        r->headers_out.content_type.len;
-            r->headers_out.content_type_lowcase = NULL;
+            /* an answer to HEAD: the length of the body it did not carry */
+            length = ngx_atoof(value.data, value.len);
             continue;
         }
 
@@ -386,27 +435,34 @@ ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         }
 
         h->hash = 1;
-        h->key.data = p;
-        h->key.len = colon - p;
-        h->value.data = colon + 2;
-        h->value.len = eol - colon - 2;
+        h->key = name;
+        h->value = value;
         h->lowcase_key = NULL;
 
-        /* what the filters look at, as the upstream module set it */
+        /* what the filters look at, as the upstream module sets it */
 
         if (ngx_http_idem_answer_is(h, "Content-Encoding")) {
             r->headers_out.content_encoding = h;
 
         } else if (ngx_http_idem_answer_is(h, "Location")) {
             r->headers_out.location = h;
+
+        } else if (ngx_http_idem_answer_is(h, "Server")) {
+            r->headers_out.server = h;
+
+        } else if (ngx_http_idem_answer_is(h, "Date")) {
+            r->headers_out.date = h;
         }
     }
 
-    if (p >= last) {
-        goto invalid;
-    }
-
     p++;
+
+    r->headers_out.status = status;
+
+    if (headers - answer->data > 4) {
+        r->headers_out.status_line.data = answer->data;
+        r->headers_out.status_line.len = headers - 1 - answer->data;
+    }
 
     h = ngx_list_push(&r->headers_out.headers);
     if (h == NULL) {
@@ -418,7 +474,7 @@ ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_str_set(&h->value, "true");
     h->lowcase_key = (u_char *) "idempotent-replayed";
 
-    r->headers_out.content_length_n = last - p;
+    r->headers_out.content_length_n = (length >= 0) ? length : last - p;
 
     ctx->replayed = 1;
 
@@ -451,4 +507,100 @@ invalid:
                   &ctx->call_id);
 
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
+}
+
+
+/*
+ * One "<name>: <value>\n" line of a stored answer; NGX_DONE at the empty
+ * line that ends them (*pos is left on it).
+ */
+
+static ngx_int_t
+ngx_http_idem_answer_line(u_char **pos, u_char *last, ngx_str_t *name,
+    ngx_str_t *value)
+{
+    u_char  *p, *eol, *colon;
+
+    p = *pos;
+
+    if (p >= last) {
+        return NGX_ERROR;
+    }
+
+    if (*p == '\n') {
+        return NGX_DONE;
+    }
+
+    eol = ngx_strlchr(p, last, '\n');
+    colon = ngx_strlchr(p, last, ':');
+
+    if (eol == NULL || colon == NULL || colon == p || colon + 1 >= eol
+        || colon[1] != ' ')
+    {
+        return NGX_ERROR;
+    }
+
+    name->data = p;
+    name->len = colon - p;
+    value->data = colon + 2;
+    value->len = eol - colon - 2;
+
+    *pos = eol + 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * Content-Type as the upstream module sets it: the type's length stops at
+ * the parameters, and a charset parameter is the charset, so that
+ * gzip_types and the like match the replay as they matched the first.
+ */
+
+static void
+ngx_http_idem_answer_content_type(ngx_http_request_t *r, ngx_str_t *value)
+{
+    u_char  *p, *last, *semicolon;
+
+    r->headers_out.content_type = *value;
+    r->headers_out.content_type_len = value->len;
+    r->headers_out.content_type_lowcase = NULL;
+
+    last = value->data + value->len;
+
+    for (p = value->data; p < last; p++) {
+
+        if (*p != ';') {
+            continue;
+        }
+
+        semicolon = p;
+
+        do {
+            p++;
+        } while (p < last && *p == ' ');
+
+        if (last - p < 8
+            || ngx_strncasecmp(p, (u_char *) "charset=", 8) != 0)
+        {
+            p--;
+            continue;
+        }
+
+        p += 8;
+
+        if (p < last && *p == '"') {
+            p++;
+        }
+
+        if (last > p && *(last - 1) == '"') {
+            last--;
+        }
+
+        r->headers_out.content_type_len = semicolon - value->data;
+        r->headers_out.charset.data = p;
+        r->headers_out.charset.len = last - p;
+
+        return;
+    }
 }

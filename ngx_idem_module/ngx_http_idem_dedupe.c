@@ -34,8 +34,8 @@
 #define NGX_HTTP_IDEM_UNAVAILABLE        6
 #define NGX_HTTP_IDEM_INTERNAL           7
 
-/* nginx 1.22 has no name for it */
-#define NGX_HTTP_IDEM_UNPROCESSABLE      422
+/* a request body read back from its file, at a time */
+#define NGX_HTTP_IDEM_READ_BACK          65536
 
 /* an unfinished claim is honoured this long past the call's budget */
 #define NGX_HTTP_IDEM_LEASE_SLACK        5000
@@ -45,8 +45,10 @@
 static void ngx_http_idem_dedupe_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_dedupe_claim(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
+static ngx_int_t ngx_http_idem_dedupe_digest_start(ngx_http_request_t *r,
+    EVP_MD_CTX *md);
 static ngx_int_t ngx_http_idem_dedupe_digest(ngx_http_request_t *r,
-    u_char *hex);
+    ngx_http_idem_ctx_t *ctx, u_char *hex);
 static void ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_dedupe_resume(ngx_event_t *ev);
@@ -203,15 +205,37 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ngx_int_t                  rc;
     ngx_http_idem_loc_conf_t  *ilcf;
 
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
     switch (ctx->dedupe) {
 
     case NGX_HTTP_IDEM_DEDUPE_NONE:
 
-        ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
-
         if (!ilcf->dedupe) {
             return NGX_DECLINED;
         }
+
+        if (ctx->arrived) {
+
+            /*
+             * Recorded in a location before this one (a redirect after an
+             * attempt): a claim now would come after the fact.
+             */
+
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "idem: call \"%V\" was recorded before it reached "
+                          "a location with \"idem_dedupe\": not forwarded",
+                          &ctx->call_id);
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        /* the claim writes the arrival: one not written yet is not */
+
+        if (ctx->arrival_ev.posted) {
+            ngx_delete_posted_event(&ctx->arrival_ev);
+        }
+
+        ctx->record = 0;
 
         ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                        "idem dedupe: reading the body");
@@ -222,10 +246,28 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         ctx->resume_ev.data = ctx;
         ctx->resume_ev.log = r->connection->log;
 
+        /*
+         * The body is hashed as it arrives (the request body filter), so
+         * that a body spooled to a file is never read back; one read
+         * before us (r->request_body) is hashed from its buffers.
+         */
+
+        if (r->request_body == NULL) {
+            ctx->md = EVP_MD_CTX_new();
+
+            if (ctx->md == NULL
+                || EVP_DigestInit_ex(ctx->md, EVP_sha256(), NULL) != 1
+                || ngx_http_idem_dedupe_digest_start(r, ctx->md) != NGX_OK)
+            {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+        }
+
         /* the technique of ngx_http_mirror_module's request_body */
 
         rc = ngx_http_read_client_request_body(r, ngx_http_idem_dedupe_body);
         if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+            ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_FAILED;
             return rc;
         }
 
@@ -235,8 +277,49 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     case NGX_HTTP_IDEM_DEDUPE_DONE:
         return ngx_http_idem_dedupe_answer(r, ctx);
 
-    default: /* reading the body, or waiting for the claim */
+    case NGX_HTTP_IDEM_DEDUPE_CLAIM:
         return NGX_DONE;
+
+    case NGX_HTTP_IDEM_DEDUPE_BODY:
+
+        /*
+         * Back here while reading: only through an error page, after the
+         * body could not be read (too large, malformed).  Nothing was
+         * claimed, so nothing may be forwarded from a dedupe location.
+         */
+
+        ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_FAILED;
+
+        /* fall through */
+
+    default: /* NGX_HTTP_IDEM_DEDUPE_FAILED */
+
+        if (!ilcf->dedupe) {
+            return NGX_DECLINED;
+        }
+
+        return r->err_status ? (ngx_int_t) r->err_status
+                             : NGX_HTTP_BAD_REQUEST;
+    }
+}
+
+
+/* the request body filter: the body goes into the digest as it arrives */
+
+void
+ngx_http_idem_dedupe_body_filter(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_chain_t *in)
+{
+    ngx_buf_t  *b;
+
+    for ( /* void */ ; in; in = in->next) {
+        b = in->buf;
+
+        if (ngx_buf_in_memory(b) && b->last > b->pos
+            && EVP_DigestUpdate(ctx->md, b->pos, b->last - b->pos) != 1)
+        {
+            ctx->md_failed = 1;
+        }
     }
 }
 
@@ -253,6 +336,11 @@ ngx_http_idem_dedupe_cleanup(ngx_http_idem_ctx_t *ctx)
 
     if (ctx->resume_ev.posted) {
         ngx_delete_posted_event(&ctx->resume_ev);
+    }
+
+    if (ctx->md != NULL) {
+        EVP_MD_CTX_free(ctx->md);
+        ctx->md = NULL;
     }
 }
 
@@ -320,7 +408,7 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     argv[5].data = p;
     argv[5].len = NGX_HTTP_IDEM_SHA256_HEX_LEN;
 
-    if (ngx_http_idem_dedupe_digest(r, p) != NGX_OK) {
+    if (ngx_http_idem_dedupe_digest(r, ctx, p) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -359,13 +447,34 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 }
 
 
+/* the digest starts with "<method> <uri>\n", the body follows */
+
+static ngx_int_t
+ngx_http_idem_dedupe_digest_start(ngx_http_request_t *r, EVP_MD_CTX *md)
+{
+    if (EVP_DigestUpdate(md, r->method_name.data, r->method_name.len) != 1
+        || EVP_DigestUpdate(md, " ", 1) != 1
+        || EVP_DigestUpdate(md, r->unparsed_uri.data, r->unparsed_uri.len)
+           != 1
+        || EVP_DigestUpdate(md, "\n", 1) != 1)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
 /*
- * SHA-256 of "<method> <uri>\n<body>".  A body that nginx spooled to a
- * temporary file is read back from it, as nginx's own filters do.
+ * SHA-256 of "<method> <uri>\n<body>", as hex.  Normally the body went
+ * into it as it arrived; a body read before this module asked for it is
+ * taken from its buffers (a file buffer read back, as nginx's own filters
+ * do).
  */
 
 static ngx_int_t
-ngx_http_idem_dedupe_digest(ngx_http_request_t *r, u_char *hex)
+ngx_http_idem_dedupe_digest(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    u_char *hex)
 {
     u_char        *buf, md[EVP_MAX_MD_SIZE];
     off_t          pos;
@@ -373,28 +482,35 @@ ngx_http_idem_dedupe_digest(ngx_http_request_t *r, u_char *hex)
     ssize_t        n;
     ngx_int_t      rc;
     ngx_buf_t     *b;
+    EVP_MD_CTX    *mdctx;
     ngx_chain_t   *cl;
     unsigned int   len;
-    EVP_MD_CTX    *mdctx;
+
+    if (ctx->md != NULL) {
+        mdctx = ctx->md;
+        ctx->md = NULL;
+
+        if (ctx->md_failed) {
+            EVP_MD_CTX_free(mdctx);
+            return NGX_ERROR;
+        }
+
+        goto final;
+    }
 
     mdctx = EVP_MD_CTX_new();
     if (mdctx == NULL) {
         return NGX_ERROR;
     }
 
-    rc = NGX_ERROR;
-    buf = NULL;
-
     if (EVP_DigestInit_ex(mdctx, EVP_sha256(), NULL) != 1
-        || EVP_DigestUpdate(mdctx, r->method_name.data, r->method_name.len)
-           != 1
-        || EVP_DigestUpdate(mdctx, " ", 1) != 1
-        || EVP_DigestUpdate(mdctx, r->unparsed_uri.data, r->unparsed_uri.len)
-           != 1
-        || EVP_DigestUpdate(mdctx, "\n", 1) != 1)
+        || ngx_http_idem_dedupe_digest_start(r, mdctx) != NGX_OK)
     {
-        goto done;
+        EVP_MD_CTX_free(mdctx);
+        return NGX_ERROR;
     }
+
+    buf = NULL;
 
     for (cl = r->request_body ? r->request_body->bufs : NULL;
          cl;
@@ -404,7 +520,7 @@ ngx_http_idem_dedupe_digest(ngx_http_request_t *r, u_char *hex)
 
         if (ngx_buf_in_memory(b)) {
             if (EVP_DigestUpdate(mdctx, b->pos, b->last - b->pos) != 1) {
-                goto done;
+                goto failed;
             }
 
             continue;
@@ -415,14 +531,15 @@ ngx_http_idem_dedupe_digest(ngx_http_request_t *r, u_char *hex)
         }
 
         if (buf == NULL) {
-            buf = ngx_palloc(r->pool, ngx_pagesize);
+            buf = ngx_palloc(r->pool, NGX_HTTP_IDEM_READ_BACK);
             if (buf == NULL) {
-                goto done;
+                goto failed;
             }
         }
 
         for (pos = b->file_pos; pos < b->file_last; pos += n) {
-            size = (size_t) ngx_min(b->file_last - pos, (off_t) ngx_pagesize);
+            size = (size_t) ngx_min(b->file_last - pos,
+                                    (off_t) NGX_HTTP_IDEM_READ_BACK);
 
             n = ngx_read_file(b->file, buf, size, pos);
 
@@ -430,25 +547,33 @@ ngx_http_idem_dedupe_digest(ngx_http_request_t *r, u_char *hex)
                 ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                               "idem: could not read the request body back "
                               "from \"%V\"", &b->file->name);
-                goto done;
+                goto failed;
             }
 
             if (EVP_DigestUpdate(mdctx, buf, n) != 1) {
-                goto done;
+                goto failed;
             }
         }
     }
+
+final:
+
+    rc = NGX_ERROR;
 
     if (EVP_DigestFinal_ex(mdctx, md, &len) == 1 && len == 32) {
         ngx_hex_dump(hex, md, 32);
         rc = NGX_OK;
     }
 
-done:
-
     EVP_MD_CTX_free(mdctx);
 
     return rc;
+
+failed:
+
+    EVP_MD_CTX_free(mdctx);
+
+    return NGX_ERROR;
 }
 
 
@@ -460,7 +585,7 @@ ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
 {
     ngx_http_idem_ctx_t *ctx = data;
 
-    ngx_int_t            left, now;
+    ngx_int_t            now;
     ngx_http_request_t  *r;
 
     r = ctx->request;
@@ -493,10 +618,13 @@ ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
         return;
 
     case 'i':
-        ctx->verdict = NGX_HTTP_IDEM_IN_FLIGHT;
 
-        left = (n > 1) ? ngx_atoi(elts[1].data, elts[1].len) : NGX_ERROR;
-        ctx->claim_left = (left == NGX_ERROR) ? 0 : left;
+        /*
+         * Retry-After stays 1: the owner usually ends long before its
+         * lease (its budget and some slack), and the Link says more
+         */
+
+        ctx->verdict = NGX_HTTP_IDEM_IN_FLIGHT;
         return;
 
     case 'r':

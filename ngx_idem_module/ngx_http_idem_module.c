@@ -16,6 +16,8 @@ static void ngx_http_idem_exit_process(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_idem_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static ngx_int_t ngx_http_idem_request_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
 static ngx_http_idem_ctx_t *ngx_http_idem_create_ctx(ngx_http_request_t *r);
 static void ngx_http_idem_cleanup(void *data);
 
@@ -295,6 +297,7 @@ ngx_module_t  ngx_http_idem_module = {
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+static ngx_http_request_body_filter_pt   ngx_http_next_request_body_filter;
 
 
 /*
@@ -404,7 +407,7 @@ ngx_http_idem_handler(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_idem_precontent_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                  rc;
+    ngx_int_t                  rc, rc2;
     ngx_http_idem_ctx_t       *ctx;
     ngx_http_idem_problem_t    problem;
     ngx_http_idem_loc_conf_t  *ilcf;
@@ -421,14 +424,16 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
-    if ((ilcf->record || ilcf->dedupe) && ctx->token.len == 0) {
+    rc = NGX_OK;
+
+    if (ilcf->record || ilcf->dedupe) {
         rc = ngx_http_idem_record_prepare(r, ctx);
 
         if (rc == NGX_ERROR) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        if (rc == NGX_DECLINED) {
+        if (rc == NGX_DECLINED && ilcf->dedupe) {
             ngx_http_idem_problem_set(r, &problem, NGX_HTTP_BAD_REQUEST,
                                       "empty-dedupe-scope", "No scope",
                                       NULL, "the call's scope (who owns "
@@ -438,12 +443,14 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
         }
     }
 
-    rc = ngx_http_idem_dedupe(r, ctx);
-    if (rc != NGX_DECLINED) {
-        return rc;
+    rc2 = ngx_http_idem_dedupe(r, ctx);
+    if (rc2 != NGX_DECLINED) {
+        return rc2;
     }
 
-    if (ngx_http_idem_record_start(r, ctx) != NGX_OK) {
+    /* a record-only route without a scope value records nothing */
+
+    if (rc == NGX_OK && ngx_http_idem_record_start(r, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -484,9 +491,23 @@ ngx_http_idem_log_handler(ngx_http_request_t *r)
 
     ctx = ngx_http_idem_get_ctx(r);
 
-    if (ctx != NULL && ctx->call_id.len) {
-        ngx_http_idem_record_finish(r, ctx);
+    if (ctx == NULL || ctx->call_id.len == 0) {
+        return NGX_OK;
     }
+
+    if (ctx->claim_op != NULL) {
+
+        /*
+         * The request ends while its claim is out (a worker shutting down,
+         * say): the claim may be made, and is released by the final write,
+         * which leaves after it on the same connection.
+         */
+
+        ctx->owner = 1;
+        ctx->record = 1;
+    }
+
+    ngx_http_idem_record_finish(r, ctx);
 
     return NGX_OK;
 }
@@ -551,17 +572,36 @@ ngx_http_idem_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
     ngx_http_idem_ctx_t  *ctx;
 
-    if (r == r->main && in != NULL) {
-        ctx = ngx_http_idem_get_ctx(r);
+    if (in == NULL) {
+        return ngx_http_next_body_filter(r, in);
+    }
 
-        if (ctx != NULL && ctx->capture != NULL && !ctx->capture_over
-            && !ctx->capture_done)
-        {
-            ngx_http_idem_answer_body(r, ctx, in);
-        }
+    ctx = ngx_http_idem_get_ctx(r);
+
+    if (ctx != NULL && ctx->capture != NULL && !ctx->capture_over
+        && !ctx->capture_done)
+    {
+        ngx_http_idem_answer_body(r, ctx, in);
     }
 
     return ngx_http_next_body_filter(r, in);
+}
+
+
+static ngx_int_t
+ngx_http_idem_request_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_idem_module);
+
+    if (ctx != NULL && ctx->md != NULL
+        && ctx->dedupe == NGX_HTTP_IDEM_DEDUPE_BODY)
+    {
+        ngx_http_idem_dedupe_body_filter(r, ctx, in);
+    }
+
+    return ngx_http_next_request_body_filter(r, in);
 }
 
 
@@ -1205,6 +1245,9 @@ ngx_http_idem_postconfiguration(ngx_conf_t *cf)
     ngx_http_next_body_filter = ngx_http_top_body_filter;
     ngx_http_top_body_filter = ngx_http_idem_body_filter;
 
+    ngx_http_next_request_body_filter = ngx_http_top_request_body_filter;
+    ngx_http_top_request_body_filter = ngx_http_idem_request_body_filter;
+
     return NGX_OK;
 }
 
@@ -1498,7 +1541,13 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         return NGX_CONF_ERROR;
     }
 
-    if (conf->dedupe && here
+    if (conf->dedupe && here && !conf->enable) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"idem_dedupe\" is on where \"idem\" is off: "
+                           "it has no effect there");
+    }
+
+    if (conf->dedupe && here && conf->enable
         && conf->call_id_missing == NGX_HTTP_IDEM_MISSING_GENERATE)
     {
         ngx_conf_log_error(NGX_LOG_WARN, cf, 0,

@@ -64,6 +64,10 @@
 #define NGX_HTTP_IDEM_DEDUPE_BODY        1   /* reading the body */
 #define NGX_HTTP_IDEM_DEDUPE_CLAIM       2   /* waiting for the claim */
 #define NGX_HTTP_IDEM_DEDUPE_DONE        3   /* the verdict is known */
+#define NGX_HTTP_IDEM_DEDUPE_FAILED      4   /* the body could not be read */
+
+/* nginx 1.22 has no name for it */
+#define NGX_HTTP_IDEM_UNPROCESSABLE      422
 
 /* what a finished owner left for its duplicates (the "k:" field) */
 #define NGX_HTTP_IDEM_KEEP_REPLAY        'R' /* the answer is stored */
@@ -212,7 +216,7 @@ typedef struct {
     ngx_http_idem_store_op_t *claim_op;
     ngx_event_t               resume_ev;
     ngx_str_t                 found;        /* an answer, or a record */
-    ngx_msec_t                claim_left;   /* an owner's lease, ms */
+    void                     *md;           /* EVP_MD_CTX: the digest */
     ngx_buf_t                *capture;      /* "status\nheaders\n\nbody" */
     size_t                    capture_max;  /* body bytes kept, at most */
     off_t                     captured;     /* body bytes seen */
@@ -226,7 +230,8 @@ typedef struct {
     unsigned                  owner:1;      /* this request holds a claim */
     unsigned                  replayed:1;   /* answered from the store */
     unsigned                  capture_done:1;   /* the whole answer */
-    unsigned                  capture_over:1;   /* too large, or a file */
+    unsigned                  capture_over:1;   /* not to be kept */
+    unsigned                  md_failed:1;
     unsigned                  retry_later:1;    /* 429/503 + Retry-After */
 } ngx_http_idem_ctx_t;
 
@@ -347,6 +352,8 @@ void ngx_http_idem_attempt_end(ngx_http_request_t *r,
 void ngx_http_idem_record_finish(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 ngx_str_t *ngx_http_idem_state_name(ngx_uint_t state);
+ngx_uint_t ngx_http_idem_sent(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_uint_t *unanswered);
 ngx_int_t ngx_http_idem_record_prepare(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 u_char *ngx_http_idem_record_arrival(ngx_http_request_t *r,
@@ -363,6 +370,8 @@ ngx_int_t ngx_http_idem_key(ngx_http_request_t *r,
 ngx_int_t ngx_http_idem_dedupe(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 void ngx_http_idem_dedupe_cleanup(ngx_http_idem_ctx_t *ctx);
+void ngx_http_idem_dedupe_body_filter(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_chain_t *in);
 ngx_int_t ngx_http_idem_sha256_hex(u_char *dst, ngx_str_t *parts,
     ngx_uint_t n);
 

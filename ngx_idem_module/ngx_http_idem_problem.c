@@ -81,8 +81,10 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
 
     r->headers_out.status = problem->status;
 
-    if (problem->status == 422) {
+    if (problem->status == NGX_HTTP_IDEM_UNPROCESSABLE) {
+
         /* nginx 1.22 has no reason phrase of its own for it */
+
         ngx_str_set(&r->headers_out.status_line, "422 Unprocessable Content");
     }
     r->headers_out.content_length_n = b->last - b->pos;

@@ -83,26 +83,58 @@ ngx_http_idem_record_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
 
 /*
- * What an execution is known by in its record: the record's key and a
- * token of its own.  NGX_DECLINED: the route has a scope, and its value is
- * empty here.
+ * What an execution is known by in its record: the record's key, after
+ * the scope of the location it is in, and a token of its own.  The key
+ * is settled again after a redirect, until the call is claimed or its
+ * arrival written.  NGX_DECLINED: the location has a scope, and its value
+ * is empty here.
  */
 
 ngx_int_t
 ngx_http_idem_record_prepare(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
     ngx_int_t                  rc;
+    ngx_str_t                  key;
     ngx_http_idem_loc_conf_t  *ilcf;
 
-    if (ctx->token.len) {
+    if (ctx->dedupe != NGX_HTTP_IDEM_DEDUPE_NONE) {
         return NGX_OK;
     }
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
-    rc = ngx_http_idem_key(r, ilcf, &ctx->call_id, &ctx->key);
+    rc = ngx_http_idem_key(r, ilcf, &ctx->call_id, &key);
     if (rc != NGX_OK) {
         return rc;
+    }
+
+    if (ctx->key.len == key.len
+        && ngx_strncmp(ctx->key.data, key.data, key.len) == 0)
+    {
+        return NGX_OK;
+    }
+
+    if (ctx->arrived) {
+
+        /* never a record split between two scopes */
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "idem: call \"%V\" is recorded under another scope "
+                      "than the one of this location", &ctx->call_id);
+        return NGX_ERROR;
+    }
+
+    /* an arrival not written yet goes under the new key, if at all */
+
+    if (ctx->arrival_ev.posted) {
+        ngx_delete_posted_event(&ctx->arrival_ev);
+    }
+
+    ctx->record = 0;
+    ctx->key = key;
+
+    if (ctx->token.len) {
+        return NGX_OK;
     }
 
     ctx->token.data = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_SPAN_ID_LEN);
@@ -267,8 +299,7 @@ ngx_http_idem_record_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 static ngx_uint_t
 ngx_http_idem_final_state(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
-    ngx_uint_t                i, status;
-    ngx_http_idem_attempt_t  *a;
+    ngx_uint_t  status, unanswered;
 
     status = r->err_status ? r->err_status : r->headers_out.status;
 
@@ -276,17 +307,63 @@ ngx_http_idem_final_state(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_HTTP_IDEM_SUCCESS;
     }
 
+    (void) ngx_http_idem_sent(r, ctx, &unanswered);
+
+    return unanswered ? NGX_HTTP_IDEM_UNKNOWN : NGX_HTTP_IDEM_FAILED;
+}
+
+
+/*
+ * How many attempts sent the request, and how many of those got no
+ * answer.  An upstream the module's balancer does not see (proxy_pass
+ * with a variable naming no upstream{}) has no attempts of the module's:
+ * nginx's own per-try states tell the same.
+ */
+
+ngx_uint_t
+ngx_http_idem_sent(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_uint_t *unanswered)
+{
+    ngx_uint_t                  i, sent;
+    ngx_http_idem_attempt_t    *a;
+    ngx_http_upstream_state_t  *state;
+
+    sent = 0;
+    *unanswered = 0;
+
     if (ctx->attempts != NULL) {
         a = ctx->attempts->elts;
 
         for (i = 0; i < ctx->attempts->nelts; i++) {
-            if (a[i].sent && a[i].status == 0) {
-                return NGX_HTTP_IDEM_UNKNOWN;
+            if (a[i].sent) {
+                sent++;
+
+                if (a[i].status == 0) {
+                    (*unanswered)++;
+                }
+            }
+        }
+
+        return sent;
+    }
+
+    if (r->upstream_states == NULL) {
+        return 0;
+    }
+
+    state = r->upstream_states->elts;
+
+    for (i = 0; i < r->upstream_states->nelts; i++) {
+        if (state[i].bytes_sent > 0) {
+            sent++;
+
+            if (state[i].header_time == (ngx_msec_t) -1) {
+                (*unanswered)++;
             }
         }
     }
 
-    return NGX_HTTP_IDEM_FAILED;
+    return sent;
 }
 
 

@@ -253,6 +253,8 @@ X-Call-Id: dd-6
 ["X-Call-Id: dd-7", "X-Call-Id: dd-7", ""]
 --- error_code eval
 [500, 500, 200]
+--- raw_response_headers_like eval
+["^HTTP/1.1 500 X\r\n", "^HTTP/1.1 500 X\r\n", ""]
 --- response_headers eval
 ['!Idempotent-Replayed',
  'Idempotent-Replayed: true',
@@ -319,7 +321,7 @@ X-Call-Id: dd-8b
 
 
 
-=== TEST 8c: an answer to HEAD is replayed to the HEAD duplicate
+=== TEST 8c: an answer to HEAD is replayed to the HEAD duplicate, with its length
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config
@@ -327,7 +329,10 @@ X-Call-Id: dd-8b
         idem on;
         idem_dedupe on;
         idem_dedupe_scope off;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/fixed;
+    }
+    location /fixed {
+        return 200 "0123456789abcdef";
     }
 --- request eval
 ["HEAD /d", "HEAD /d"]
@@ -336,7 +341,8 @@ X-Call-Id: dd-8c
 --- error_code eval
 [200, 200]
 --- response_headers eval
-["!Idempotent-Replayed", "Idempotent-Replayed: true"]
+["!Idempotent-Replayed\nContent-Length: 16",
+ "Idempotent-Replayed: true\nContent-Length: 16"]
 --- no_error_log
 [error]
 
@@ -912,11 +918,17 @@ X-Call-Id: dd-h2
         idem_call_id_missing reject;
         return 204;
     }
+    location /off {
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        return 204;
+    }
 --- request
 GET /d
 --- error_code: 204
 --- error_log
 "idem_dedupe" is on where missing call ids are generated
+"idem_dedupe" is on where "idem" is off: it has no effect there
 --- no_error_log
 [error]
 
@@ -967,3 +979,246 @@ invalid value "0" in "idem_dedupe_lease" directive, it must be a time greater th
 --- must_die
 --- error_log
 "idem_dedupe_store_max" directive invalid value
+
+
+
+=== TEST 30: a body nginx refuses (413) goes to its error page, not forwarded
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        client_max_body_size 10;
+        error_page 413 /too-large;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location = /too-large {
+        echo "too large";
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /d\n" . ("x" x 20), "GET /log/dd-30"]
+--- more_headers eval
+["X-Call-Id: dd-30", ""]
+--- error_code eval
+[413, 200]
+--- response_body eval
+["too large\n", ""]
+--- no_error_log
+[alert]
+
+
+
+=== TEST 31: the same with a chunked body: read, refused, error page
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        client_max_body_size 10;
+        error_page 413 /too-large;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location = /too-large {
+        echo "too large";
+    }
+--- raw_request eval
+"POST /d HTTP/1.1\r
+Host: localhost\r
+X-Call-Id: dd-31\r
+Transfer-Encoding: chunked\r
+Connection: close\r
+\r
+14\r
+01234567890123456789\r
+0\r
+\r
+"
+--- error_code: 413
+--- response_body
+too large
+--- no_error_log
+[alert]
+
+
+
+=== TEST 32: proxy_pass with a variable: replayed, and a timeout is UNKNOWN
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        set $b 127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+        proxy_read_timeout 300ms;
+        proxy_pass http://$b$arg_path;
+    }
+    location /log/ {
+        # a variable too: no implicit upstream{} that /d's could match
+        set $lb 127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+        proxy_pass http://$lb;
+    }
+--- request eval
+["POST /d?path=/ok\nx", "POST /d?path=/ok\nx", "GET /log/dd-32",
+ "POST /d?path=/sleep/1000/9\nx", "POST /d?path=/sleep/1000/9\nx",
+ "GET /log/dd-32b"]
+--- more_headers eval
+["X-Call-Id: dd-32", "X-Call-Id: dd-32", "",
+ "X-Call-Id: dd-32b", "X-Call-Id: dd-32b", ""]
+--- error_code eval
+[200, 200, 200, 504, 409, 200]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true", "", "", "", ""]
+--- response_body_like eval
+['\An=1 ', '\An=1 ', '\An=1 [^\n]*\n\z', "Gateway",
+ '"type":"urn:ngx-idem:problem:call-outcome-unknown",.*"state":"UNKNOWN"',
+ '\An=1 [^\n]*\n\z']
+--- error_log
+the upstream of this location is not an upstream{} block
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 33: a redirect to a location with another scope claims under that scope
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        try_files /nonexistent @app;
+    }
+    location @app {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_authorization;
+        rewrite ^ /ok break;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /t\nx", "POST /t\nx", "POST /t\nx"]
+--- more_headers eval
+["X-Call-Id: dd-33\nAuthorization: tenant-a",
+ "X-Call-Id: dd-33\nAuthorization: tenant-b",
+ "X-Call-Id: dd-33\nAuthorization: tenant-a"]
+--- response_headers eval
+["!Idempotent-Replayed", "!Idempotent-Replayed", "Idempotent-Replayed: true"]
+--- response_body_like eval
+['\An=1 [^\n]*\n\z', '\An=1 [^\n]*\nn=2 [^\n]*\n\z', '\An=1 [^\n]*\n\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 34: a replay goes through gzip as the first answer did
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        gzip on;
+        gzip_types text/plain;
+        gzip_min_length 1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/txt;
+    }
+    location /txt {
+        default_type "text/plain; charset=utf-8";
+        return 200 "hello hello hello hello\n";
+    }
+--- request eval
+["GET /d", "GET /d"]
+--- more_headers
+X-Call-Id: dd-34
+Accept-Encoding: gzip
+--- response_headers eval
+["Content-Encoding: gzip\nContent-Type: text/plain; charset=utf-8\n!Idempotent-Replayed",
+ "Content-Encoding: gzip\nContent-Type: text/plain; charset=utf-8\nIdempotent-Replayed: true"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 35: an owner's Range is ignored, so that its whole answer is kept
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_force_ranges on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/fixed;
+    }
+    location /fixed {
+        return 200 "0123456789";
+    }
+--- request eval
+["GET /d", "GET /d"]
+--- more_headers eval
+["X-Call-Id: dd-35\nRange: bytes=2-4", "X-Call-Id: dd-35"]
+--- error_code eval
+[200, 200]
+--- response_body eval
+["0123456789", "0123456789"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 36: a scope inherited by a record-only route: an empty value records nothing, no 400
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    idem_dedupe_scope $http_authorization;
+    location /r {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_dedupe_scope off;
+        idem_status;
+    }
+--- request eval
+["POST /r\nx", "GET /calls/dd-36", "POST /r\nx", "GET /calls/dd-36"]
+--- more_headers eval
+["X-Call-Id: dd-36", "", "X-Call-Id: dd-36", ""]
+--- error_code eval
+[200, 404, 200, 404]
+--- no_error_log
+[error]
+
+
+
+=== TEST 37: a 503 with Retry-After over the store limit is released too
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_store_max 1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/503/1/2;
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx"]
+--- more_headers
+X-Call-Id: dd-37
+--- error_code eval
+[503, 200]
+--- response_body_like eval
+["failing 1", "n=2 "]
+--- no_error_log
+[error]
