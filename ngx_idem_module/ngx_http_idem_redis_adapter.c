@@ -199,13 +199,28 @@ ngx_http_idem_redis_read_handler(ngx_event_t *rev)
     c = rev->data;
     ac = c->data;
 
+    if (c->close && (ac->c.flags & REDIS_CONNECTED)) {
+
+        /*
+         * worker_shutdown_timeout expired: nginx closes every connection,
+         * and the requests it ends now write their final states (and
+         * release their claims).  This one stays until the store has
+         * drained, which has a bound of its own (redis.c), or until the
+         * worker's exit closes it.
+         */
+
+        c->close = 0;
+        c->error = 0;
+        return;
+    }
+
     if (c->close || c->error) {
 
         /*
-         * worker_shutdown_timeout expired (c->close), or an event could not
-         * be armed (c->error): once connected, the context is freed and its
-         * owner hears of it through the disconnect callback; before that,
-         * the owner's connect timer ends it.
+         * An event could not be armed (c->error), or the shutdown timeout
+         * came while connecting: once connected, the context is freed and
+         * its owner hears of it through the disconnect callback; before
+         * that, the owner's connect timer ends it.
          */
 
         if (ac->c.flags & REDIS_CONNECTED) {
