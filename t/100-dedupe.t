@@ -1222,3 +1222,36 @@ X-Call-Id: dd-37
 ["failing 1", "n=2 "]
 --- no_error_log
 [error]
+
+
+
+=== TEST 38: a body read before the dedupe location is hashed from its buffers
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    client_body_buffer_size 1k;
+    location /a {
+        echo_read_request_body;
+        echo_exec @d;
+    }
+    location @d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        rewrite ^ /ok break;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /a\n" . ("m" x 3000), "POST /a\n" . ("m" x 3000),
+ "POST /a\n" . ("m" x 2999) . "n"]
+--- more_headers
+X-Call-Id: dd-38
+--- error_code eval
+[200, 200, 422]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true", ""]
+--- response_body_like eval
+['\An=1 attempt=1 [^\n]* body=m{3000}\n\z', '\An=1 attempt=1 [^\n]* body=m{3000}\n\z',
+ "payload-mismatch"]
+--- no_error_log
+[error]
