@@ -22,7 +22,6 @@
 
 static ngx_int_t ngx_http_idem_answer_skip(ngx_http_idem_ctx_t *ctx,
     ngx_table_elt_t *h);
-static ngx_int_t ngx_http_idem_answer_is(ngx_table_elt_t *h, char *name);
 static ngx_int_t ngx_http_idem_answer_append(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, u_char *data, size_t len);
 static ngx_int_t ngx_http_idem_answer_line(u_char **pos, u_char *last,
@@ -47,6 +46,15 @@ static ngx_str_t  ngx_http_idem_answer_skipped[] = {
     ngx_string("Idempotent-Replayed"),
     ngx_null_string
 };
+
+
+static ngx_str_t  ngx_http_idem_retry_after = ngx_string("Retry-After");
+static ngx_str_t  ngx_http_idem_content_encoding =
+    ngx_string("Content-Encoding");
+static ngx_str_t  ngx_http_idem_location = ngx_string("Location");
+static ngx_str_t  ngx_http_idem_server = ngx_string("Server");
+static ngx_str_t  ngx_http_idem_date = ngx_string("Date");
+static ngx_str_t  ngx_http_idem_replayed = ngx_string("true");
 
 
 /* the owner's answer starts: its status and headers */
@@ -93,7 +101,7 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
         if ((status == NGX_HTTP_TOO_MANY_REQUESTS
              || status == NGX_HTTP_SERVICE_UNAVAILABLE)
-            && ngx_http_idem_answer_is(&h[i], "Retry-After"))
+            && ngx_http_idem_header_named(&h[i], &ngx_http_idem_retry_after))
         {
             ctx->retry_later = 1;
             ctx->capture_over = 1;
@@ -182,32 +190,15 @@ ngx_http_idem_answer_skip(ngx_http_idem_ctx_t *ctx, ngx_table_elt_t *h)
     ngx_str_t  *name;
 
     for (name = ngx_http_idem_answer_skipped; name->len; name++) {
-        if (ngx_http_idem_answer_is(h, (char *) name->data)) {
+        if (ngx_http_idem_header_named(h, name)) {
             return 1;
         }
     }
 
     /* the ids are set again on every answer */
 
-    return (h->key.len == ctx->call_id_header->name.len
-            && ngx_strncasecmp(h->key.data, ctx->call_id_header->name.data,
-                               h->key.len) == 0)
-           || (h->key.len == ctx->trace_id_header->name.len
-               && ngx_strncasecmp(h->key.data,
-                                  ctx->trace_id_header->name.data,
-                                  h->key.len) == 0);
-}
-
-
-static ngx_int_t
-ngx_http_idem_answer_is(ngx_table_elt_t *h, char *name)
-{
-    size_t  len;
-
-    len = ngx_strlen(name);
-
-    return h->key.len == len
-           && ngx_strncasecmp(h->key.data, (u_char *) name, len) == 0;
+    return ngx_http_idem_header_named(h, &ctx->call_id_header->name)
+           || ngx_http_idem_header_named(h, &ctx->trace_id_header->name);
 }
 
 
@@ -441,16 +432,16 @@ ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
         /* what the filters look at, as the upstream module sets it */
 
-        if (ngx_http_idem_answer_is(h, "Content-Encoding")) {
+        if (ngx_http_idem_header_named(h, &ngx_http_idem_content_encoding)) {
             r->headers_out.content_encoding = h;
 
-        } else if (ngx_http_idem_answer_is(h, "Location")) {
+        } else if (ngx_http_idem_header_named(h, &ngx_http_idem_location)) {
             r->headers_out.location = h;
 
-        } else if (ngx_http_idem_answer_is(h, "Server")) {
+        } else if (ngx_http_idem_header_named(h, &ngx_http_idem_server)) {
             r->headers_out.server = h;
 
-        } else if (ngx_http_idem_answer_is(h, "Date")) {
+        } else if (ngx_http_idem_header_named(h, &ngx_http_idem_date)) {
             r->headers_out.date = h;
         }
     }
@@ -464,15 +455,12 @@ ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         r->headers_out.status_line.len = headers - 1 - answer->data;
     }
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
+    if (ngx_http_idem_add_response_header(r, "Idempotent-Replayed",
+                                          &ngx_http_idem_replayed)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Idempotent-Replayed");
-    ngx_str_set(&h->value, "true");
-    h->lowcase_key = (u_char *) "idempotent-replayed";
 
     r->headers_out.content_length_n = (length >= 0) ? length : last - p;
 

@@ -54,8 +54,6 @@ static void ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc,
 static void ngx_http_idem_dedupe_resume(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_dedupe_answer(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
-static ngx_int_t ngx_http_idem_dedupe_header(ngx_http_request_t *r,
-    char *name, ngx_str_t *value);
 
 
 /*
@@ -67,19 +65,10 @@ static ngx_int_t ngx_http_idem_dedupe_header(ngx_http_request_t *r,
  */
 
 static ngx_str_t  ngx_http_idem_claim_lua = ngx_string(
+    NGX_HTTP_IDEM_LUA_RECORD
     "local k = KEYS[1]\n"
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "local function record(v)\n"
-    "  local h = redis.call('HGETALL', k)\n"
-    "  local out = {v, string.format('%.0f', now)}\n"
-    "  for i = 1, #h, 2 do\n"
-    "    if h[i] ~= 'r' then\n"
-    "      out[#out + 1] = h[i]\n"
-    "      out[#out + 1] = h[i + 1]\n"
-    "    end\n"
-    "  end\n"
-    "  return out\n"
+    "  return fields({v, string.format('%.0f', now)})\n"
     "end\n"
     "local v = redis.call('HMGET', k, 'd', 'o')\n"
     "if v[1] and v[1] ~= ARGV[2] then return {'mismatch'} end\n"
@@ -231,11 +220,7 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
         /* the claim writes the arrival: one not written yet is not */
 
-        if (ctx->arrival_ev.posted) {
-            ngx_delete_posted_event(&ctx->arrival_ev);
-        }
-
-        ctx->record = 0;
+        ngx_http_idem_record_unstart(ctx);
 
         ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                        "idem dedupe: reading the body");
@@ -794,7 +779,7 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         if (problem.status != NGX_HTTP_CONFLICT
             || ctx->verdict == NGX_HTTP_IDEM_IN_FLIGHT)
         {
-            if (ngx_http_idem_dedupe_header(r, "Retry-After", &value)
+            if (ngx_http_idem_add_response_header(r, "Retry-After", &value)
                 != NGX_OK)
             {
                 return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -815,7 +800,7 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                         &ilcf->status_url, &ctx->call_id);
         value.len = p - value.data;
 
-        if (ngx_http_idem_dedupe_header(r, "Link", &value) != NGX_OK) {
+        if (ngx_http_idem_add_response_header(r, "Link", &value) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
     }
@@ -824,25 +809,4 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ngx_http_finalize_request(r, rc);
     return NGX_DONE;
-}
-
-
-static ngx_int_t
-ngx_http_idem_dedupe_header(ngx_http_request_t *r, char *name,
-    ngx_str_t *value)
-{
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    h->key.data = (u_char *) name;
-    h->key.len = ngx_strlen(name);
-    h->value = *value;
-    h->lowcase_key = NULL;
-
-    return NGX_OK;
 }

@@ -21,8 +21,6 @@ static ngx_table_elt_t *ngx_http_idem_push(ngx_list_t *list,
     ngx_http_idem_header_t *name, ngx_str_t *value);
 static void ngx_http_idem_hide_response_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
-static ngx_inline ngx_uint_t ngx_http_idem_response_header_is(
-    ngx_table_elt_t *h, ngx_http_idem_header_t *name);
 
 
 ngx_int_t
@@ -478,9 +476,9 @@ ngx_http_idem_hide_response_headers(ngx_http_request_t *r,
         }
 
         if (h[i].hash != 0
-            && (ngx_http_idem_response_header_is(&h[i], ctx->call_id_header)
-                || ngx_http_idem_response_header_is(&h[i],
-                                                    ctx->trace_id_header)))
+            && (ngx_http_idem_header_named(&h[i], &ctx->call_id_header->name)
+                || ngx_http_idem_header_named(&h[i],
+                                              &ctx->trace_id_header->name)))
         {
             h[i].hash = 0;
         }
@@ -490,11 +488,32 @@ ngx_http_idem_hide_response_headers(ngx_http_request_t *r,
 
 /* answer headers may lack lowcase_key: the names are compared */
 
-static ngx_inline ngx_uint_t
-ngx_http_idem_response_header_is(ngx_table_elt_t *h,
-    ngx_http_idem_header_t *name)
+ngx_uint_t
+ngx_http_idem_header_named(ngx_table_elt_t *h, ngx_str_t *name)
 {
-    return h->key.len == name->name.len
-           && ngx_strncasecmp(h->key.data, name->name.data, name->name.len)
-              == 0;
+    return h->key.len == name->len
+           && ngx_strncasecmp(h->key.data, name->data, name->len) == 0;
+}
+
+
+/* a header of an answer the module makes itself */
+
+ngx_int_t
+ngx_http_idem_add_response_header(ngx_http_request_t *r, char *name,
+    ngx_str_t *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    h->key.data = (u_char *) name;
+    h->key.len = ngx_strlen(name);
+    h->value = *value;
+    h->lowcase_key = NULL;
+
+    return NGX_OK;
 }

@@ -77,6 +77,26 @@
 
 #define NGX_HTTP_IDEM_SHA256_HEX_LEN     64
 
+/*
+ * Lua shared by the claim (dedupe.c) and the status read (status.c): "now"
+ * by Redis's clock, unix ms, and fields(out), which appends the record's
+ * fields to out, all but the stored answer.
+ */
+#define NGX_HTTP_IDEM_LUA_RECORD                                             \
+    "local t = redis.call('TIME')\n"                                         \
+    "local now = tonumber(t[1]) * 1000"                                      \
+    " + math.floor(tonumber(t[2]) / 1000)\n"                                 \
+    "local function fields(out)\n"                                           \
+    "  local h = redis.call('HGETALL', KEYS[1])\n"                           \
+    "  for i = 1, #h, 2 do\n"                                                \
+    "    if h[i] ~= 'r' then\n"                                              \
+    "      out[#out + 1] = h[i]\n"                                           \
+    "      out[#out + 1] = h[i + 1]\n"                                       \
+    "    end\n"                                                              \
+    "  end\n"                                                                \
+    "  return out\n"                                                         \
+    "end\n"
+
 /* "PREFIX-" + unix ms (13 digits until 2286) + "-" + 8 hex + "-" + node */
 #define NGX_HTTP_IDEM_PREFIXED_FIXED_LEN (1 + 13 + 1 + 8 + 1)
 
@@ -328,6 +348,9 @@ ngx_int_t ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t grpc);
 ngx_int_t ngx_http_idem_set_response_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
+ngx_uint_t ngx_http_idem_header_named(ngx_table_elt_t *h, ngx_str_t *name);
+ngx_int_t ngx_http_idem_add_response_header(ngx_http_request_t *r,
+    char *name, ngx_str_t *value);
 
 /* ngx_http_idem_deadline.c */
 ngx_int_t ngx_http_idem_deadline_init(ngx_http_request_t *r,
@@ -356,6 +379,7 @@ ngx_uint_t ngx_http_idem_sent(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t *unanswered);
 ngx_int_t ngx_http_idem_record_prepare(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
+void ngx_http_idem_record_unstart(ngx_http_idem_ctx_t *ctx);
 u_char *ngx_http_idem_record_arrival(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, u_char *p, u_char state);
 size_t ngx_http_idem_record_arrival_len(ngx_http_request_t *r,

@@ -18,9 +18,9 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
     size_t            len;
     u_char           *p;
     ngx_int_t         rc;
+    ngx_str_t         value;
     ngx_buf_t        *b;
     ngx_chain_t       out;
-    ngx_table_elt_t  *cc;
 
     rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK) {
@@ -87,6 +87,7 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
 
         ngx_str_set(&r->headers_out.status_line, "422 Unprocessable Content");
     }
+
     r->headers_out.content_length_n = b->last - b->pos;
     ngx_str_set(&r->headers_out.content_type, "application/problem+json");
     r->headers_out.content_type_len = r->headers_out.content_type.len;
@@ -94,15 +95,13 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
 
     /* an answer about this one call: never cached */
 
-    cc = ngx_list_push(&r->headers_out.headers);
-    if (cc == NULL) {
+    ngx_str_set(&value, "no-store");
+
+    if (ngx_http_idem_add_response_header(r, "Cache-Control", &value)
+        != NGX_OK)
+    {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    cc->hash = 1;
-    ngx_str_set(&cc->key, "Cache-Control");
-    ngx_str_set(&cc->value, "no-store");
-    cc->lowcase_key = (u_char *) "cache-control";
 
     rc = ngx_http_send_header(r);
 

@@ -126,11 +126,7 @@ ngx_http_idem_record_prepare(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     /* an arrival not written yet goes under the new key, if at all */
 
-    if (ctx->arrival_ev.posted) {
-        ngx_delete_posted_event(&ctx->arrival_ev);
-    }
-
-    ctx->record = 0;
+    ngx_http_idem_record_unstart(ctx);
     ctx->key = key;
 
     if (ctx->token.len) {
@@ -152,6 +148,19 @@ ngx_http_idem_record_prepare(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ctx->created_ms = ngx_http_idem_unix_ms();
 
     return NGX_OK;
+}
+
+
+/* recording is not started after all: an arrival not written is not */
+
+void
+ngx_http_idem_record_unstart(ngx_http_idem_ctx_t *ctx)
+{
+    if (ctx->arrival_ev.posted) {
+        ngx_delete_posted_event(&ctx->arrival_ev);
+    }
+
+    ctx->record = 0;
 }
 
 

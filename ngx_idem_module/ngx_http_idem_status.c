@@ -64,17 +64,8 @@ static ngx_int_t ngx_http_idem_status_send(ngx_http_request_t *r,
  */
 
 static ngx_str_t  ngx_http_idem_status_lua = ngx_string(
-    "local t = redis.call('TIME')\n"
-    "local h = redis.call('HGETALL', KEYS[1])\n"
-    "local out = {t[1] .. string.format('%03d', "
-    "math.floor(tonumber(t[2]) / 1000))}\n"
-    "for i = 1, #h, 2 do\n"
-    "  if h[i] ~= 'r' then\n"
-    "    out[#out + 1] = h[i]\n"
-    "    out[#out + 1] = h[i + 1]\n"
-    "  end\n"
-    "end\n"
-    "return out\n");
+    NGX_HTTP_IDEM_LUA_RECORD
+    "return fields({string.format('%.0f', now)})\n");
 
 
 char *
@@ -695,11 +686,10 @@ static ngx_int_t
 ngx_http_idem_status_send(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *body)
 {
-    ngx_int_t         rc;
-    ngx_buf_t        *b;
-    ngx_str_t         text;
-    ngx_chain_t       out;
-    ngx_table_elt_t  *h;
+    ngx_int_t     rc;
+    ngx_buf_t    *b;
+    ngx_str_t     text, value;
+    ngx_chain_t   out;
 
     if (body != NULL) {
         text = *body;
@@ -713,27 +703,22 @@ ngx_http_idem_status_send(ngx_http_request_t *r, ngx_uint_t status,
         ngx_http_idem_count(status_unknown);
 
         ngx_str_set(&text, "{\"state\":\"UNKNOWN\"}\n");
+        ngx_str_set(&value, "1");
 
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
+        if (ngx_http_idem_add_response_header(r, "Retry-After", &value)
+            != NGX_OK)
+        {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
-
-        h->hash = 1;
-        ngx_str_set(&h->key, "Retry-After");
-        ngx_str_set(&h->value, "1");
-        h->lowcase_key = (u_char *) "retry-after";
     }
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
+    ngx_str_set(&value, "no-store");
+
+    if (ngx_http_idem_add_response_header(r, "Cache-Control", &value)
+        != NGX_OK)
+    {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Cache-Control");
-    ngx_str_set(&h->value, "no-store");
-    h->lowcase_key = (u_char *) "cache-control";
 
     r->headers_out.status = status;
     r->headers_out.content_length_n = text.len;
