@@ -5,6 +5,7 @@
 #   make test     run the whole Test::Nginx suite with prove
 #   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios)
 #   make asan     the suite with an ASan/UBSan build of the module
+#   make fuzz     the libFuzzer targets (fuzz/), FUZZ_SECONDS each
 #   make deps     install what is missing (Debian packages)
 
 SHELL       := /bin/bash
@@ -21,7 +22,21 @@ DEB_CFLAGS  := -g -O2 -fstack-protector-strong -Wformat \
 # extra compiler flags, e.g. IDEM_CFLAGS=-fsanitize=address (see make asan)
 IDEM_CFLAGS ?=
 
-.PHONY: all deps run test asan bench clean
+# libFuzzer targets (fuzz/): clang with ASan and UBSan, seeds in fuzz/corpus
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 8
+FUZZ_TARGETS ?= call_id deadline retry_after answer status redis_reply
+FUZZ_BUILD   := $(BUILD)/fuzz
+FUZZ_COMMON  := fuzz/ngx_http_idem_fuzz.c fuzz/ngx_http_idem_fuzz_core.c
+FUZZ_CFLAGS  := -g -O1 -fno-omit-frame-pointer \
+                -fsanitize=fuzzer,address,undefined \
+                -fno-sanitize-recover=all -Wall -Wno-unused-function -Werror
+FUZZ_INCS    := $(addprefix -I $(NGINX_SRC)/src/,core event event/modules \
+                    os/unix http http/modules http/v2) \
+                -I ngx_idem_module -I fuzz -I $(BUILD)
+FUZZ_LIBS    := -lhiredis -luuid -lcrypto -lpcre2-8
+
+.PHONY: all deps run test asan bench fuzz fuzz-build clean
 
 all: $(MODULE)
 
@@ -55,6 +70,20 @@ bench: deps $(MODULE)
 # the suite again, with the module built with AddressSanitizer and UBSan
 asan: deps
 	@util/asan.sh
+
+# each target FUZZ_SECONDS over its seeds; any crash, leak or report fails
+fuzz: fuzz-build
+	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) \
+	    util/fuzz.sh $(FUZZ_TARGETS)
+
+fuzz-build:
+	@IDEM_FUZZ=1 util/deps.sh
+	@$(MAKE) --no-print-directory $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
+
+$(FUZZ_BUILD)/%: fuzz/ngx_http_idem_fuzz_%.c $(FUZZ_COMMON) fuzz/*.h \
+                 $(SOURCES) $(BUILD)/Makefile
+	@mkdir -p $(FUZZ_BUILD)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INCS) -o $@ $< $(FUZZ_COMMON) $(FUZZ_LIBS)
 
 clean:
 	rm -rf $(BUILD) $(CURDIR)/build-asan t/servroot*

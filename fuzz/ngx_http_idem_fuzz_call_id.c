@@ -1,0 +1,298 @@
+
+/*
+ * Fuzz target: the call id and trace id a client sends (X-Call-Id,
+ * X-Trace-Id, traceparent), from the walk over the request headers to the
+ * ids the call gets, and the 400 problem+json a bad one gets.
+ *
+ * Input: a flags byte (bit 0: idem_call_id_missing reject, bit 1: the
+ * prefixed generator, bits 2-3: which idem_call_id_pattern), a byte of
+ * idem_call_id_max_length (0: 128), then request headers, one a line: the
+ * line's first byte picks the name, the rest is the value.
+ */
+
+
+#include "ngx_http_idem_call_id.c"
+#include "ngx_http_idem_headers.c"
+#include "ngx_http_idem_problem.c"
+
+#include "ngx_http_idem_fuzz.h"
+
+
+#define NGX_HTTP_IDEM_FUZZ_PATTERNS  4
+
+
+static ngx_uint_t ngx_http_idem_fuzz_traceparent(ngx_str_t *v);
+static ngx_uint_t ngx_http_idem_fuzz_lower_hex(u_char *p, size_t len,
+    ngx_uint_t nonzero);
+
+
+static char  *ngx_http_idem_fuzz_names_in[] = {
+    "X-Call-Id", "X-Trace-Id", "traceparent", "x-call-id", "X-TRACE-ID",
+    "X-Call-Id-Source", "X-Call-Attempt", "X-Other"
+};
+
+/* idem_call_id_pattern values (index 0: none) */
+static char  *ngx_http_idem_fuzz_patterns[NGX_HTTP_IDEM_FUZZ_PATTERNS] = {
+    NULL, "^[a-z0-9-]{8,64}$", "^ord-[0-9]+$", "[.:]"
+};
+
+static pcre2_code  *ngx_http_idem_fuzz_re[NGX_HTTP_IDEM_FUZZ_PATTERNS];
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    int                          err;
+    size_t                       max;
+    u_char                      *tp;
+    PCRE2_SIZE                   off;
+    ngx_int_t                    rc;
+    ngx_str_t                    line, value, *cv, *tv, *pv;
+    ngx_uint_t                   flags, i, pattern, call_ok, trace_ok;
+    ngx_uint_t                   ncall, ntrace, nparent;
+    pcre2_match_data            *md;
+    ngx_http_idem_fuzz_t         fz;
+    ngx_http_idem_problem_t      problem;
+    ngx_http_idem_inbound_t      in;
+    ngx_http_idem_fuzz_input_t   input;
+
+    for (i = 1; i < NGX_HTTP_IDEM_FUZZ_PATTERNS; i++) {
+        if (ngx_http_idem_fuzz_re[i] == NULL) {
+            ngx_http_idem_fuzz_re[i] = pcre2_compile(
+                (PCRE2_SPTR) ngx_http_idem_fuzz_patterns[i],
+                PCRE2_ZERO_TERMINATED, 0, &err, &off, NULL);
+
+            if (ngx_http_idem_fuzz_re[i] == NULL) {
+                ngx_http_idem_fuzz_abort("pcre2_compile");
+            }
+        }
+    }
+
+    if (ngx_http_idem_fuzz_init(&fz, data, size, &input) != NGX_OK) {
+        ngx_http_idem_fuzz_abort("init");
+    }
+
+    ngx_http_idem_fuzz_names(&fz);
+
+    flags = ngx_http_idem_fuzz_byte(&input);
+    max = ngx_http_idem_fuzz_byte(&input);
+
+    fz.ilcf->call_id_missing = (flags & 1) ? NGX_HTTP_IDEM_MISSING_REJECT
+                                           : NGX_HTTP_IDEM_MISSING_GENERATE;
+    fz.ilcf->call_id_generator = (flags & 2)
+                                 ? NGX_HTTP_IDEM_GENERATOR_PREFIXED
+                                 : NGX_HTTP_IDEM_GENERATOR_UUID;
+    fz.ilcf->call_id_max_length = max ? max : 128;
+
+    pattern = (flags >> 2) & 3;
+    fz.ilcf->call_id_pattern = ngx_http_idem_fuzz_re[pattern];
+
+    if (pattern) {
+        fz.ilcf->call_id_pattern_src.data =
+                             (u_char *) ngx_http_idem_fuzz_patterns[pattern];
+        fz.ilcf->call_id_pattern_src.len =
+                             ngx_strlen(ngx_http_idem_fuzz_patterns[pattern]);
+    }
+
+    /* the headers, and what SPEC says of them (the last copy counts) */
+
+    ncall = 0;
+    ntrace = 0;
+    nparent = 0;
+    cv = NULL;
+    tv = NULL;
+    pv = NULL;
+
+    while (input.pos < input.last) {
+        ngx_http_idem_fuzz_line(&input, &line);
+
+        i = line.len ? line.data[0] & 7 : 7;
+
+        value.data = line.len ? line.data + 1 : line.data;
+        value.len = line.len ? line.len - 1 : 0;
+
+        if (ngx_http_idem_fuzz_header(&fz, &fz.request->headers_in.headers,
+                                      ngx_http_idem_fuzz_names_in[i], &value)
+            != NGX_OK)
+        {
+            ngx_http_idem_fuzz_abort("no memory");
+        }
+
+        if (i == 0 || i == 3) {
+            ncall++;
+            cv = &((ngx_table_elt_t *)
+                   fz.request->headers_in.headers.last->elts)
+                  [fz.request->headers_in.headers.last->nelts - 1].value;
+
+        } else if (i == 1 || i == 4) {
+            ntrace++;
+            tv = &((ngx_table_elt_t *)
+                   fz.request->headers_in.headers.last->elts)
+                  [fz.request->headers_in.headers.last->nelts - 1].value;
+
+        } else if (i == 2) {
+            nparent++;
+            pv = &((ngx_table_elt_t *)
+                   fz.request->headers_in.headers.last->elts)
+                  [fz.request->headers_in.headers.last->nelts - 1].value;
+        }
+    }
+
+    ngx_http_idem_scan_request(fz.request, fz.ilcf, &in);
+
+    ngx_http_idem_fuzz_assert(in.call_id_count == ncall);
+    ngx_http_idem_fuzz_assert(in.trace_id_count == ntrace);
+    ngx_http_idem_fuzz_assert(in.traceparent_count == nparent);
+
+    call_ok = (ncall == 0 && !(flags & 1))
+              || (ncall == 1
+                  && ngx_http_idem_fuzz_id_valid(cv,
+                                            fz.ilcf->call_id_max_length));
+
+    if (call_ok && ncall == 1 && pattern) {
+        md = pcre2_match_data_create_from_pattern(
+                                         ngx_http_idem_fuzz_re[pattern], NULL);
+        if (md == NULL) {
+            ngx_http_idem_fuzz_abort("no memory");
+        }
+
+        call_ok = pcre2_match(ngx_http_idem_fuzz_re[pattern], cv->data,
+                              cv->len, 0, 0, md, NULL) >= 0;
+
+        pcre2_match_data_free(md);
+    }
+
+    trace_ok = ntrace == 0
+               || (ntrace == 1
+                   && ngx_http_idem_fuzz_id_valid(tv,
+                                             fz.ilcf->call_id_max_length));
+
+    ngx_memzero(&problem, sizeof(ngx_http_idem_problem_t));
+
+    rc = ngx_http_idem_resolve_ids(fz.request, fz.ilcf, &in, fz.ctx,
+                                   &problem);
+
+    ngx_http_idem_fuzz_assert(rc == NGX_OK || rc == NGX_DECLINED);
+    ngx_http_idem_fuzz_assert((rc == NGX_OK) == (call_ok && trace_ok));
+
+    /* the call id: the client's, byte for byte, or a gateway one */
+
+    if (call_ok && ncall == 1) {
+        ngx_http_idem_fuzz_assert(fz.ctx->source
+                                  == NGX_HTTP_IDEM_SOURCE_CLIENT);
+        ngx_http_idem_fuzz_assert(fz.ctx->call_id.data == cv->data
+                                  && fz.ctx->call_id.len == cv->len);
+
+    } else {
+        ngx_http_idem_fuzz_assert(fz.ctx->source
+                                  == NGX_HTTP_IDEM_SOURCE_GATEWAY);
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_id_valid(
+                                      &fz.ctx->call_id, 255));
+    }
+
+    /* the trace id: the client's, the traceparent's, or a new one */
+
+    if (trace_ok && ntrace == 1) {
+        ngx_http_idem_fuzz_assert(fz.ctx->trace_id.data == tv->data
+                                  && fz.ctx->trace_id.len == tv->len);
+
+    } else if (ntrace == 0 && nparent == 1
+               && ngx_http_idem_fuzz_traceparent(pv))
+    {
+        ngx_http_idem_fuzz_assert(fz.ctx->trace_id.len == 32
+                                  && fz.ctx->trace_id.data == pv->data + 3);
+
+    } else {
+        ngx_http_idem_fuzz_assert(fz.ctx->trace_id.len == 32
+                                  && ngx_http_idem_fuzz_lower_hex(
+                                         fz.ctx->trace_id.data, 32, 1));
+    }
+
+    tp = (pv != NULL) ? ngx_http_idem_traceparent_trace_id(pv) : NULL;
+
+    ngx_http_idem_fuzz_assert((tp != NULL)
+                              == (pv != NULL
+                                  && ngx_http_idem_fuzz_traceparent(pv)));
+
+    if (cv != NULL) {
+        ngx_http_idem_fuzz_assert(
+            (ngx_http_idem_check_charset(cv) == NGX_OK)
+            == (cv->len == 0 || ngx_http_idem_fuzz_id_valid(cv, cv->len)));
+    }
+
+    /* a refused call: 400, problem+json that parses */
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_idem_fuzz_assert(problem.status == NGX_HTTP_BAD_REQUEST);
+
+        rc = ngx_http_idem_send_problem(fz.request, &problem,
+                                        &fz.ctx->call_id);
+
+        ngx_http_idem_fuzz_assert(rc == NGX_OK);
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.status
+                                  == NGX_HTTP_BAD_REQUEST);
+        ngx_http_idem_fuzz_assert(
+            fz.request->headers_out.content_length_n
+            == (off_t) ngx_http_idem_fuzz_answer.body.len);
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_json(
+                                      ngx_http_idem_fuzz_answer.body.data,
+                                      ngx_http_idem_fuzz_answer.body.len));
+    }
+
+    ngx_http_idem_fuzz_done(&fz);
+
+    return 0;
+}
+
+
+/* W3C Trace Context, level 1: what a valid traceparent is */
+
+static ngx_uint_t
+ngx_http_idem_fuzz_traceparent(ngx_str_t *v)
+{
+    u_char  *p;
+
+    p = v->data;
+
+    if (v->len < 55
+        || !ngx_http_idem_fuzz_lower_hex(p, 2, 0)
+        || ngx_strncmp(p, "ff", 2) == 0
+        || p[2] != '-' || p[35] != '-' || p[52] != '-'
+        || !ngx_http_idem_fuzz_lower_hex(p + 3, 32, 1)
+        || !ngx_http_idem_fuzz_lower_hex(p + 36, 16, 1)
+        || !ngx_http_idem_fuzz_lower_hex(p + 53, 2, 0))
+    {
+        return 0;
+    }
+
+    /* version 00 is exactly 55 bytes; a later one may go on after a '-' */
+
+    if (ngx_strncmp(p, "00", 2) == 0) {
+        return v->len == 55;
+    }
+
+    return v->len == 55 || p[55] == '-';
+}
+
+
+static ngx_uint_t
+ngx_http_idem_fuzz_lower_hex(u_char *p, size_t len, ngx_uint_t nonzero)
+{
+    size_t      i;
+    ngx_uint_t  zero;
+
+    zero = 1;
+
+    for (i = 0; i < len; i++) {
+        if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+        {
+            return 0;
+        }
+
+        if (p[i] != '0') {
+            zero = 0;
+        }
+    }
+
+    return !(nonzero && zero);
+}
