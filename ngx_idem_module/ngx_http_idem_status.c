@@ -288,6 +288,7 @@ ngx_int_t
 ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out)
 {
+    char                            *sep;
     u_char                          *p, *v, *last;
     size_t                           len;
     uint64_t                         updated;
@@ -498,6 +499,10 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
     p = ngx_http_idem_json_number(p, ",\"final_status", fs);
     p = ngx_sprintf(p, ",\"executions\":%ui,\"attempts\":[", execs.nelts);
 
+    /* an attempt whose value is damaged is left out, commas follow */
+
+    sep = "";
+
     for (i = 0; i < na; i++) {
 
         if (ngx_http_idem_status_split(&a[i].value, parts, 6) != 6) {
@@ -505,7 +510,8 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
         }
 
         p = ngx_sprintf(p, "%s{\"execution\":%ui,\"n\":%ui",
-                        i ? "," : "", a[i].exec->index, a[i].n);
+                        sep, a[i].exec->index, a[i].n);
+        sep = ",";
         p = ngx_http_idem_json_number(p, ",\"start_ms", &parts[0]);
         p = ngx_http_idem_json_number(p, ",\"duration_ms", &parts[1]);
         p = ngx_http_idem_json_string(p, ",\"outcome", &parts[2]);
@@ -648,7 +654,11 @@ ngx_http_idem_json_number(u_char *p, char *name, ngx_str_t *value)
 
     p = ngx_sprintf(p, "%s\":", name);
 
-    if (value == NULL || value->len == 0) {
+    /* JSON has no leading zeros: "007" from a damaged record is no number */
+
+    if (value == NULL || value->len == 0
+        || (value->len > 1 && value->data[0] == '0'))
+    {
         return ngx_cpymem(p, "null", 4);
     }
 
