@@ -225,6 +225,13 @@ ngx_create_temp_buf(ngx_pool_t *pool, size_t size)
 }
 
 
+ngx_chain_t *
+ngx_alloc_chain_link(ngx_pool_t *pool)
+{
+    return ngx_palloc(pool, sizeof(ngx_chain_t));
+}
+
+
 ngx_array_t *
 ngx_array_create(ngx_pool_t *p, ngx_uint_t n, size_t size)
 {
@@ -1221,3 +1228,15 @@ ngx_http_upstream_get_round_robin_peer(ngx_peer_connection_t *pc,
     ngx_http_idem_fuzz_unreached("ngx_http_upstream_get_round_robin_peer");
     return NGX_ERROR;
 }
+
+
+#if (NGX_HAVE_FIONBIO)
+
+int
+ngx_nonblocking(ngx_socket_t s)
+{
+    ngx_http_idem_fuzz_unreached("ngx_nonblocking");
+    return -1;
+}
+
+#endif
