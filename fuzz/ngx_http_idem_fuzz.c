@@ -124,6 +124,11 @@ ngx_http_idem_fuzz_init(ngx_http_idem_fuzz_t *fz, const uint8_t *data,
         return NGX_ERROR;
     }
 
+    /* nginx's modules have no conf here: a use of one is a NULL */
+
+    ngx_http_core_module.ctx_index = 1;
+    ngx_http_upstream_module.ctx_index = 2;
+
     r->main_conf[ngx_http_idem_module.ctx_index] = fz->imcf;
     r->loc_conf[ngx_http_idem_module.ctx_index] = fz->ilcf;
     r->ctx[ngx_http_idem_module.ctx_index] = fz->ctx;

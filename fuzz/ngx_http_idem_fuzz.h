@@ -46,7 +46,6 @@ typedef struct {
 typedef struct {
     ngx_uint_t                   header_sent;
     ngx_uint_t                   status;
-    off_t                        body_len;
     ngx_int_t                    finalized;   /* rc, -100: not called */
     ngx_str_t                    body;        /* copied, pool memory */
 } ngx_http_idem_fuzz_answer_t;

@@ -1048,7 +1048,6 @@ ngx_http_output_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
         a->body.data = p;
         a->body.len += size;
-        a->body_len += size;
     }
 
     return NGX_OK;
