@@ -2,7 +2,9 @@
 /*
  * Fuzz target: the call id and trace id a client sends (X-Call-Id,
  * X-Trace-Id, traceparent), from the walk over the request headers to the
- * ids the call gets, and the 400 problem+json a bad one gets.
+ * ids the call gets, and the 400 problem+json a bad one gets; for a call
+ * let through, the headers the upstream gets: the module's own, once, and
+ * none of the client's copies of them.
  *
  * Input: a flags byte (bit 0: idem_call_id_missing reject, bit 1: the
  * prefixed generator, bits 2-3: which idem_call_id_pattern), a byte of
@@ -12,6 +14,7 @@
 
 
 #include "ngx_http_idem_call_id.c"
+#include "ngx_http_idem_deadline.c"
 #include "ngx_http_idem_headers.c"
 #include "ngx_http_idem_problem.c"
 
@@ -19,16 +22,22 @@
 
 
 #define NGX_HTTP_IDEM_FUZZ_PATTERNS  4
+#define NGX_HTTP_IDEM_FUZZ_NAMES     12
 
 
+static void ngx_http_idem_fuzz_upstream(ngx_http_idem_fuzz_t *fz,
+    ngx_http_idem_inbound_t *in, ngx_uint_t *before);
+static ngx_table_elt_t *ngx_http_idem_fuzz_find(ngx_http_request_t *r,
+    char *name, ngx_uint_t *n);
 static ngx_uint_t ngx_http_idem_fuzz_traceparent(ngx_str_t *v);
 static ngx_uint_t ngx_http_idem_fuzz_lower_hex(u_char *p, size_t len,
     ngx_uint_t nonzero);
 
 
-static char  *ngx_http_idem_fuzz_names_in[] = {
+static char  *ngx_http_idem_fuzz_names_in[NGX_HTTP_IDEM_FUZZ_NAMES] = {
     "X-Call-Id", "X-Trace-Id", "traceparent", "x-call-id", "X-TRACE-ID",
-    "X-Call-Id-Source", "X-Call-Attempt", "X-Other"
+    "X-Call-Id-Source", "X-Call-Attempt", "X-Other", "X-Deadline-Ms",
+    "grpc-timeout", "x-call-attempt", "X-Call-Ids"
 };
 
 /* idem_call_id_pattern values (index 0: none) */
@@ -50,6 +59,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_str_t                    line, value, *cv, *tv, *pv;
     ngx_uint_t                   flags, i, pattern, call_ok, trace_ok;
     ngx_uint_t                   ncall, ntrace, nparent;
+    ngx_uint_t                   before[NGX_HTTP_IDEM_FUZZ_NAMES];
     pcre2_match_data            *md;
     ngx_http_idem_fuzz_t         fz;
     ngx_http_idem_problem_t      problem;
@@ -96,6 +106,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* the headers, and what SPEC says of them (the last copy counts) */
 
+    ngx_memzero(before, sizeof(before));
+
     ncall = 0;
     ntrace = 0;
     nparent = 0;
@@ -106,7 +118,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     while (input.pos < input.last) {
         ngx_http_idem_fuzz_line(&input, &line);
 
-        i = line.len ? line.data[0] & 7 : 7;
+        i = line.len ? (line.data[0] & 15) % NGX_HTTP_IDEM_FUZZ_NAMES : 7;
 
         value.data = line.len ? line.data + 1 : line.data;
         value.len = line.len ? line.len - 1 : 0;
@@ -117,6 +129,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         {
             ngx_http_idem_fuzz_abort("no memory");
         }
+
+        before[i]++;
 
         if (i == 0 || i == 3) {
             ncall++;
@@ -220,6 +234,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             == (cv->len == 0 || ngx_http_idem_fuzz_id_valid(cv, cv->len)));
     }
 
+    /* a call let through, with the budget it asks for, goes upstream */
+
+    if (rc == NGX_OK
+        && ngx_http_idem_deadline_init(fz.request, fz.ilcf, &in, fz.ctx,
+                                       &problem)
+           == NGX_OK)
+    {
+        ngx_http_idem_fuzz_upstream(&fz, &in, before);
+    }
+
     /* a refused call: 400, problem+json that parses */
 
     if (rc == NGX_DECLINED) {
@@ -242,6 +266,121 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_http_idem_fuzz_done(&fz);
 
     return 0;
+}
+
+
+/*
+ * SPEC: the upstream gets the call id and trace id once each, the module's
+ * X-Call-Id-Source, X-Call-Attempt, traceparent and deadline header once
+ * each (the last two when they apply), no client copy of any of these, and
+ * every other header as the client sent it.
+ */
+
+static void
+ngx_http_idem_fuzz_upstream(ngx_http_idem_fuzz_t *fz,
+    ngx_http_idem_inbound_t *in, ngx_uint_t *before)
+{
+    u_char              *p;
+    ngx_uint_t           n, tp;
+    ngx_table_elt_t     *h;
+    ngx_http_request_t  *r;
+
+    r = fz->request;
+
+    ngx_http_idem_fuzz_assert(ngx_http_idem_inject(r, fz->ilcf, in, fz->ctx)
+                              == NGX_OK);
+
+    h = ngx_http_idem_fuzz_find(r, "X-Call-Id", &n);
+    ngx_http_idem_fuzz_assert(n == 1
+                              && h->value.len == fz->ctx->call_id.len
+                              && ngx_memcmp(h->value.data,
+                                            fz->ctx->call_id.data,
+                                            h->value.len) == 0);
+
+    h = ngx_http_idem_fuzz_find(r, "X-Trace-Id", &n);
+    ngx_http_idem_fuzz_assert(n == 1
+                              && h->value.len == fz->ctx->trace_id.len
+                              && ngx_memcmp(h->value.data,
+                                            fz->ctx->trace_id.data,
+                                            h->value.len) == 0);
+
+    h = ngx_http_idem_fuzz_find(r, "X-Call-Id-Source", &n);
+    ngx_http_idem_fuzz_assert(n == 1);
+    ngx_http_idem_fuzz_assert(
+        fz->ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT
+        ? h->value.len == 6 && ngx_strncmp(h->value.data, "client", 6) == 0
+        : h->value.len == 7 && ngx_strncmp(h->value.data, "gateway", 7) == 0);
+
+    h = ngx_http_idem_fuzz_find(r, "X-Call-Attempt", &n);
+    ngx_http_idem_fuzz_assert(n == 1 && h->value.len == 1
+                              && h->value.data[0] == '1');
+
+    /* a traceparent exactly for a trace id that can be a W3C one */
+
+    tp = fz->ctx->trace_id.len == 32
+         && ngx_http_idem_fuzz_lower_hex(fz->ctx->trace_id.data, 32, 1);
+
+    h = ngx_http_idem_fuzz_find(r, "traceparent", &n);
+    ngx_http_idem_fuzz_assert(n == tp);
+
+    if (tp) {
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_traceparent(&h->value));
+        ngx_http_idem_fuzz_assert(h->value.len == 55
+                                  && ngx_memcmp(h->value.data + 3,
+                                                fz->ctx->trace_id.data, 32)
+                                     == 0);
+    }
+
+    h = ngx_http_idem_fuzz_find(r, "X-Deadline-Ms", &n);
+    ngx_http_idem_fuzz_assert(n == (fz->ctx->has_deadline ? 1 : 0));
+
+    if (n) {
+        for (p = h->value.data; p < h->value.data + h->value.len; p++) {
+            ngx_http_idem_fuzz_assert(*p >= '0' && *p <= '9');
+        }
+    }
+
+    ngx_http_idem_fuzz_find(r, "grpc-timeout", &n);
+    ngx_http_idem_fuzz_assert(n == 0);
+
+    /* the rest passes untouched */
+
+    ngx_http_idem_fuzz_find(r, "X-Other", &n);
+    ngx_http_idem_fuzz_assert(n == before[7]);
+
+    ngx_http_idem_fuzz_find(r, "X-Call-Ids", &n);
+    ngx_http_idem_fuzz_assert(n == before[11]);
+}
+
+
+/* the last of the request headers of that name (any case), and how many */
+
+static ngx_table_elt_t *
+ngx_http_idem_fuzz_find(ngx_http_request_t *r, char *name, ngx_uint_t *n)
+{
+    size_t            len;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h, *found;
+
+    len = ngx_strlen(name);
+    found = NULL;
+    *n = 0;
+
+    for (part = &r->headers_in.headers.part; part; part = part->next) {
+        h = part->elts;
+
+        for (i = 0; i < part->nelts; i++) {
+            if (h[i].key.len == len
+                && ngx_strncasecmp(h[i].key.data, (u_char *) name, len) == 0)
+            {
+                found = &h[i];
+                (*n)++;
+            }
+        }
+    }
+
+    return found;
 }
 
 
