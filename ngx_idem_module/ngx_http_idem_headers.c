@@ -242,7 +242,7 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     }
 
     if (in->call_id == NULL
-        && ngx_http_idem_push(list, ctx->call_id_header, &ctx->call_id)
+        && ngx_http_idem_push(list, ctx->call_id_header, &ctx->call_id_echo)
            == NULL)
     {
         return NGX_ERROR;
@@ -434,10 +434,17 @@ ngx_http_idem_set_response_headers(ngx_http_request_t *r,
 
     ngx_http_idem_hide_response_headers(r, ctx);
 
-    h = ngx_http_idem_push(&r->headers_out.headers, ctx->call_id_header,
-                           &ctx->call_id);
-    if (h == NULL) {
-        return NGX_ERROR;
+    /*
+     * The call id in the form the client sent it.  A client whose own id
+     * was refused gets none: it could take a gateway id for its own.
+     */
+
+    if (!ctx->call_id_refused) {
+        h = ngx_http_idem_push(&r->headers_out.headers, ctx->call_id_header,
+                               &ctx->call_id_echo);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
     }
 
     h = ngx_http_idem_push(&r->headers_out.headers, ctx->trace_id_header,

@@ -71,6 +71,13 @@ static ngx_conf_enum_t  ngx_http_idem_generators[] = {
 };
 
 
+static ngx_conf_enum_t  ngx_http_idem_forms[] = {
+    { ngx_string("token"), NGX_HTTP_IDEM_FORM_TOKEN },
+    { ngx_string("string"), NGX_HTTP_IDEM_FORM_STRING },
+    { ngx_null_string, 0 }
+};
+
+
 static ngx_conf_bitmask_t  ngx_http_idem_retry_on[] = {
     { ngx_string("error"), NGX_HTTP_UPSTREAM_FT_ERROR },
     { ngx_string("timeout"), NGX_HTTP_UPSTREAM_FT_TIMEOUT },
@@ -119,6 +126,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idem_loc_conf_t, call_id_generator),
       &ngx_http_idem_generators },
+
+    { ngx_string("idem_call_id_form"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, call_id_form),
+      &ngx_http_idem_forms },
 
     { ngx_string("idem_call_id_prefix"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -1404,6 +1418,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->enable = NGX_CONF_UNSET;
     ilcf->call_id_missing = NGX_CONF_UNSET_UINT;
     ilcf->call_id_generator = NGX_CONF_UNSET_UINT;
+    ilcf->call_id_form = NGX_CONF_UNSET_UINT;
     ilcf->call_id_max_length = NGX_CONF_UNSET_UINT;
 
 #if (NGX_PCRE)
@@ -1460,6 +1475,8 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->call_id_generator,
                               prev->call_id_generator,
                               NGX_HTTP_IDEM_GENERATOR_UUID);
+    ngx_conf_merge_uint_value(conf->call_id_form, prev->call_id_form,
+                              NGX_HTTP_IDEM_FORM_TOKEN);
     ngx_conf_merge_str_value(conf->call_id_prefix, prev->call_id_prefix,
                              "gw");
     ngx_conf_merge_uint_value(conf->call_id_max_length,

@@ -22,6 +22,10 @@
 #define NGX_HTTP_IDEM_GENERATOR_UUID     0
 #define NGX_HTTP_IDEM_GENERATOR_PREFIXED 1
 
+/* how generated call ids are written: bare, or as an RFC 8941 String */
+#define NGX_HTTP_IDEM_FORM_TOKEN         0
+#define NGX_HTTP_IDEM_FORM_STRING        1
+
 #define NGX_HTTP_IDEM_SOURCE_CLIENT      0
 #define NGX_HTTP_IDEM_SOURCE_GATEWAY     1
 
@@ -140,6 +144,7 @@ typedef struct {
 
     ngx_uint_t                call_id_missing;
     ngx_uint_t                call_id_generator;
+    ngx_uint_t                call_id_form;
     ngx_str_t                 call_id_prefix;
     ngx_uint_t                call_id_max_length;
 
@@ -189,7 +194,8 @@ typedef struct {
 
 /* Per-request state; it survives internal redirects (see module.c). */
 typedef struct {
-    ngx_str_t                 call_id;
+    ngx_str_t                 call_id;      /* the id itself */
+    ngx_str_t                 call_id_echo; /* as the header carries it */
     ngx_str_t                 trace_id;
     ngx_uint_t                source;
     ngx_uint_t                attempt;
@@ -242,6 +248,7 @@ typedef struct {
     off_t                     captured;     /* body bytes seen */
 
     unsigned                  has_deadline:1;
+    unsigned                  call_id_refused:1;  /* the client's, invalid */
     unsigned                  deadline_expired:1;
     unsigned                  balanced:1;   /* the balancer is wrapped */
     unsigned                  expire_after_backoff:1;
@@ -332,6 +339,8 @@ ngx_int_t ngx_http_idem_generate_call_id(ngx_http_request_t *r,
 ngx_int_t ngx_http_idem_generate_trace_id(ngx_pool_t *pool, ngx_str_t *id);
 void ngx_http_idem_random_hex(u_char *dst, size_t len);
 ngx_int_t ngx_http_idem_check_charset(ngx_str_t *value);
+ngx_int_t ngx_http_idem_parse_sf_string(ngx_str_t *value, ngx_str_t *content,
+    u_char *err, size_t size);
 size_t ngx_http_idem_generated_length(ngx_http_idem_loc_conf_t *ilcf,
     ngx_str_t *node_id);
 

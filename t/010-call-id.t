@@ -156,7 +156,7 @@ GET /back
 
 
 
-=== TEST 7: a space is rejected, nothing is forwarded
+=== TEST 7: a space is rejected, nothing is forwarded, no gateway id in the client's header
 --- config
     location /t {
         idem on;
@@ -170,11 +170,12 @@ GET /t
 --- more_headers
 X-Call-Id: a b
 --- error_code: 400
---- response_headers_like
-Content-Type: application/problem\+json
-X-Call-Id: [0-9a-f-]{36}
-X-Trace-Id: [0-9a-f]{32}
+--- response_headers
+Content-Type: application/problem+json
 Cache-Control: no-store
+!X-Call-Id
+--- raw_response_headers_like chomp
+X-Trace-Id: [0-9a-f]{32}\r\n
 --- response_body_like chomp
 ^\{"type":"urn:ngx-idem:problem:invalid-call-id","title":"Invalid call id","status":400,"detail":"header X-Call-Id: byte 0x20 at offset 1 is not allowed","call_id":"[0-9a-f-]{36}"\}$
 --- no_error_log
@@ -197,7 +198,7 @@ GET /back
  "GET /t", "GET /t"]
 --- more_headers eval
 ["X-Call-Id: a/b", "X-Call-Id: caf\xc3\xa9", "X-Call-Id: a\x01b",
- "X-Call-Id: a\tb", "X-Call-Id: ab\x7f", "X-Call-Id: \"ab\"",
+ "X-Call-Id: a\tb", "X-Call-Id: ab\x7f", "X-Call-Id: a\"b\"",
  "X-Call-Id: a%20b", "X-Call-Id: a,b", "X-Call-Id: a+b"]
 --- error_code eval
 [400, 400, 400, 400, 400, 400, 400, 400, 400]
@@ -207,7 +208,7 @@ GET /back
  "byte 0x01 at offset 1 is not allowed",
  "byte 0x09 at offset 1 is not allowed",
  "byte 0x7f at offset 2 is not allowed",
- "byte 0x22 at offset 0 is not allowed",
+ "byte 0x22 at offset 1 is not allowed",
  "byte 0x25 at offset 1 is not allowed",
  "byte 0x2c at offset 1 is not allowed",
  "byte 0x2b at offset 1 is not allowed"]
@@ -395,10 +396,11 @@ GET /t
 ["X-Request-Id: r-1\r\nX-Call-Id: ignored", "X-Request-Id: r 1"]
 --- error_code eval
 [200, 400]
---- response_headers_like eval
-["X-Request-Id: r-1", "X-Request-Id: [0-9a-f-]{36}"]
+--- response_headers eval
+["X-Request-Id: r-1", "!X-Request-Id"]
 --- response_body_like eval
-["seen r-1 \\[ignored\\]", '"detail":"header X-Request-Id: byte 0x20']
+["seen r-1 \\[ignored\\]",
+ '"detail":"header X-Request-Id: byte 0x20.*"call_id":"[0-9a-f-]{36}"']
 --- no_error_log
 [error]
 
