@@ -11,7 +11,7 @@
 #include <uuid/uuid.h>
 
 
-#define NGX_HTTP_IDEM_RANDOM_POOL  256
+#define NGX_HTTP_IDEM_RANDOM_POOL  4096
 
 
 static ngx_int_t ngx_http_idem_check_id(ngx_http_request_t *r,
@@ -589,7 +589,17 @@ ngx_http_idem_generate_call_id(ngx_http_request_t *r,
             return NGX_ERROR;
         }
 
-        uuid_generate_random(uuid);
+        /*
+         * A version 4 UUID from the process's batch of kernel random bytes:
+         * uuid_generate_random() reseeds random() with five system calls
+         * per id.  libuuid still writes the text form.
+         */
+
+        ngx_http_idem_random_bytes(uuid, sizeof(uuid_t));
+
+        uuid[6] = (uuid[6] & 0x0f) | 0x40;
+        uuid[8] = (uuid[8] & 0x3f) | 0x80;
+
         uuid_unparse_lower(uuid, (char *) p);
 
         id->data = p;
@@ -686,8 +696,8 @@ ngx_http_idem_random_hex(u_char *dst, size_t len)
 static void
 ngx_http_idem_random_bytes(u_char *dst, size_t len)
 {
+    size_t            got;
     ssize_t           n;
-    ngx_uint_t        i;
 
     static u_char     pool[NGX_HTTP_IDEM_RANDOM_POOL];
     static size_t     pos = NGX_HTTP_IDEM_RANDOM_POOL;
@@ -699,16 +709,36 @@ ngx_http_idem_random_bytes(u_char *dst, size_t len)
     }
 
     if (pos + len > NGX_HTTP_IDEM_RANDOM_POOL) {
-        n = getrandom(pool, NGX_HTTP_IDEM_RANDOM_POOL, GRND_NONBLOCK);
 
-        if (n != NGX_HTTP_IDEM_RANDOM_POOL) {
+        /* reads over 256 bytes may come back short (a signal) */
+
+        for (got = 0; got < NGX_HTTP_IDEM_RANDOM_POOL; got += n) {
+            n = getrandom(pool + got, NGX_HTTP_IDEM_RANDOM_POOL - got,
+                          GRND_NONBLOCK);
+
+            if (n > 0) {
+                continue;
+            }
+
+            if (n == -1 && ngx_errno == NGX_EINTR) {
+                n = 0;
+                continue;
+            }
 
             /* entropy not ready yet (early boot): nginx's own generator */
 
-            for (i = 0; i < NGX_HTTP_IDEM_RANDOM_POOL; i++) {
-                pool[i] = (u_char) (ngx_random() >> 7);
+            ngx_log_debug0(NGX_LOG_DEBUG_CORE, ngx_cycle->log, ngx_errno,
+                           "idem: getrandom() failed, using ngx_random()");
+
+            for ( /* void */ ; got < NGX_HTTP_IDEM_RANDOM_POOL; got++) {
+                pool[got] = (u_char) (ngx_random() >> 7);
             }
+
+            break;
         }
+
+        ngx_log_debug0(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                       "idem: new batch of random bytes");
 
         pos = 0;
     }
@@ -717,4 +747,3 @@ ngx_http_idem_random_bytes(u_char *dst, size_t len)
     ngx_memzero(pool + pos, len);
     pos += len;
 }
-
