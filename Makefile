@@ -48,7 +48,8 @@ run: deps $(MODULE)
 test: deps $(MODULE)
 	@util/test.sh
 
-# wrk, side by side: plain proxy_pass, idem on, + idem_record, + idem_dedupe
+# wrk, side by side: plain, plain with the same headers, idem, records,
+# dedupe and an OpenResty peer (util/bench.sh says how)
 bench: deps $(MODULE)
 	@util/bench.sh
 
