@@ -55,4 +55,4 @@ deb=$out/${pkg}_${version}_$arch.deb
          "see build/deb/build.log"; exit 1; }
 
 test -f "$deb"
-echo "built: ${deb#$root/}"
+echo "built: ${deb#"$root"/}"

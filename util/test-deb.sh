@@ -58,8 +58,8 @@ known() {
 
 # dpkg ARGS: dpkg, waiting while another apt-get or dpkg holds its lock
 dpkg_wait() {
-    local i out
-    for i in $(seq 150); do
+    local _ out
+    for _ in $(seq 150); do
         if out=$(dpkg "$@" 2>&1); then
             echo "$out"
             return 0
@@ -83,6 +83,7 @@ if [ -n "$missing" ]; then
     echo "installing:$missing"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
+    # shellcheck disable=SC2086 # one word per package
     apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
         --no-install-recommends $missing
 fi
@@ -102,7 +103,9 @@ ours=
 cleanup() {
     local pid
     for pid in "$tmp"/*/nginx.pid; do
-        [ -f "$pid" ] && kill -QUIT "$(cat "$pid")" 2>/dev/null || true
+        if [ -f "$pid" ]; then
+            kill -QUIT "$(cat "$pid")" 2>/dev/null || true
+        fi
     done
     if [ -n "$ours" ] && known; then
         echo "# purging $pkg"
@@ -119,7 +122,7 @@ version=$(dpkg-parsechangelog -l debian/changelog -S Version)
 arch=$(dpkg --print-architecture)
 deb=$root/build/deb/${pkg}_${version}_$arch.deb
 changes=$root/build/deb/${pkg}_${version}_$arch.changes
-check "make deb built ${deb#$root/}" test -f "$deb"
+check "make deb built ${deb#"$root"/}" test -f "$deb"
 
 # lintian: errors fail the test, the rest is listed
 lintian --fail-on error --display-info "$changes" \
@@ -225,9 +228,9 @@ EOF
 
 # start DIR: nginx with DIR/nginx.conf, until it answers
 start_nginx() {
-    local i
+    local _
     $nginx -c "$1/nginx.conf" -e "$1/error.log" || return 1
-    for i in $(seq 50); do
+    for _ in $(seq 50); do
         curl -s -o /dev/null "http://127.0.0.1:$backend_port/" && return 0
         sleep 0.1
     done
@@ -235,10 +238,10 @@ start_nginx() {
 }
 
 stop_nginx() {
-    local pid i
+    local pid _
     pid=$(cat "$1/nginx.pid" 2>/dev/null) || return 0
     kill -QUIT "$pid" 2>/dev/null || true
-    for i in $(seq 50); do
+    for _ in $(seq 50); do
         kill -0 "$pid" 2>/dev/null || { rm -f "$1/nginx.pid"; return 0; }
         sleep 0.1
     done
