@@ -6,8 +6,9 @@
 #   out the same files; dpkg -i; the system "nginx -t" with the
 #   modules-enabled link; a private nginx (its own conf, pid, logs, temp
 #   dirs, on 127.0.0.1:$TEST_DEB_PORT, 6090, and the port after it) loads
-#   the module through that link and serves calls with "idem on"; dpkg -r;
-#   dpkg --purge; no file of the package is left and nginx still starts.
+#   the module through that link and serves calls with "idem on"; dpkg -i
+#   again (the link stays, or stays deleted); dpkg -r; dpkg --purge; no
+#   file of the package is left and nginx still starts.
 #
 # The system nginx service is never started, reloaded or stopped (only
 # "nginx -t" reads /etc/nginx). The package is purged on any exit.
@@ -272,6 +273,20 @@ check "a call without an id gets one from the gateway (${id:-none})" \
 check "the private nginx stops" stop_nginx "$gw"
 check "no [error], [crit], [alert] or [emerg] in its error.log" \
     test -z "$(grep -E '\[(error|crit|alert|emerg)\]' "$gw/error.log")"
+
+# ------------------------------------------------------------ upgrade
+
+# the postinst makes the link on a first install only: an upgrade (here a
+# reinstall, the same path) keeps it, and keeps it away when the admin
+# deleted it
+dpkg_wait -i "$deb" > /dev/null
+check "dpkg -i again: the link stays" \
+    test "$(readlink "$link")" = "$avail"
+rm "$link"
+dpkg_wait -i "$deb" > /dev/null
+check "dpkg -i again: a link the admin deleted stays deleted" \
+    test ! -e "$link" -a ! -L "$link"
+ln -s "$avail" "$link"
 
 # ------------------------------------------------------ remove, purge
 
