@@ -6,6 +6,9 @@
 #   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios)
 #   make asan     the suite with an ASan/UBSan build of the module
 #   make deps     install what is missing (Debian packages)
+#   make deb      build/deb/libnginx-mod-http-idem_<version>_<arch>.deb
+#   make install  the module, mod-http-idem.conf, docs (DESTDIR, as the .deb)
+#   make test-deb build the package, lintian, install, serve a call, purge
 
 SHELL       := /bin/bash
 NGINX_SRC   ?= /usr/share/nginx/src
@@ -21,7 +24,17 @@ DEB_CFLAGS  := -g -O2 -fstack-protector-strong -Wformat \
 # extra compiler flags, e.g. IDEM_CFLAGS=-fsanitize=address (see make asan)
 IDEM_CFLAGS ?=
 
-.PHONY: all deps run test asan bench clean
+# make install: the paths of Debian's nginx modules (dh_nginx), as the
+# package has them; IDEM_ENABLE=no leaves modules-enabled/ alone (the
+# package's postinst makes that link itself)
+DESTDIR     ?=
+IDEM_ENABLE ?= yes
+MODULES_DIR := /usr/lib/nginx/modules
+MODCONF_DIR := /usr/share/nginx/modules-available
+ENABLED_DIR := /etc/nginx/modules-enabled
+DOC_DIR     := /usr/share/doc/libnginx-mod-http-idem
+
+.PHONY: all deps run test asan bench clean deb install test-deb
 
 all: $(MODULE)
 
@@ -56,6 +69,31 @@ bench: deps $(MODULE)
 # the suite again, with the module built with AddressSanitizer and UBSan
 asan: deps
 	@util/asan.sh
+
+# the Debian package, from a copy of this tree in build/deb/; installs its
+# build dependencies (debian/control) when they are missing
+deb:
+	@util/deb.sh
+
+install: $(MODULE)
+	install -d $(DESTDIR)$(MODULES_DIR) $(DESTDIR)$(MODCONF_DIR) \
+	    $(DESTDIR)$(DOC_DIR)/examples
+	install -m 644 $(MODULE) $(DESTDIR)$(MODULES_DIR)/
+	echo 'load_module modules/ngx_http_idem_module.so;' \
+	    > $(DESTDIR)$(MODCONF_DIR)/mod-http-idem.conf
+	chmod 644 $(DESTDIR)$(MODCONF_DIR)/mod-http-idem.conf
+	install -m 644 README.md $(DESTDIR)$(DOC_DIR)/
+	install -m 644 conf-examples/*.conf $(DESTDIR)$(DOC_DIR)/examples/
+ifeq ($(IDEM_ENABLE),yes)
+	install -d $(DESTDIR)$(ENABLED_DIR)
+	ln -sfn $(MODCONF_DIR)/mod-http-idem.conf \
+	    $(DESTDIR)$(ENABLED_DIR)/50-mod-http-idem.conf
+endif
+
+# make deb, lintian, dpkg -i on this machine's nginx, one call through a
+# private nginx on 127.0.0.1:$$TEST_DEB_PORT (6090), dpkg --purge
+test-deb:
+	@util/test-deb.sh
 
 clean:
 	rm -rf $(BUILD) $(CURDIR)/build-asan t/servroot*
