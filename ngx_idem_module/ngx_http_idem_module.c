@@ -351,6 +351,7 @@ ngx_http_idem_handler(ngx_http_request_t *r)
 
     ctx->request = r;
     ctx->conf = ilcf;
+    ctx->grpc = ngx_http_idem_grpc_request(r);
     ctx->call_id_header = &ilcf->call_id_header;
     ctx->trace_id_header = &ilcf->trace_id_header;
 
@@ -437,6 +438,13 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
     }
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    if (!ilcf->dedupe) {
+        rc = ngx_http_idem_grpc_read_body(r, ctx);
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
+    }
 
     rc = NGX_OK;
 
@@ -547,7 +555,9 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem header filter");
 
-    if (ngx_http_idem_set_response_headers(r, ctx) != NGX_OK) {
+    if (ngx_http_idem_grpc_header_filter(r, ctx) != NGX_OK
+        || ngx_http_idem_set_response_headers(r, ctx) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

@@ -228,6 +228,10 @@ typedef struct {
     ngx_msec_t                connect_timeout;
     ngx_msec_t                retry_after;  /* from a 429/503, for the next */
 
+    /* gRPC (grpc.c) */
+    ngx_uint_t                grpc_http_status;  /* answered as grpc-status */
+    ngx_uint_t                grpc_retry_status; /* 503/429 to retry it */
+
     /* records */
     ngx_array_t              *attempts;     /* ngx_http_idem_attempt_t */
     ngx_str_t                 token;        /* this execution, in records */
@@ -248,6 +252,7 @@ typedef struct {
     off_t                     captured;     /* body bytes seen */
 
     unsigned                  has_deadline:1;
+    unsigned                  grpc:1;       /* a gRPC request */
     unsigned                  call_id_refused:1;  /* the client's, invalid */
     unsigned                  deadline_expired:1;
     unsigned                  balanced:1;   /* the balancer is wrapped */
@@ -432,6 +437,19 @@ ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,
 void ngx_http_idem_problem_set(ngx_http_request_t *r,
     ngx_http_idem_problem_t *problem, ngx_uint_t status, char *type,
     char *title, ngx_str_t *header, char *reason);
+
+/* ngx_http_idem_grpc.c */
+ngx_uint_t ngx_http_idem_grpc_request(ngx_http_request_t *r);
+ngx_int_t ngx_http_idem_grpc_read_body(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+ngx_int_t ngx_http_idem_grpc_trailers_only(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_uint_t status, ngx_str_t *type,
+    ngx_str_t *title, ngx_str_t *detail);
+ngx_int_t ngx_http_idem_grpc_header_filter(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+ngx_int_t ngx_http_idem_grpc_status(ngx_http_request_t *r);
+ngx_uint_t ngx_http_idem_grpc_retryable(ngx_http_request_t *r,
+    ngx_msec_int_t *delay);
 
 /* ngx_http_idem_variables.c */
 ngx_int_t ngx_http_idem_add_variables(ngx_conf_t *cf);

@@ -15,16 +15,33 @@ ngx_int_t
 ngx_http_idem_send_problem(ngx_http_request_t *r,
     ngx_http_idem_problem_t *problem, ngx_str_t *call_id)
 {
-    size_t            len;
-    u_char           *p;
-    ngx_int_t         rc;
-    ngx_str_t         value;
-    ngx_buf_t        *b;
-    ngx_chain_t       out;
+    size_t                len;
+    u_char               *p;
+    ngx_int_t             rc;
+    ngx_str_t             value;
+    ngx_buf_t            *b;
+    ngx_chain_t           out;
+    ngx_http_idem_ctx_t  *ctx;
 
     rc = ngx_http_discard_request_body(r);
     if (rc != NGX_OK) {
         return rc;
+    }
+
+    /* a gRPC client reads a grpc-status, not a JSON body */
+
+    ctx = ngx_http_idem_get_ctx(r);
+
+    if (ctx != NULL ? ctx->grpc : ngx_http_idem_grpc_request(r)) {
+        if (ngx_http_idem_grpc_trailers_only(r, ctx, problem->status,
+                                             &problem->type, &problem->title,
+                                             &problem->detail)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_send_header(r);
     }
 
     len = sizeof("{\"type\":\"" NGX_HTTP_IDEM_PROBLEM_TYPE) - 1

@@ -308,15 +308,41 @@ ngx_http_idem_record_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 static ngx_uint_t
 ngx_http_idem_final_state(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
-    ngx_uint_t  status, unanswered;
+    ngx_int_t   code;
+    ngx_uint_t  status, sent, unanswered;
 
-    status = r->err_status ? r->err_status : r->headers_out.status;
+    /* an answer the module or nginx made for a gRPC client: its status */
+
+    status = ctx->grpc_http_status ? ctx->grpc_http_status
+             : r->err_status ? r->err_status : r->headers_out.status;
+
+    sent = ngx_http_idem_sent(r, ctx, &unanswered);
+
+    if (ctx->grpc && !ctx->grpc_http_status && status == NGX_HTTP_OK) {
+
+        /*
+         * A gRPC service answers 200 and says how the call went in
+         * grpc-status: CANCELLED and DEADLINE_EXCEEDED (it enforces the
+         * grpc-timeout it was sent) may have taken effect; no grpc-status
+         * at all is an answer cut short.
+         */
+
+        code = ngx_http_idem_grpc_status(r);
+
+        if (code == 0) {
+            return NGX_HTTP_IDEM_SUCCESS;
+        }
+
+        if (code == 1 || code == 4 || code == -1) {
+            return sent ? NGX_HTTP_IDEM_UNKNOWN : NGX_HTTP_IDEM_FAILED;
+        }
+
+        return NGX_HTTP_IDEM_FAILED;
+    }
 
     if (status >= 100 && status < NGX_HTTP_BAD_REQUEST) {
         return NGX_HTTP_IDEM_SUCCESS;
     }
-
-    (void) ngx_http_idem_sent(r, ctx, &unanswered);
 
     return unanswered ? NGX_HTTP_IDEM_UNKNOWN : NGX_HTTP_IDEM_FAILED;
 }

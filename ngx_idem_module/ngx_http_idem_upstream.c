@@ -31,6 +31,10 @@ static ngx_int_t ngx_http_idem_delay_connect(ngx_peer_connection_t *pc,
 static void ngx_http_idem_backoff_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_process_header(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_reinit_request(ngx_http_request_t *r);
+static void ngx_http_idem_grpc_retry(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+static void ngx_http_idem_delay_next(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_msec_t delay);
 static void ngx_http_idem_retry_after(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 
@@ -590,6 +594,10 @@ ngx_http_idem_process_header(ngx_http_request_t *r)
     }
 
     if (rc == NGX_OK) {
+        if (ctx->grpc) {
+            ngx_http_idem_grpc_retry(r, ctx);
+        }
+
         ngx_http_idem_retry_after(r, ctx);
     }
 
@@ -687,6 +695,24 @@ ngx_http_idem_retry_after(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     delay = (n > NGX_MAX_INT32_VALUE / 1000) ? NGX_MAX_INT32_VALUE
                                               : (ngx_msec_t) n * 1000;
 
+    ngx_http_idem_delay_next(r, ctx, delay);
+}
+
+
+/*
+ * The upstream asks for "delay" ms before the next attempt: the attempt
+ * waits at least that long, or there is none when it would overrun the
+ * budget (the client then gets the upstream's own answer).
+ */
+
+static void
+ngx_http_idem_delay_next(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_msec_t delay)
+{
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem: upstream asks to retry after %M ms", delay);
 
@@ -694,13 +720,65 @@ ngx_http_idem_retry_after(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         && (ngx_msec_int_t) delay >= ngx_http_idem_remaining(ctx))
     {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "idem: no further attempt, Retry-After %i s does "
-                      "not fit in the budget", n);
+                      "idem: no further attempt, the upstream's wait of "
+                      "%M ms does not fit in the budget", delay);
 
         u->peer.tries = 1;
+
+        if (ctx->grpc_retry_status) {
+            u->headers_in.status_n = NGX_HTTP_OK;
+            ctx->grpc_retry_status = 0;
+        }
+
         return;
     }
 
     ctx->retry_after = delay;
+}
+
+
+/*
+ * A gRPC upstream's Trailers-Only UNAVAILABLE (RESOURCE_EXHAUSTED) is the
+ * retry rule's http_503 (http_429): where "on=" lists it and a further
+ * attempt may follow, nginx is shown that status so that it asks the
+ * balancer for the next attempt; grpc-retry-pushback-ms is its
+ * Retry-After (negative: no retry).  The answer that reaches the client
+ * gets its 200 back (grpc.c).
+ */
+
+static void
+ngx_http_idem_grpc_retry(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_uint_t            status, mask;
+    ngx_msec_int_t        delay;
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+    ctx->grpc_retry_status = 0;
+
+    status = ngx_http_idem_grpc_retryable(r, &delay);
+
+    if (status == 0 || u->peer.tries <= 1) {
+        return;
+    }
+
+    mask = (status == NGX_HTTP_SERVICE_UNAVAILABLE)
+           ? NGX_HTTP_UPSTREAM_FT_HTTP_503 : NGX_HTTP_UPSTREAM_FT_HTTP_429;
+
+    if (!(ctx->conf->retry_on & mask)
+        || !(u->conf->next_upstream & mask))
+    {
+        return;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem grpc: retryable grpc-status, seen as %ui", status);
+
+    u->headers_in.status_n = status;
+    ctx->grpc_retry_status = status;
+
+    if (delay >= 0) {
+        ngx_http_idem_delay_next(r, ctx, (ngx_msec_t) delay);
+    }
 }
 

@@ -5,7 +5,7 @@ set -e
 
 pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev redis-server
       libnginx-mod-http-echo perl libtest-base-perl libtest-longstring-perl
-      libhttp-message-perl curl"
+      libhttp-message-perl curl python3-grpcio"
 
 if [ -n "$TEST_NGINX_USE_VALGRIND" ]; then
     pkgs="$pkgs valgrind"
