@@ -476,3 +476,51 @@ grpc-status: 0
 X-Took: 0\.\d+, 0\.[4-9]\d*
 --- no_error_log
 [error]
+
+
+
+=== TEST 11: a replay of a gRPC answer sends its trailers again (grpc-status 0 in the trailers, not only the message)
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    log_format trl 'TRAILER "$upstream_trailer_grpc_status" "$upstream_trailer_grpc_message" "$upstream_http_idempotent_replayed"';
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location / {
+            add_trailer grpc-status 0;
+            add_trailer grpc-message "all%20good";
+            return 200 "pong";
+        }
+    }
+--- config
+    location /pair {
+        echo_location /call;
+        echo_location /call;
+    }
+    location /call {
+        rewrite ^ /g/svc/Call break;
+        grpc_set_header X-Call-Id g-11;
+        grpc_set_header Content-Type application/grpc;
+        log_subrequest on;
+        access_log logs/error.log trl;
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request
+GET /pair
+--- response_body chomp
+pongpong
+--- error_log
+TRAILER "0" "all%20good" "-"
+TRAILER "0" "all%20good" "true"
+--- no_error_log
+[error]
