@@ -372,15 +372,16 @@ ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
         imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
         ctx->grpc_timeout_h = ngx_http_idem_push_value(r,
-                                                 &imcf->grpc_timeout_header,
-                                                 NGX_INT_T_LEN + 1);
+                                          &imcf->grpc_timeout_header,
+                                          NGX_HTTP_IDEM_GRPC_TIMEOUT_LEN);
         if (ctx->grpc_timeout_h == NULL) {
             return NGX_ERROR;
         }
     }
 
     h = ctx->grpc_timeout_h;
-    h->value.len = ngx_sprintf(h->value.data, "%Mm", (ngx_msec_t) left)
+    h->value.len = ngx_http_idem_grpc_timeout(h->value.data,
+                                              (ngx_msec_t) left)
                    - h->value.data;
 
     return NGX_OK;

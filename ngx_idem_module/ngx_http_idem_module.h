@@ -33,6 +33,10 @@
 
 #define NGX_HTTP_IDEM_MAX_ATTEMPTS       100
 
+/* gRPC's TimeoutValue: at most 8 digits */
+#define NGX_HTTP_IDEM_GRPC_TIMEOUT_MAX   ((ngx_msec_t) 99999999)
+#define NGX_HTTP_IDEM_GRPC_TIMEOUT_LEN   9
+
 /* execution states: they only move forward */
 #define NGX_HTTP_IDEM_RECEIVED           0
 #define NGX_HTTP_IDEM_PROCESSING         1
@@ -357,6 +361,7 @@ ngx_int_t ngx_http_idem_deadline_init(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
     ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem);
 ngx_msec_int_t ngx_http_idem_remaining(ngx_http_idem_ctx_t *ctx);
+u_char *ngx_http_idem_grpc_timeout(u_char *p, ngx_msec_t ms);
 ngx_int_t ngx_http_idem_deadline_start(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 void ngx_http_idem_arm_try_timer(ngx_http_idem_ctx_t *ctx);
