@@ -13,8 +13,6 @@ static ngx_inline ngx_uint_t ngx_http_idem_header_is(ngx_table_elt_t *h,
     ngx_http_idem_header_t *name);
 static ngx_uint_t ngx_http_idem_owned(ngx_http_idem_main_conf_t *imcf,
     ngx_http_idem_loc_conf_t *ilcf, ngx_table_elt_t *h);
-static ngx_int_t ngx_http_idem_drop_owned(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf);
 static ngx_table_elt_t *ngx_http_idem_push_value(ngx_http_request_t *r,
     ngx_http_idem_header_t *name, size_t size);
 static ngx_table_elt_t *ngx_http_idem_push(ngx_list_t *list,
@@ -165,15 +163,19 @@ ngx_http_idem_scan_request(ngx_http_request_t *r,
  * the r->headers_in fields that point to them.
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_idem_drop_owned(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf)
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in)
 {
     ngx_uint_t                  i, n;
     ngx_list_t                  old;
     ngx_list_part_t            *part;
     ngx_table_elt_t            *h, *copy;
     ngx_http_idem_main_conf_t  *imcf;
+
+    if (in->owned_count == 0) {
+        return NGX_OK;
+    }
 
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
@@ -237,7 +239,7 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
     list = &r->headers_in.headers;
 
-    if (in->owned_count && ngx_http_idem_drop_owned(r, ilcf) != NGX_OK) {
+    if (ngx_http_idem_drop_owned(r, ilcf, in) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -335,6 +337,20 @@ ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
     ngx_http_idem_main_conf_t  *imcf;
 
     h = ctx->attempt_h;
+
+    if (h == NULL) {
+
+        /* the ids were never injected (a refused call): nothing to send */
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "idem: an attempt of a call whose ids were never "
+                      "settled");
+        return NGX_ERROR;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem attempt headers: attempt %ui", ctx->attempt);
+
     h->value.len = ngx_sprintf(h->value.data, "%ui",
                                ngx_max(ctx->attempt, 1))
                    - h->value.data;

@@ -10,6 +10,8 @@
 
 static ngx_int_t ngx_http_idem_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_precontent_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_refused(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
 static ngx_int_t ngx_http_idem_log_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_init_process(ngx_cycle_t *cycle);
 static void ngx_http_idem_exit_process(ngx_cycle_t *cycle);
@@ -373,12 +375,20 @@ ngx_http_idem_handler(ngx_http_request_t *r)
             ngx_http_idem_count(invalid_deadline);
         }
 
+        /* what the client claimed never passes on, whatever comes next */
+
+        if (ngx_http_idem_drop_owned(r, ilcf, &in) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
         return ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
     }
 
     if (ngx_http_idem_inject(r, ilcf, &in, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+
+    ctx->settled = 1;
 
     ngx_http_idem_count(calls);
 
@@ -420,6 +430,10 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
 
     if (ctx == NULL) {
         return NGX_DECLINED;
+    }
+
+    if (ctx->refused != NULL || !ctx->settled) {
+        return ngx_http_idem_refused(r, ctx);
     }
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
@@ -471,6 +485,40 @@ answer:
                   "idem: %V", &problem.detail);
 
     rc = ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
+
+    ngx_http_finalize_request(r, rc);
+
+    return NGX_DONE;
+}
+
+
+/*
+ * A call the module refused (or whose ids it could not settle) reached a
+ * location's content after all: error_page after an answer that failed,
+ * say.  It is never forwarded: the module's answer is sent again.
+ */
+
+static ngx_int_t
+ngx_http_idem_refused(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    if (ctx->refused == NULL) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "idem: the ids of this call were never settled, "
+                      "it is not forwarded");
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idem: a refused call reached \"%V\", not forwarded: "
+                  "%V", &r->uri, &ctx->refused->detail);
+
+    if (r->header_sent) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_idem_send_problem(r, ctx->refused, &ctx->call_id);
 
     ngx_http_finalize_request(r, rc);
 

@@ -179,6 +179,16 @@ typedef struct {
 } ngx_http_idem_loc_conf_t;
 
 
+/* A client error the module answers itself as problem+json. */
+typedef struct {
+    ngx_uint_t                status;
+    ngx_str_t                 type;         /* slug, e.g. "invalid-call-id" */
+    ngx_str_t                 title;
+    ngx_str_t                 detail;
+    ngx_str_t                 record;       /* JSON of the call's record */
+} ngx_http_idem_problem_t;
+
+
 typedef struct {
     ngx_uint_t                n;
     ngx_msec_t                start;        /* ngx_current_msec */
@@ -210,6 +220,9 @@ typedef struct {
 
     ngx_http_request_t       *request;
     ngx_http_idem_loc_conf_t *conf;         /* where the call started */
+
+    /* the module's own answer to this call: it is never forwarded */
+    ngx_http_idem_problem_t  *refused;
 
     /* the budget ends when ngx_current_msec reaches "deadline" */
     ngx_msec_t                deadline;
@@ -245,6 +258,7 @@ typedef struct {
     size_t                    capture_max;  /* body bytes kept, at most */
     off_t                     captured;     /* body bytes seen */
 
+    unsigned                  settled:1;    /* ids checked and injected */
     unsigned                  has_deadline:1;
     unsigned                  deadline_expired:1;
     unsigned                  balanced:1;   /* the balancer is wrapped */
@@ -274,16 +288,6 @@ typedef struct {
     ngx_uint_t                grpc_timeout_count;
     ngx_uint_t                owned_count;  /* copies of headers we write */
 } ngx_http_idem_inbound_t;
-
-
-/* A client error the module answers itself as problem+json. */
-typedef struct {
-    ngx_uint_t                status;
-    ngx_str_t                 type;         /* slug, e.g. "invalid-call-id" */
-    ngx_str_t                 title;
-    ngx_str_t                 detail;
-    ngx_str_t                 record;       /* JSON of the call's record */
-} ngx_http_idem_problem_t;
 
 
 /* counters, in shared memory (ngx_http_idem_metrics.c) */
@@ -344,6 +348,8 @@ ngx_int_t ngx_http_idem_header_init(ngx_pool_t *pool,
     ngx_http_idem_header_t *h, ngx_str_t *name);
 ngx_int_t ngx_http_idem_header_name_valid(ngx_str_t *name);
 ngx_int_t ngx_http_idem_scan_request(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in);
+ngx_int_t ngx_http_idem_drop_owned(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in);
 ngx_int_t ngx_http_idem_inject(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
