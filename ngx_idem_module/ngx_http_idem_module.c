@@ -581,9 +581,7 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem header filter");
 
-    if (ngx_http_idem_set_response_headers(r, ctx) != NGX_OK) {
-        return NGX_ERROR;
-    }
+    /* the ids themselves are set later, after add_header (ids_filter.c) */
 
     /* a claim's owner keeps its answer for the duplicates */
 
