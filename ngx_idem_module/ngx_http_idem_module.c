@@ -1232,10 +1232,6 @@ ngx_http_idem_exit_process(ngx_cycle_t *cycle)
 static ngx_int_t
 ngx_http_idem_preconfiguration(ngx_conf_t *cf)
 {
-    /* a new configuration: its idem_metrics, if any, set this again */
-
-    ngx_http_idem_counters = NULL;
-
     return ngx_http_idem_add_variables(cf);
 }
 
@@ -1317,6 +1313,7 @@ ngx_http_idem_create_main_conf(ngx_conf_t *cf)
      *     imcf->traceparent_header = { ... };
      *     imcf->store = { ... };
      *     imcf->used = 0;
+     *     imcf->metrics_zone = NULL;
      */
 
     imcf->record_ttl = NGX_CONF_UNSET_MSEC;

@@ -127,6 +127,9 @@ typedef struct {
     ngx_str_t                 key_prefix;
 
     ngx_flag_t                used;         /* some "idem on" exists */
+
+    /* the counters' zone (idem_metrics), NULL: nothing is counted */
+    ngx_shm_zone_t           *metrics_zone;
 } ngx_http_idem_main_conf_t;
 
 
@@ -317,13 +320,20 @@ typedef struct {
 } ngx_http_idem_counters_t;
 
 
-extern ngx_http_idem_counters_t  *ngx_http_idem_counters;
-
-/* counts only where some location shows the counters (idem_metrics) */
+/*
+ * Counts only where some location shows the counters (idem_metrics).  The
+ * counters are found through the cycle in use, never kept in a process
+ * global: a reload that fails after creating a zone must not leave later
+ * workers pointing into freed memory.
+ */
 #define ngx_http_idem_count(field)                                           \
     do {                                                                     \
-        if (ngx_http_idem_counters != NULL) {                                \
-            (void) ngx_atomic_fetch_add(&ngx_http_idem_counters->field, 1);  \
+        ngx_http_idem_counters_t  *counters_;                                \
+                                                                             \
+        counters_ = ngx_http_idem_counters();                                \
+                                                                             \
+        if (counters_ != NULL) {                                             \
+            (void) ngx_atomic_fetch_add(&counters_->field, 1);               \
         }                                                                    \
     } while (0)
 
@@ -427,6 +437,7 @@ ngx_int_t ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
 
 /* ngx_http_idem_metrics.c */
 char *ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+ngx_http_idem_counters_t *ngx_http_idem_counters(void);
 
 /* ngx_http_idem_problem.c */
 ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,
