@@ -11,6 +11,8 @@
 
 static ngx_inline ngx_uint_t ngx_http_idem_header_is(ngx_table_elt_t *h,
     ngx_http_idem_header_t *name);
+static ngx_uint_t ngx_http_idem_header_alias(ngx_table_elt_t *h,
+    ngx_http_idem_header_t *name);
 static ngx_uint_t ngx_http_idem_owned(ngx_http_idem_main_conf_t *imcf,
     ngx_http_idem_loc_conf_t *ilcf, ngx_table_elt_t *h);
 static ngx_table_elt_t *ngx_http_idem_push_value(ngx_http_request_t *r,
@@ -75,18 +77,73 @@ ngx_http_idem_header_is(ngx_table_elt_t *h, ngx_http_idem_header_t *name)
 }
 
 
-/* the headers the module writes upstream: a client's copy never passes */
+/*
+ * With underscores_in_headers on, nginx keeps "X_Call_Id_Source" as a
+ * header of its own, but FastCGI, uwsgi and SCGI turn both it and
+ * "X-Call-Id-Source" into HTTP_X_CALL_ID_SOURCE.  A name that differs
+ * from one the module reads or writes only by "_" for "-" is an alias:
+ * it is dropped, never read.
+ */
+
+static ngx_uint_t
+ngx_http_idem_header_alias(ngx_table_elt_t *h, ngx_http_idem_header_t *name)
+{
+    u_char      a, b;
+    size_t      i;
+    ngx_uint_t  differs;
+
+    if (h->key.len != name->name.len || h->lowcase_key == NULL) {
+        return 0;
+    }
+
+    differs = 0;
+
+    for (i = 0; i < name->name.len; i++) {
+        a = h->lowcase_key[i];
+        b = name->lowcase[i];
+
+        if (a == b) {
+            continue;
+        }
+
+        if ((a == '_' || a == '-') && (b == '_' || b == '-')) {
+            differs = 1;
+            continue;
+        }
+
+        return 0;
+    }
+
+    return differs;
+}
+
+
+/*
+ * The headers the module writes upstream, and aliases of every header it
+ * reads or writes: a client's copy never passes.
+ */
 
 static ngx_uint_t
 ngx_http_idem_owned(ngx_http_idem_main_conf_t *imcf,
     ngx_http_idem_loc_conf_t *ilcf, ngx_table_elt_t *h)
 {
-    return ngx_http_idem_header_is(h, &imcf->source_header)
-           || ngx_http_idem_header_is(h, &imcf->attempt_header)
-           || ngx_http_idem_header_is(h, &imcf->traceparent_header)
-           || ngx_http_idem_header_is(h, &imcf->grpc_timeout_header)
+    if (ngx_http_idem_header_is(h, &imcf->source_header)
+        || ngx_http_idem_header_is(h, &imcf->attempt_header)
+        || ngx_http_idem_header_is(h, &imcf->traceparent_header)
+        || ngx_http_idem_header_is(h, &imcf->grpc_timeout_header)
+        || (ilcf->deadline_header.name.len
+            && ngx_http_idem_header_is(h, &ilcf->deadline_header)))
+    {
+        return 1;
+    }
+
+    return ngx_http_idem_header_alias(h, &ilcf->call_id_header)
+           || ngx_http_idem_header_alias(h, &ilcf->trace_id_header)
+           || ngx_http_idem_header_alias(h, &imcf->source_header)
+           || ngx_http_idem_header_alias(h, &imcf->attempt_header)
+           || ngx_http_idem_header_alias(h, &imcf->grpc_timeout_header)
            || (ilcf->deadline_header.name.len
-               && ngx_http_idem_header_is(h, &ilcf->deadline_header));
+               && ngx_http_idem_header_alias(h, &ilcf->deadline_header));
 }
 
 
