@@ -271,3 +271,184 @@ X-Call-Id: paths-503
 http init upstream
 [alert]
 [crit]
+
+
+
+=== TEST 8: X-Accel-Redirect to another upstream: the same ids, each header once
+--- config
+    location /t {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/accel;
+    }
+    location = /accel {
+        add_header X-Accel-Redirect /inner;
+        return 204;
+    }
+    location = /inner {
+        internal;
+        idem on;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location = /back {
+        echo -n $echo_client_request_headers;
+    }
+--- request eval
+["GET /t", "GET /t"]
+--- more_headers eval
+["X-Call-Id: accel-1\r\nX-Call-Id-Source: gateway", ""]
+--- response_body_like eval
+['\AGET /back HTTP/1\.0\r\n(?:(?!(?i)x-call-id:)[^\r\n]+\r\n)*X-Call-Id: accel-1\r\n(?:(?!(?i)x-call-id(?:-source)?:)[^\r\n]+\r\n)*X-Call-Id-Source: client\r\n(?:(?!(?i)x-call-(?:id|id-source|attempt):)[^\r\n]+\r\n)*X-Call-Attempt: \d+\r\n(?:(?!(?i)x-call-)[^\r\n]+\r\n)*\r\n\z',
+ '\AGET /back HTTP/1\.0\r\n(?:(?!(?i)x-call-id:)[^\r\n]+\r\n)*X-Call-Id: [0-9a-f-]{36}\r\n(?:(?!(?i)x-call-id(?:-source)?:)[^\r\n]+\r\n)*X-Call-Id-Source: gateway\r\n(?:(?!(?i)x-call-)[^\r\n]+\r\n)*X-Call-Attempt: \d+\r\n(?:(?!(?i)x-call-)[^\r\n]+\r\n)*\r\n\z']
+--- raw_response_headers_like eval
+['\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: accel-1\r\n(?:(?!(?i)x-call-id:).)*\z',
+ '\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: [0-9a-f-]{36}\r\n(?:(?!(?i)x-call-id:).)*\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: try_files to a named location that proxies: a generated id is kept, sent once
+--- config
+    location /t {
+        idem on;
+        try_files /does-not-exist @fallback;
+    }
+    location @fallback {
+        idem on;
+        idem_call_id_missing reject;
+        rewrite ^ /back break;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT;
+    }
+    location = /back {
+        echo -n $echo_client_request_headers;
+    }
+--- request
+GET /t
+--- raw_response_headers_like chomp
+(?s)\A(?:(?!(?i)x-call-id:).)*X-Call-Id: ([0-9a-f-]{36})\r\n(?:(?!(?i)x-call-id:).)*\z
+--- response_body_like chomp
+\AGET /back HTTP/1\.0\r\n(?:(?!(?i)x-call-id:)[^\r\n]+\r\n)*X-Call-Id: [0-9a-f-]{36}\r\n(?:(?!(?i)x-call-id(?:-source)?:)[^\r\n]+\r\n)*X-Call-Id-Source: gateway\r\n(?:(?!(?i)x-call-)[^\r\n]+\r\n)*X-Call-Attempt: 1\r\n
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: mirror: the mirrored request carries the main request's ids
+--- config
+    location /t {
+        idem on;
+        mirror /m;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location = /m {
+        internal;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["GET /t", "GET /log/mirror-10"]
+--- more_headers eval
+["X-Call-Id: mirror-10\r\nX-Call-Attempt: 5", ""]
+--- response_body_like eval
+['\An=[12] attempt=1 ',
+ '\An=1 attempt=1 deadline=- tp=00-([0-9a-f]{32})-[0-9a-f]{16}-01 method=GET body=\nn=2 attempt=1 deadline=- tp=00-\1-[0-9a-f]{16}-01 method=GET body=\n\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 11: mirror: a refused call is not mirrored either
+--- config
+    location /t {
+        idem on;
+        mirror /m;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location = /m {
+        internal;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["GET /t", "GET /log/mirror_11"]
+--- more_headers eval
+["X-Call-Id: mirror 11", ""]
+--- error_code eval
+[400, 200]
+--- response_body_like eval
+['invalid-call-id', '\A\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 12: SSI: an included upstream sees the main request's ids
+--- config
+    location /t {
+        idem on;
+        ssi on;
+        ssi_types text/plain;
+        return 200 'a <!--# include virtual="/sub" --> b';
+    }
+    location = /sub {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location = /back {
+        echo -n "$http_x_call_id/$http_x_call_id_source/$http_x_trace_id";
+    }
+--- request
+GET /t
+--- more_headers
+X-Call-Id: ssi-12
+X-Trace-Id: tr-12
+X-Call-Id-Source: gateway
+--- response_body chomp
+a ssi-12/client/tr-12 b
+--- raw_response_headers_like chomp
+\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: ssi-12\r\n(?:(?!(?i)x-call-id:).)*\z
+--- no_error_log
+[error]
+
+
+
+=== TEST 13: HTTP/2 clients: a refused call with error_page is answered, not forwarded
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_retry_unsent on;
+            error_page 400 = @err;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+        }
+        location @err {
+            idem on;
+            rewrite ^ /back break;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT;
+        }
+    }
+--- config
+    location /t {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location /back {
+        echo "back saw $http_x_call_id";
+    }
+--- request eval
+["POST /t\nbody", "POST /t\nbody"]
+--- more_headers eval
+["X-Call-Id: h2 13\r\nX-Call-Id-Source: gateway", "X-Call-Id: h2-13"]
+--- error_code eval
+[400, 200]
+--- response_headers_like eval
+["Content-Type: application/problem\\+json", "X-Call-Id: h2-13"]
+--- response_body_like eval
+['"detail":"header X-Call-Id: byte 0x20 at offset 2 is not allowed"',
+ '^back saw h2-13$']
+--- no_error_log
+[error]
