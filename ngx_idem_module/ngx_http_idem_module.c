@@ -319,13 +319,36 @@ ngx_http_idem_handler(ngx_http_request_t *r)
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
-    if (!ilcf->enable || r != r->main) {
+    if (!ilcf->enable) {
         return NGX_DECLINED;
     }
 
-    /* ids are settled once per request, internal redirects included */
+    /*
+     * ids are settled once per request, internal redirects included;
+     * subrequests carry the main request's
+     */
 
     if (ngx_http_idem_get_ctx(r) != NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (r != r->main) {
+
+        /*
+         * A subrequest (SSI, say) of a page the module never saw: it gets
+         * no ids, but the client's copies of the headers the module owns
+         * are dropped from its own list all the same.
+         */
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem handler: subrequest without ids");
+
+        if (ngx_http_idem_scan_request(r, ilcf, &in) != NGX_OK
+            || ngx_http_idem_drop_owned(r, ilcf, &in) != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
         return NGX_DECLINED;
     }
 

@@ -452,3 +452,68 @@ a ssi-12/client/tr-12 b
  '^back saw h2-13$']
 --- no_error_log
 [error]
+
+
+
+=== TEST 14: SSI from a page without idem into an idem location: client copies of the module's headers are dropped there too
+--- config
+    underscores_in_headers on;
+    location /page {
+        ssi on;
+        ssi_types text/plain;
+        return 200 '[<!--# include virtual="/api" -->]';
+    }
+    location = /api {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location = /back {
+        echo -n "source=$http_x_call_id_source attempt=$http_x_call_attempt id=$http_x_call_id";
+    }
+--- request
+GET /page
+--- more_headers
+X-Call-Id: ssi-14
+X-Call-Id-Source: gateway
+X_Call_Attempt: 3
+--- response_body chomp
+[source= attempt= id=ssi-14]
+--- no_error_log
+[error]
+
+
+
+=== TEST 15: a 409 (outcome unknown) bypasses error_page; the duplicate is not forwarded
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_read_timeout 300ms;
+        error_page 409 = @err;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location @err {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} del 'idem:c:{paths-409}' >/dev/null");
+--- request eval
+["POST /d\nbody=1", "POST /d\nbody=1", "GET /log/paths-409"]
+--- more_headers eval
+["X-Call-Id: paths-409", "X-Call-Id: paths-409", ""]
+--- error_code eval
+[504, 409, 200]
+--- response_body_like eval
+['504 Gateway Time-out',
+ '\A\{"type":"urn:ngx-idem:problem:call-outcome-unknown",',
+ '\An=1 [^\n]*\n\z']
+--- no_error_log
+[alert]
+[crit]
