@@ -10,6 +10,8 @@
 
 static ngx_int_t ngx_http_idem_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_precontent_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_refused(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
 static ngx_int_t ngx_http_idem_log_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_init_process(ngx_cycle_t *cycle);
 static void ngx_http_idem_exit_process(ngx_cycle_t *cycle);
@@ -331,13 +333,36 @@ ngx_http_idem_handler(ngx_http_request_t *r)
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
-    if (!ilcf->enable || r != r->main) {
+    if (!ilcf->enable) {
         return NGX_DECLINED;
     }
 
-    /* ids are settled once per request, internal redirects included */
+    /*
+     * ids are settled once per request, internal redirects included;
+     * subrequests carry the main request's
+     */
 
     if (ngx_http_idem_get_ctx(r) != NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (r != r->main) {
+
+        /*
+         * A subrequest (SSI, say) of a page the module never saw: it gets
+         * no ids, but the client's copies of the headers the module owns
+         * are dropped from its own list all the same.
+         */
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem handler: subrequest without ids");
+
+        if (ngx_http_idem_scan_request(r, ilcf, &in) != NGX_OK
+            || ngx_http_idem_drop_owned(r, ilcf, &in) != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
         return NGX_DECLINED;
     }
 
@@ -388,12 +413,20 @@ ngx_http_idem_handler(ngx_http_request_t *r)
             ngx_http_idem_count(invalid_deadline);
         }
 
+        /* what the client claimed never passes on, whatever comes next */
+
+        if (ngx_http_idem_drop_owned(r, ilcf, &in) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
         return ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
     }
 
     if (ngx_http_idem_inject(r, ilcf, &in, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+
+    ctx->settled = 1;
 
     ngx_http_idem_count(calls);
 
@@ -435,6 +468,10 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
 
     if (ctx == NULL) {
         return NGX_DECLINED;
+    }
+
+    if (ctx->refused != NULL || !ctx->settled) {
+        return ngx_http_idem_refused(r, ctx);
     }
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
@@ -500,6 +537,40 @@ answer:
 }
 
 
+/*
+ * A call the module refused (or whose ids it could not settle) reached a
+ * location's content after all: error_page after an answer that failed,
+ * say.  It is never forwarded: the module's answer is sent again.
+ */
+
+static ngx_int_t
+ngx_http_idem_refused(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    if (ctx->refused == NULL) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "idem: the ids of this call were never settled, "
+                      "it is not forwarded");
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idem: a refused call reached \"%V\", not forwarded: "
+                  "%V", &r->uri, &ctx->refused->detail);
+
+    if (r->header_sent) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_idem_send_problem(r, ctx->refused, &ctx->call_id);
+
+    ngx_http_finalize_request(r, rc);
+
+    return NGX_DONE;
+}
+
+
 /* the request is over: its execution's final state, and its record */
 
 static ngx_int_t
@@ -555,9 +626,12 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem header filter");
 
-    if (ngx_http_idem_grpc_header_filter(r, ctx) != NGX_OK
-        || ngx_http_idem_set_response_headers(r, ctx) != NGX_OK)
-    {
+    /*
+     * A gRPC call answered by nginx itself gets a grpc-status (grpc.c);
+     * the ids themselves are set later, after add_header (ids_filter.c).
+     */
+
+    if (ngx_http_idem_grpc_header_filter(r, ctx) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -1210,10 +1284,6 @@ ngx_http_idem_exit_process(ngx_cycle_t *cycle)
 static ngx_int_t
 ngx_http_idem_preconfiguration(ngx_conf_t *cf)
 {
-    /* a new configuration: its idem_metrics, if any, set this again */
-
-    ngx_http_idem_counters = NULL;
-
     return ngx_http_idem_add_variables(cf);
 }
 
@@ -1295,6 +1365,7 @@ ngx_http_idem_create_main_conf(ngx_conf_t *cf)
      *     imcf->traceparent_header = { ... };
      *     imcf->store = { ... };
      *     imcf->used = 0;
+     *     imcf->metrics_zone = NULL;
      */
 
     imcf->record_ttl = NGX_CONF_UNSET_MSEC;

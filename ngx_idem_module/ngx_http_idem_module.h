@@ -37,6 +37,10 @@
 
 #define NGX_HTTP_IDEM_MAX_ATTEMPTS       100
 
+/* gRPC's TimeoutValue: at most 8 digits */
+#define NGX_HTTP_IDEM_GRPC_TIMEOUT_MAX   ((ngx_msec_t) 99999999)
+#define NGX_HTTP_IDEM_GRPC_TIMEOUT_LEN   9
+
 /* execution states: they only move forward */
 #define NGX_HTTP_IDEM_RECEIVED           0
 #define NGX_HTTP_IDEM_PROCESSING         1
@@ -127,6 +131,9 @@ typedef struct {
     ngx_str_t                 key_prefix;
 
     ngx_flag_t                used;         /* some "idem on" exists */
+
+    /* the counters' zone (idem_metrics), NULL: nothing is counted */
+    ngx_shm_zone_t           *metrics_zone;
 } ngx_http_idem_main_conf_t;
 
 
@@ -180,6 +187,16 @@ typedef struct {
 } ngx_http_idem_loc_conf_t;
 
 
+/* A client error the module answers itself as problem+json. */
+typedef struct {
+    ngx_uint_t                status;
+    ngx_str_t                 type;         /* slug, e.g. "invalid-call-id" */
+    ngx_str_t                 title;
+    ngx_str_t                 detail;
+    ngx_str_t                 record;       /* JSON of the call's record */
+} ngx_http_idem_problem_t;
+
+
 typedef struct {
     ngx_uint_t                n;
     ngx_msec_t                start;        /* ngx_current_msec */
@@ -212,6 +229,9 @@ typedef struct {
 
     ngx_http_request_t       *request;
     ngx_http_idem_loc_conf_t *conf;         /* where the call started */
+
+    /* the module's own answer to this call: it is never forwarded */
+    ngx_http_idem_problem_t  *refused;
 
     /* the budget ends when ngx_current_msec reaches "deadline" */
     ngx_msec_t                deadline;
@@ -251,6 +271,7 @@ typedef struct {
     size_t                    capture_max;  /* body bytes kept, at most */
     off_t                     captured;     /* body bytes seen */
 
+    unsigned                  settled:1;    /* ids checked and injected */
     unsigned                  has_deadline:1;
     unsigned                  grpc:1;       /* a gRPC request */
     unsigned                  call_id_refused:1;  /* the client's, invalid */
@@ -284,16 +305,6 @@ typedef struct {
 } ngx_http_idem_inbound_t;
 
 
-/* A client error the module answers itself as problem+json. */
-typedef struct {
-    ngx_uint_t                status;
-    ngx_str_t                 type;         /* slug, e.g. "invalid-call-id" */
-    ngx_str_t                 title;
-    ngx_str_t                 detail;
-    ngx_str_t                 record;       /* JSON of the call's record */
-} ngx_http_idem_problem_t;
-
-
 /* counters, in shared memory (ngx_http_idem_metrics.c) */
 typedef struct {
     ngx_atomic_t              calls;
@@ -321,13 +332,20 @@ typedef struct {
 } ngx_http_idem_counters_t;
 
 
-extern ngx_http_idem_counters_t  *ngx_http_idem_counters;
-
-/* counts only where some location shows the counters (idem_metrics) */
+/*
+ * Counts only where some location shows the counters (idem_metrics).  The
+ * counters are found through the cycle in use, never kept in a process
+ * global: a reload that fails after creating a zone must not leave later
+ * workers pointing into freed memory.
+ */
 #define ngx_http_idem_count(field)                                           \
     do {                                                                     \
-        if (ngx_http_idem_counters != NULL) {                                \
-            (void) ngx_atomic_fetch_add(&ngx_http_idem_counters->field, 1);  \
+        ngx_http_idem_counters_t  *counters_;                                \
+                                                                             \
+        counters_ = ngx_http_idem_counters();                                \
+                                                                             \
+        if (counters_ != NULL) {                                             \
+            (void) ngx_atomic_fetch_add(&counters_->field, 1);               \
         }                                                                    \
     } while (0)
 
@@ -355,6 +373,8 @@ ngx_int_t ngx_http_idem_header_init(ngx_pool_t *pool,
 ngx_int_t ngx_http_idem_header_name_valid(ngx_str_t *name);
 ngx_int_t ngx_http_idem_scan_request(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in);
+ngx_int_t ngx_http_idem_drop_owned(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in);
 ngx_int_t ngx_http_idem_inject(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
     ngx_http_idem_ctx_t *ctx);
@@ -371,6 +391,7 @@ ngx_int_t ngx_http_idem_deadline_init(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
     ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem);
 ngx_msec_int_t ngx_http_idem_remaining(ngx_http_idem_ctx_t *ctx);
+u_char *ngx_http_idem_grpc_timeout(u_char *p, ngx_msec_t ms);
 ngx_int_t ngx_http_idem_deadline_start(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 void ngx_http_idem_arm_try_timer(ngx_http_idem_ctx_t *ctx);
@@ -430,6 +451,7 @@ ngx_int_t ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
 
 /* ngx_http_idem_metrics.c */
 char *ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+ngx_http_idem_counters_t *ngx_http_idem_counters(void);
 
 /* ngx_http_idem_problem.c */
 ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,

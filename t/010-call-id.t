@@ -532,3 +532,76 @@ GET /back
  "^[0-9a-f-]{36} gateway [0-9a-f]{32}\n\$"]
 --- no_error_log
 [error]
+
+
+
+=== TEST 23: add_header X-Call-Id in an idem location: the module's id, once
+--- config
+    location /t {
+        idem on;
+        add_header X-Call-Id "forged";
+        add_header X-Trace-Id "forged-trace";
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        echo ok;
+    }
+--- request
+GET /t
+--- more_headers
+X-Call-Id: c-23
+X-Trace-Id: t-23
+--- raw_response_headers_like chomp
+\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: c-23\r\n(?:(?!(?i)x-call-id:).)*\z
+--- response_headers
+X-Call-Id: c-23
+X-Trace-Id: t-23
+--- no_error_log
+[error]
+
+
+
+=== TEST 24: add_header ... always, on the module's own 400 and on an upstream's 502
+--- config
+    location /t {
+        idem on;
+        add_header X-Call-Id "forged" always;
+        add_header x-call-id "forged-lower" always;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        return 502;
+    }
+--- request eval
+["GET /t", "GET /t"]
+--- more_headers eval
+["X-Call-Id: c-24", "X-Call-Id: bad id"]
+--- error_code eval
+[502, 400]
+--- raw_response_headers_like eval
+['\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: c-24\r\n(?:(?!(?i)x-call-id:).)*\z',
+ '\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: [0-9a-f-]{36}\r\n(?:(?!(?i)x-call-id:).)*\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 25: add_header with return, and a generated id
+--- config
+    location /t {
+        idem on;
+        add_header X-Call-Id "forged";
+        add_header X-Trace-Id "forged-trace";
+        return 200 "id=$idem_call_id\n";
+    }
+--- request
+GET /t
+--- raw_response_headers_like chomp
+\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: ([0-9a-f-]{36})\r\n(?:(?!(?i)x-call-id:).)*\z
+--- response_headers_like
+X-Call-Id: [0-9a-f-]{36}
+X-Trace-Id: [0-9a-f]{32}
+--- response_body_like chomp
+^id=[0-9a-f-]{36}$
+--- no_error_log
+[error]

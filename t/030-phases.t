@@ -98,7 +98,7 @@ http subrequest "/auth
 --- request
 GET /t
 --- raw_response_headers_like chomp
-(?i)X-Call-Id: ([0-9a-f-]{36})\r\n.*X-Auth-Saw: \1/gateway\r\n
+\A(?=.*\r\nX-Call-Id: ([0-9a-f-]{36})\r\n)(?=.*\r\nX-Auth-Saw: \1/gateway\r\n)
 --- response_body_like chomp
 ^back saw [0-9a-f-]{36}$
 --- no_error_log
