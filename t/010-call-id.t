@@ -561,7 +561,7 @@ X-Trace-Id: t-23
 
 
 
-=== TEST 24: add_header ... always, on the module's own 400 and on an upstream's 502
+=== TEST 24: add_header ... always, on the module's own 400 (no call id: the client's was refused) and on an upstream's 502
 --- config
     location /t {
         idem on;
@@ -580,7 +580,7 @@ X-Trace-Id: t-23
 [502, 400]
 --- raw_response_headers_like eval
 ['\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: c-24\r\n(?:(?!(?i)x-call-id:).)*\z',
- '\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: [0-9a-f-]{36}\r\n(?:(?!(?i)x-call-id:).)*\z']
+ '\A(?s)(?:(?!(?i)x-call-id:).)*\z']
 --- no_error_log
 [error]
 

@@ -24,7 +24,7 @@ use Cwd qw(abs_path);
 my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
 my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
 my $port = ($ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984)
-           + 110;
+           + 75;
 my $taken = $port + 1;
 my $sr = "$root/t/servroot-reload-$port";
 my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
@@ -184,7 +184,7 @@ for (1 .. 50) {
 like(get('/metrics'), qr{^HTTP/1\.1 404 }, 'no idem_metrics in use');
 
 my $blocker = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$taken",
-                                    Listen => 1)
+                                    Listen => 1, ReuseAddr => 1)
     or BAIL_OUT("cannot listen on $taken: $!");
 
 conf(metrics => 1,
