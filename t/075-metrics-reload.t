@@ -154,6 +154,15 @@ for (1 .. 50) {
 
 my $master = master_pid();
 
+END {
+    # a BAIL_OUT or a die leaves no nginx behind
+    if ($master && kill 0, $master) {
+        kill 'QUIT', $master;
+        for (1 .. 50) { last unless kill 0, $master; sleep 0.1 }
+        kill 'KILL', $master if kill 0, $master;
+    }
+}
+
 like(get('/t', "X-Call-Id: r-1\r\n"), qr{^HTTP/1\.1 200 .*id=r-1}s,
      'a call');
 like(get('/metrics'), qr/^idem_calls_total 1$/m, 'counted');
