@@ -169,6 +169,20 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       0,
       NULL },
 
+    { ngx_string("idem_retry_budget"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_idem_storm_set_budget,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, storm),
+      NULL },
+
+    { ngx_string("idem_breaker"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_ANY,
+      ngx_http_idem_storm_set_breaker,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, storm),
+      NULL },
+
     { ngx_string("idem_retry_unsent"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_conf_set_flag_slot,
@@ -507,6 +521,7 @@ ngx_http_idem_log_handler(ngx_http_request_t *r)
         ctx->record = 1;
     }
 
+    ngx_http_idem_storm_finish(r, ctx);
     ngx_http_idem_record_finish(r, ctx);
 
     return NGX_OK;
@@ -1235,7 +1250,9 @@ ngx_http_idem_postconfiguration(ngx_conf_t *cf)
 
     *h = ngx_http_idem_log_handler;
 
-    if (ngx_http_idem_upstream_init(cf) != NGX_OK) {
+    if (ngx_http_idem_upstream_init(cf) != NGX_OK
+        || ngx_http_idem_storm_init(cf) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -1424,6 +1441,8 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->dedupe_store_max = NGX_CONF_UNSET_SIZE;
     ilcf->dedupe_lease = NGX_CONF_UNSET_MSEC;
 
+    ngx_http_idem_storm_create_conf(&ilcf->storm);
+
     return ilcf;
 }
 
@@ -1509,6 +1528,12 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               prev->retry_per_try_timeout, 0);
     ngx_conf_merge_uint_value(conf->retry_on, prev->retry_on,
                               NGX_HTTP_IDEM_RETRY_ON);
+
+    if (ngx_http_idem_storm_merge_conf(cf, &conf->storm, &prev->storm)
+        != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     ngx_conf_merge_value(conf->record, prev->record, 0);
 
