@@ -525,8 +525,8 @@ ngx_http_idem_storm_zone(ngx_conf_t *cf, ngx_uint_t create)
 
 /*
  * postconfiguration: every upstream is known; each gets a node, and the
- * zone a size with room for as many again (a reload that adds a few
- * keeps the zone).
+ * zone a size with room for as many again, in steps of 32 nodes (a reload
+ * that adds a few upstreams keeps the zone).
  */
 
 ngx_int_t
@@ -596,7 +596,7 @@ ngx_http_idem_storm_init(ngx_conf_t *cf)
     ngx_qsort(zone->sorted, zone->upstreams.nelts, sizeof(void *),
               ngx_http_idem_storm_cmp);
 
-    size = 2 * (zone->upstreams.nelts + 4)
+    size = ngx_align(2 * zone->upstreams.nelts + 8, 32)
            * (sizeof(ngx_http_idem_storm_node_t) + 64);
 
     shm_zone->shm.size = ngx_align(size + 8 * ngx_pagesize, 64 * 1024);
