@@ -4,6 +4,7 @@
 #   make run      start the quickstart gateway on 127.0.0.1:8080 (Ctrl-C stops)
 #   make test     run the whole Test::Nginx suite with prove
 #   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios)
+#   make storm    a retry storm: attempts with no budget, a budget, a breaker
 #   make asan     the suite with an ASan/UBSan build of the module
 #   make deps     install what is missing (Debian packages)
 
@@ -21,7 +22,7 @@ DEB_CFLAGS  := -g -O2 -fstack-protector-strong -Wformat \
 # extra compiler flags, e.g. IDEM_CFLAGS=-fsanitize=address (see make asan)
 IDEM_CFLAGS ?=
 
-.PHONY: all deps run test asan bench clean
+.PHONY: all deps run test asan bench storm clean
 
 all: $(MODULE)
 
@@ -51,6 +52,10 @@ test: deps $(MODULE)
 # wrk, side by side: plain proxy_pass, idem on, + idem_record, + idem_dedupe
 bench: deps $(MODULE)
 	@util/bench.sh
+
+# an upstream that answers 503 to all: what the budget and the breaker save
+storm: deps $(MODULE)
+	@util/storm.sh
 
 # the suite again, with the module built with AddressSanitizer and UBSan
 asan: deps
