@@ -439,3 +439,37 @@ invalid value "probes=0" in "idem_breaker" directive
 [("X-Attempts: 1\r\n") x 20, "Retry-After: 5\r\n"]
 --- no_error_log
 [error]
+
+
+
+=== TEST 16: HTTP/2 clients: the same answer (nginx's grpc_pass is the h2 client)
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location /t/ {
+            idem on;
+            idem_breaker failures=50% min_calls=1 open=10s;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/code/;
+        }
+    }
+--- config
+    location /t/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location /code/fail {
+        return 503;
+    }
+--- request eval
+["GET /t/fail", "POST /t/fail\npay=1", "GET /t/fail"]
+--- more_headers
+X-Call-Id: br-h2
+--- error_code eval
+[503, 503, 503]
+--- response_headers_like eval
+["", "Retry-After: 10", "Retry-After: (10|9)"]
+--- response_body_like eval
+["Service Temporarily Unavailable",
+ '"type":"urn:ngx-idem:problem:upstream-unavailable".*"call_id":"br-h2"',
+ '"type":"urn:ngx-idem:problem:upstream-unavailable".*"call_id":"br-h2"']
+--- no_error_log
+[error]
