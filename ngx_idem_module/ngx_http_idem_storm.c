@@ -843,11 +843,11 @@ ngx_http_idem_storm_admit(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    if (sctx->probe) {
-        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                       "idem storm: upstream \"%V\" half-open, a probe goes",
-                       sctx->name);
-    }
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem storm: upstream \"%V\": the call %s",
+                   sctx->name, refuse ? "is refused, the breaker is open"
+                                      : (sctx->probe ? "goes as a probe"
+                                                     : "goes"));
 
     if (!refuse) {
         return NGX_OK;
@@ -927,8 +927,8 @@ ngx_http_idem_storm_refuse(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 void
 ngx_http_idem_storm_attempt(ngx_http_idem_ctx_t *ctx)
 {
-    ngx_http_idem_storm_zone_t  *zone;
-    ngx_http_idem_storm_ctx_t   *sctx;
+    ngx_http_idem_storm_ctx_t     *sctx;
+    ngx_http_idem_storm_zone_t    *zone;
     ngx_http_idem_storm_bucket_t  *b;
 
     sctx = ctx->storm;
@@ -950,6 +950,10 @@ ngx_http_idem_storm_attempt(ngx_http_idem_ctx_t *ctx)
     }
 
     ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
+                   "idem storm: upstream \"%V\": attempt %ui counted",
+                   sctx->name, ctx->attempt);
 }
 
 
@@ -1023,13 +1027,13 @@ ngx_http_idem_storm_retry(ngx_http_idem_ctx_t *ctx)
 void
 ngx_http_idem_storm_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
-    ngx_int_t                    failed;
-    ngx_msec_t                   now;
-    ngx_http_idem_storm_ctx_t   *sctx;
-    ngx_http_idem_storm_conf_t  *scf;
-    ngx_http_idem_storm_node_t  *node;
-    ngx_http_idem_storm_zone_t  *zone;
-    ngx_http_idem_storm_sums_t   sums;
+    ngx_int_t                      failed;
+    ngx_msec_t                     now;
+    ngx_http_idem_storm_ctx_t     *sctx;
+    ngx_http_idem_storm_conf_t    *scf;
+    ngx_http_idem_storm_node_t    *node;
+    ngx_http_idem_storm_zone_t    *zone;
+    ngx_http_idem_storm_sums_t     sums;
     ngx_http_idem_storm_bucket_t  *b;
 
     sctx = ctx->storm;
