@@ -473,3 +473,27 @@ X-Call-Id: br-h2
  '"type":"urn:ngx-idem:problem:upstream-unavailable".*"call_id":"br-h2"']
 --- no_error_log
 [error]
+
+
+
+=== TEST 17: connect errors are failures ("error" in on=); a body still streaming (proxy_request_buffering off) is not waited for
+--- config
+    location /t {
+        idem on;
+        idem_breaker failures=50% min_calls=2 open=10s;
+        proxy_request_buffering off;
+        add_header X-Attempts $idem_attempts always;
+        proxy_pass http://127.0.0.1:1;
+    }
+--- request eval
+["POST /t\n" . ("x" x 65536), "POST /t\n" . ("x" x 65536),
+ "POST /t\n" . ("x" x 65536)]
+--- error_code eval
+[502, 502, 503]
+--- raw_response_headers_like eval
+["X-Attempts: 1\r\n", "X-Attempts: 1\r\n", "X-Attempts: 0\r\n"]
+--- response_body_like eval
+["Bad Gateway", "Bad Gateway", "upstream-unavailable"]
+--- no_error_log
+[alert]
+[crit]
