@@ -497,3 +497,37 @@ X-Call-Id: br-h2
 --- no_error_log
 [alert]
 [crit]
+
+
+
+=== TEST 18: a cache miss refused by the breaker leaves the cache node free (proxy_cache_lock)
+--- http_config
+    proxy_cache_path $TEST_NGINX_SERVER_ROOT/cache keys_zone=storm:1m;
+--- config
+    location /t/ {
+        idem on;
+        idem_breaker failures=50% min_calls=1 open=10s;
+        proxy_cache storm;
+        proxy_cache_valid any 1m;
+        proxy_cache_lock on;
+        proxy_cache_lock_timeout 2s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/code/;
+    }
+    location /code/fail {
+        return 503;
+    }
+    location /code/ok {
+        return 200 "ok\n";
+    }
+--- request eval
+["GET /t/fail", "GET /t/ok", "GET /t/ok", "GET /t/fail"]
+--- timeout: 1s
+--- error_code eval
+[503, 503, 503, 503]
+--- response_body_like eval
+["Service Temporarily Unavailable", "upstream-unavailable",
+ "upstream-unavailable", "Service Temporarily Unavailable"]
+--- no_error_log
+[alert]
+[crit]
+[error]
