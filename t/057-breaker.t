@@ -519,6 +519,8 @@ X-Call-Id: br-h2
     location /code/ok {
         return 200 "ok\n";
     }
+--- init
+system("rm -rf $ENV{TEST_NGINX_SERVER_ROOT}/cache");
 --- request eval
 ["GET /t/fail", "GET /t/ok", "GET /t/ok", "GET /t/fail"]
 --- timeout: 1s
