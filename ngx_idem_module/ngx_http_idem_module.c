@@ -1223,6 +1223,12 @@ ngx_http_idem_postconfiguration(ngx_conf_t *cf)
 
     imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
 
+    /* the zone of idem_retry_budget and idem_breaker needs its size */
+
+    if (ngx_http_idem_storm_init(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     if (!imcf->used) {
         return NGX_OK;
     }
@@ -1250,9 +1256,7 @@ ngx_http_idem_postconfiguration(ngx_conf_t *cf)
 
     *h = ngx_http_idem_log_handler;
 
-    if (ngx_http_idem_upstream_init(cf) != NGX_OK
-        || ngx_http_idem_storm_init(cf) != NGX_OK)
-    {
+    if (ngx_http_idem_upstream_init(cf) != NGX_OK) {
         return NGX_ERROR;
     }
 

@@ -306,3 +306,20 @@ invalid value "window=2m" in "idem_retry_budget" directive
 --- must_die
 --- error_log
 invalid parameter "burst=3" in "idem_retry_budget" directive
+
+
+
+=== TEST 13: a budget where no location has "idem on": nginx starts, nothing changes
+--- http_config
+    idem_retry_budget ratio=0.2;
+    idem_breaker;
+--- config
+    location /t {
+        return 200 "plain\n";
+    }
+--- request
+GET /t
+--- response_body
+plain
+--- no_error_log
+[error]
