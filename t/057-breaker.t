@@ -533,3 +533,30 @@ system("rm -rf $ENV{TEST_NGINX_SERVER_ROOT}/cache");
 [alert]
 [crit]
 [error]
+
+
+
+=== TEST 19: the breaker's window slides: failures older than it no longer count
+--- config
+    location /t/ {
+        idem on;
+        idem_breaker failures=100% min_calls=2 window=1s open=10s;
+        add_header X-Attempts $idem_attempts always;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/code/;
+    }
+    location /code/fail {
+        return 503;
+    }
+    location /pause {
+        echo_sleep 1.2;
+        echo ok;
+    }
+--- request eval
+["GET /t/fail", "GET /pause", "GET /t/fail", "GET /t/fail", "GET /t/fail"]
+--- error_code eval
+[503, 200, 503, 503, 503]
+--- raw_response_headers_like eval
+["X-Attempts: 1\r\n", "", "X-Attempts: 1\r\n", "X-Attempts: 1\r\n",
+ "X-Attempts: 0\r\n"]
+--- no_error_log
+[error]
