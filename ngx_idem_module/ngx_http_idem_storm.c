@@ -161,7 +161,7 @@ ngx_http_idem_storm_set_budget(ngx_conf_t *cf, ngx_command_t *cmd,
 
             /* three decimals: "0.2" is 200 retries per 1000 calls */
 
-            ratio = ngx_atofp(v.data, v.len, 3);
+            ratio = v.len ? ngx_atofp(v.data, v.len, 3) : NGX_ERROR;
 
             if (ratio == NGX_ERROR || ratio > 100000) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,

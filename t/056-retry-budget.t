@@ -270,7 +270,20 @@ invalid value "ratio=abc" in "idem_retry_budget" directive
 
 
 
-=== TEST 10: ratio is required
+=== TEST 10: an empty ratio fails nginx -t
+--- config
+    location /t {
+        idem on;
+        idem_retry_budget ratio=;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/fail;
+    }
+--- must_die
+--- error_log
+invalid value "ratio=" in "idem_retry_budget" directive
+
+
+
+=== TEST 11: ratio is required
 --- config
     location /t {
         idem on;
@@ -283,7 +296,7 @@ invalid value "ratio=abc" in "idem_retry_budget" directive
 
 
 
-=== TEST 11: a window longer than the 60 s kept fails nginx -t
+=== TEST 12: a window longer than the 60 s kept fails nginx -t
 --- config
     location /t {
         idem on;
@@ -296,7 +309,7 @@ invalid value "window=2m" in "idem_retry_budget" directive
 
 
 
-=== TEST 12: an unknown parameter fails nginx -t
+=== TEST 13: an unknown parameter fails nginx -t
 --- config
     location /t {
         idem on;
@@ -309,7 +322,7 @@ invalid parameter "burst=3" in "idem_retry_budget" directive
 
 
 
-=== TEST 13: a budget where no location has "idem on": nginx starts, nothing changes
+=== TEST 14: a budget where no location has "idem on": nginx starts, nothing changes
 --- http_config
     idem_retry_budget ratio=0.2;
     idem_breaker;
