@@ -4,6 +4,7 @@
 #   make run      start the quickstart gateway on 127.0.0.1:8080 (Ctrl-C stops)
 #   make test     run the whole Test::Nginx suite with prove
 #   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios)
+#   make storm    a retry storm: attempts with no budget, a budget, a breaker
 #   make asan     the suite with an ASan/UBSan build of the module
 #   make deps     install what is missing (Debian packages)
 #   make deb      build/deb/libnginx-mod-http-idem_<version>_<arch>.deb
@@ -34,7 +35,7 @@ MODCONF_DIR := /usr/share/nginx/modules-available
 ENABLED_DIR := /etc/nginx/modules-enabled
 DOC_DIR     := /usr/share/doc/libnginx-mod-http-idem
 
-.PHONY: all deps run test asan bench clean deb install test-deb
+.PHONY: all deps run test asan bench clean deb install test-deb storm
 
 all: $(MODULE)
 
@@ -65,6 +66,10 @@ test: deps $(MODULE)
 # dedupe and an OpenResty peer (util/bench.sh says how)
 bench: deps $(MODULE)
 	@util/bench.sh
+
+# an upstream that answers 503 to all: what the budget and the breaker save
+storm: deps $(MODULE)
+	@util/storm.sh
 
 # the suite again, with the module built with AddressSanitizer and UBSan
 asan: deps

@@ -216,6 +216,8 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
                + sizeof("# HELP  \n# TYPE  counter\n{} \n") + NGX_ATOMIC_T_LEN;
     }
 
+    len += ngx_http_idem_storm_metrics_len(r);
+
     b = ngx_create_temp_buf(r->pool, len);
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -233,6 +235,8 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
                                                      : "%s%s %uA\n",
                               m->name, m->labels, *value);
     }
+
+    b->last = ngx_http_idem_storm_metrics(r, b->last);
 
     b->last_buf = 1;
     b->last_in_chain = 1;

@@ -185,6 +185,20 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       0,
       NULL },
 
+    { ngx_string("idem_retry_budget"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_idem_storm_set_budget,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, storm),
+      NULL },
+
+    { ngx_string("idem_breaker"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_ANY,
+      ngx_http_idem_storm_set_breaker,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, storm),
+      NULL },
+
     { ngx_string("idem_retry_unsent"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
       ngx_conf_set_flag_slot,
@@ -600,6 +614,7 @@ ngx_http_idem_log_handler(ngx_http_request_t *r)
         ctx->record = 1;
     }
 
+    ngx_http_idem_storm_finish(r, ctx);
     ngx_http_idem_record_finish(r, ctx);
 
     return NGX_OK;
@@ -1302,6 +1317,12 @@ ngx_http_idem_postconfiguration(ngx_conf_t *cf)
 
     imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
 
+    /* the zone of idem_retry_budget and idem_breaker needs its size */
+
+    if (ngx_http_idem_storm_init(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     if (!imcf->used) {
         return NGX_OK;
     }
@@ -1520,6 +1541,8 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->dedupe_store_max = NGX_CONF_UNSET_SIZE;
     ilcf->dedupe_lease = NGX_CONF_UNSET_MSEC;
 
+    ngx_http_idem_storm_create_conf(&ilcf->storm);
+
     return ilcf;
 }
 
@@ -1607,6 +1630,12 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               prev->retry_per_try_timeout, 0);
     ngx_conf_merge_uint_value(conf->retry_on, prev->retry_on,
                               NGX_HTTP_IDEM_RETRY_ON);
+
+    if (ngx_http_idem_storm_merge_conf(cf, &conf->storm, &prev->storm)
+        != NGX_CONF_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     ngx_conf_merge_value(conf->record, prev->record, 0);
 

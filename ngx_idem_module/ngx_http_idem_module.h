@@ -14,6 +14,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_idem_store.h"
+#include "ngx_http_idem_storm.h"
 
 
 #define NGX_HTTP_IDEM_MISSING_GENERATE   0
@@ -170,6 +171,7 @@ typedef struct {
     ngx_msec_t                retry_max_backoff;
     ngx_msec_t                retry_per_try_timeout;  /* 0: none */
     ngx_uint_t                retry_on;     /* NGX_HTTP_UPSTREAM_FT_* */
+    ngx_http_idem_storm_conf_t  storm;      /* retry budget, breaker */
 
     ngx_flag_t                record;
 
@@ -205,6 +207,7 @@ typedef struct {
     ngx_uint_t                status;       /* 0: no answer */
     ngx_uint_t                outcome;
     ngx_uint_t                sent;
+    ngx_uint_t                no_retry;     /* why none followed, or 0 */
     u_char                    span_id[NGX_HTTP_IDEM_SPAN_ID_LEN];
 } ngx_http_idem_attempt_t;
 
@@ -247,6 +250,7 @@ typedef struct {
     ngx_int_t               (*original_reinit_request)(ngx_http_request_t *r);
     ngx_msec_t                connect_timeout;
     ngx_msec_t                retry_after;  /* from a 429/503, for the next */
+    ngx_http_idem_storm_ctx_t  *storm;      /* its upstream's budget, breaker */
 
     /* gRPC (grpc.c) */
     ngx_uint_t                grpc_http_status;  /* answered as grpc-status */
@@ -448,6 +452,14 @@ u_char ngx_http_idem_answer_keep(ngx_http_request_t *r,
 char *ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 ngx_int_t ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
+
+/* ngx_http_idem_storm.c */
+ngx_int_t ngx_http_idem_storm_admit(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_http_upstream_srv_conf_t *us);
+void ngx_http_idem_storm_attempt(ngx_http_idem_ctx_t *ctx);
+ngx_uint_t ngx_http_idem_storm_retry(ngx_http_idem_ctx_t *ctx);
+void ngx_http_idem_storm_finish(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
 
 /* ngx_http_idem_metrics.c */
 char *ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

@@ -18,7 +18,8 @@
  *   f:<token>      it ended: "<state> <final status> <unix ms>", then the
  *                  arrival's fields again (the arrival may have been lost)
  *   a:<token>:<n>  its attempt n: "<start_ms> <duration_ms> <outcome>
- *                  <sent> <status> <span id>"
+ *                  <sent> <status> <span id>[ retry_budget]" (the last
+ *                  part: the retry budget refused the next attempt)
  *
  * <token> names one execution (random, per request).  The record's state
  * and the order of executions are derived when it is read (status.c).
@@ -472,7 +473,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
           + ngx_http_idem_record_arrival_len(r, ctx)
           + n * (sizeof("a:::") + ctx->token.len + 5 * NGX_INT64_LEN
                  + sizeof("error_after_send 1  ")
-                 + NGX_HTTP_IDEM_SPAN_ID_LEN)
+                 + NGX_HTTP_IDEM_SPAN_ID_LEN + sizeof(" retry_budget"))
           + (keep ? sizeof("k:R") + ctx->token.len : 0);
 
     p = ngx_pnalloc(r->pool, len);
@@ -549,6 +550,12 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
         } else {
             *p++ = '-';
+        }
+
+        /* why no retry followed it (storm.c) */
+
+        if (a[i].no_retry == NGX_HTTP_IDEM_NO_RETRY_BUDGET) {
+            p = ngx_cpymem(p, " retry_budget", sizeof(" retry_budget") - 1);
         }
 
         argv[argc + 1].len = p - argv[argc + 1].data;

@@ -309,7 +309,7 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t                         updated;
     ngx_str_t                        token, parts[9], none, *fs;
     ngx_str_t                        success, unknown_state, *state;
-    ngx_uint_t                       i, na, ok, unknown;
+    ngx_uint_t                       i, na, np, ok, unknown;
     ngx_array_t                      execs;
     ngx_http_idem_status_exec_t     *e, *first;
     ngx_http_idem_status_attempt_t  *a;
@@ -516,7 +516,11 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
 
     for (i = 0; i < na; i++) {
 
-        if (ngx_http_idem_status_split(&a[i].value, parts, 6) != 6) {
+        /* a 7th part says why no retry followed (the retry budget) */
+
+        np = ngx_http_idem_status_split(&a[i].value, parts, 7);
+
+        if (np < 6) {
             continue;
         }
 
@@ -536,6 +540,11 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
                                       parts[5].len == 1
                                       && parts[5].data[0] == '-'
                                       ? &none : &parts[5]);
+
+        if (np == 7) {
+            p = ngx_http_idem_json_string(p, ",\"no_retry", &parts[6]);
+        }
+
         *p++ = '}';
     }
 

@@ -115,6 +115,12 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
     u = r->upstream;
     ctx->conf = ilcf;
 
+    /* an open breaker answers here: NGX_DONE, the upstream is done with */
+
+    if (ngx_http_idem_storm_admit(r, ctx, us) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     ctx->balanced = 1;
     ctx->peer_data = u->peer.data;
     ctx->original_get = u->peer.get;
@@ -246,10 +252,12 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
 
     /* an attempt that the budget will end before it connects is not one */
 
-    if (!ctx->expire_after_backoff
-        && ngx_http_idem_attempt_start(r, ctx) != NGX_OK)
-    {
-        return NGX_ERROR;
+    if (!ctx->expire_after_backoff) {
+        if (ngx_http_idem_attempt_start(r, ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        ngx_http_idem_storm_attempt(ctx);
     }
 
     if (delay == 0 && !ctx->expire_after_backoff) {
@@ -331,7 +339,9 @@ ngx_http_idem_may_retry(ngx_http_idem_ctx_t *ctx, ngx_http_upstream_t *u)
         return 0;
     }
 
-    return 1;
+    /* the upstream's retry budget, shared by all workers (storm.c) */
+
+    return ngx_http_idem_storm_retry(ctx);
 }
 
 
