@@ -21,6 +21,13 @@ static ngx_int_t ngx_http_idem_get_peer(ngx_peer_connection_t *pc,
     void *data);
 static void ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
     ngx_uint_t state);
+static void ngx_http_idem_notify_peer(ngx_peer_connection_t *pc, void *data,
+    ngx_uint_t type);
+#if (NGX_HTTP_SSL)
+static ngx_int_t ngx_http_idem_set_session(ngx_peer_connection_t *pc,
+    void *data);
+static void ngx_http_idem_save_session(ngx_peer_connection_t *pc, void *data);
+#endif
 static ngx_uint_t ngx_http_idem_may_retry(ngx_http_idem_ctx_t *ctx,
     ngx_http_upstream_t *u);
 static ngx_msec_t ngx_http_idem_backoff(ngx_http_idem_ctx_t *ctx);
@@ -97,21 +104,35 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
     }
 
     ctx = ngx_http_idem_get_ctx(r);
-    if (ctx == NULL || ctx->balanced) {
+    if (ctx == NULL || ctx->attempt_h == NULL) {
         return NGX_OK;
     }
 
-    /* the policy of the location that proxies (after a redirect, too) */
+    /*
+     * Every upstream the call reaches is wrapped: the first one, and one
+     * reached later through error_page, a named location or
+     * X-Accel-Redirect.  The policy is the proxying location's, or, where
+     * that location has "idem off", the one the call had so far.
+     */
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
-    if (!ilcf->enable) {
-        return NGX_OK;
+    if (ilcf->enable) {
+        ctx->conf = ilcf;
     }
 
+    ilcf = ctx->conf;
     u = r->upstream;
-    ctx->conf = ilcf;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem: upstream %s, from attempt %ui",
+                   ctx->balanced ? "reached again" : "wrapped",
+                   ctx->attempt + 1);
 
     ctx->balanced = 1;
+    ctx->first_attempt = ctx->attempt + 1;
+    ctx->retry_after = 0;
+    ctx->expire_after_backoff = 0;
+
     ctx->peer_data = u->peer.data;
     ctx->original_get = u->peer.get;
     ctx->original_free = u->peer.free;
@@ -119,6 +140,30 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
     u->peer.data = ctx;
     u->peer.get = ngx_http_idem_get_peer;
     u->peer.free = ngx_http_idem_free_peer;
+
+    /*
+     * The whole peer contract goes through the module, as in the keepalive
+     * module: the original balancer must never be handed our data.
+     */
+
+    ctx->original_notify = u->peer.notify;
+
+    if (u->peer.notify) {
+        u->peer.notify = ngx_http_idem_notify_peer;
+    }
+
+#if (NGX_HTTP_SSL)
+    ctx->original_set_session = u->peer.set_session;
+    ctx->original_save_session = u->peer.save_session;
+
+    if (u->peer.set_session) {
+        u->peer.set_session = ngx_http_idem_set_session;
+    }
+
+    if (u->peer.save_session) {
+        u->peer.save_session = ngx_http_idem_save_session;
+    }
+#endif
 
     /* a 429/503's Retry-After is read before nginx decides on a retry */
 
@@ -196,7 +241,7 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
 
     rc = ctx->original_get(pc, ctx->peer_data);
 
-    if (rc == NGX_BUSY && ctx->attempt > 1
+    if (rc == NGX_BUSY && ctx->attempt > ctx->first_attempt
         && ctx->original_get == ngx_http_upstream_get_round_robin_peer)
     {
         /*
@@ -218,7 +263,8 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
         return rc;
     }
 
-    delay = (ctx->attempt > 1) ? ngx_http_idem_backoff(ctx) : 0;
+    delay = (ctx->attempt > ctx->first_attempt) ? ngx_http_idem_backoff(ctx)
+                                                : 0;
 
     ctx->expire_after_backoff = 0;
 
@@ -281,7 +327,9 @@ ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
 
     if (state & NGX_PEER_FAILED && ngx_http_idem_may_retry(ctx, u)) {
         pc->tries = ctx->conf->idempotent
-                    ? ctx->conf->retry_attempts - ctx->attempt : 1;
+                    ? ctx->conf->retry_attempts
+                      - (ctx->attempt - ctx->first_attempt + 1)
+                    : 1;
         return;
     }
 
@@ -295,9 +343,48 @@ ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
 }
 
 
+static void
+ngx_http_idem_notify_peer(ngx_peer_connection_t *pc, void *data,
+    ngx_uint_t type)
+{
+    ngx_http_idem_ctx_t *ctx = data;
+
+    ctx->original_notify(pc, ctx->peer_data, type);
+}
+
+
+#if (NGX_HTTP_SSL)
+
+/* proxy_ssl_session_reuse: the balancer keeps sessions in its own data */
+
+static ngx_int_t
+ngx_http_idem_set_session(ngx_peer_connection_t *pc, void *data)
+{
+    ngx_http_idem_ctx_t *ctx = data;
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, pc->log, 0, "idem: set session");
+
+    return ctx->original_set_session(pc, ctx->peer_data);
+}
+
+
+static void
+ngx_http_idem_save_session(ngx_peer_connection_t *pc, void *data)
+{
+    ngx_http_idem_ctx_t *ctx = data;
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, pc->log, 0, "idem: save session");
+
+    ctx->original_save_session(pc, ctx->peer_data);
+}
+
+#endif
+
+
 static ngx_uint_t
 ngx_http_idem_may_retry(ngx_http_idem_ctx_t *ctx, ngx_http_upstream_t *u)
 {
+    ngx_uint_t                 n;
     ngx_http_request_t        *r;
     ngx_http_idem_loc_conf_t  *ilcf;
 
@@ -308,12 +395,14 @@ ngx_http_idem_may_retry(ngx_http_idem_ctx_t *ctx, ngx_http_upstream_t *u)
         return 0;
     }
 
+    n = ctx->attempt - ctx->first_attempt + 1;
+
     if (ilcf->idempotent) {
-        if (ctx->attempt >= ilcf->retry_attempts) {
+        if (n >= ilcf->retry_attempts) {
             return 0;
         }
 
-    } else if (!ilcf->retry_unsent || ctx->attempt >= 2 || u->request_sent) {
+    } else if (!ilcf->retry_unsent || n >= 2 || u->request_sent) {
         return 0;
     }
 
@@ -341,7 +430,7 @@ ngx_http_idem_backoff(ngx_http_idem_ctx_t *ctx)
     ngx_http_idem_loc_conf_t  *ilcf;
 
     ilcf = ctx->conf;
-    k = ctx->attempt - 1;
+    k = ctx->attempt - ctx->first_attempt;
 
     cap = ilcf->retry_backoff;
 
