@@ -28,6 +28,8 @@ static ngx_int_t ngx_http_idem_set_session(ngx_peer_connection_t *pc,
     void *data);
 static void ngx_http_idem_save_session(ngx_peer_connection_t *pc, void *data);
 #endif
+static ngx_int_t ngx_http_idem_chosen_peer(ngx_peer_connection_t *pc,
+    void *data);
 static ngx_uint_t ngx_http_idem_may_retry(ngx_http_idem_ctx_t *ctx,
     ngx_http_upstream_t *u);
 static ngx_msec_t ngx_http_idem_backoff(ngx_http_idem_ctx_t *ctx);
@@ -309,6 +311,7 @@ ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
 {
     ngx_http_idem_ctx_t *ctx = data;
 
+    ngx_uint_t            waiting;
     ngx_http_upstream_t  *u;
 
     u = ctx->request->upstream;
@@ -321,11 +324,23 @@ ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
         ngx_del_timer(&ctx->try_ev);
     }
 
-    if (ctx->backoff_ev.timer_set) {
+    waiting = ctx->backoff_ev.timer_set;
+
+    if (waiting) {
         ngx_del_timer(&ctx->backoff_ev);
     }
 
-    if (state & NGX_PEER_FAILED && ngx_http_idem_may_retry(ctx, u)) {
+    /*
+     * An attempt ended while it still waited for its backoff: the worker
+     * is shutting down (worker_shutdown_timeout), the client left, or the
+     * budget ended.  No further attempt then.
+     */
+
+    if (waiting && (ngx_exiting || ngx_terminate || ngx_quit)) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, pc->log, 0,
+                       "idem: worker exiting during a backoff, no retry");
+
+    } else if (state & NGX_PEER_FAILED && ngx_http_idem_may_retry(ctx, u)) {
         pc->tries = ctx->conf->idempotent
                     ? ctx->conf->retry_attempts
                       - (ctx->attempt - ctx->first_attempt + 1)
@@ -483,11 +498,13 @@ ngx_http_idem_prepare_attempt(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
 
 /*
- * Waits "delay" before connecting, without blocking: the chosen peer gets
- * a socket that is neither connected nor watched yet (an unconnected
- * socket reports ready at once), nginx arms its connect timer (stretched
- * past the delay) and waits for a write event that only our timer makes
- * happen.
+ * Waits "delay" before connecting, without blocking.  nginx needs a
+ * connection when get returns NGX_AGAIN: it gets a stand-in, a socket that
+ * is neither bound, connected nor watched, whose connect timer nginx arms
+ * (stretched past the delay).  When the delay is over, nginx's own
+ * ngx_event_connect_peer() makes the real connection (proxy_bind,
+ * transparent, socket keepalive, rcvbuf, event registration for every
+ * event method) and it takes the stand-in's place.
  */
 
 static ngx_int_t
@@ -533,34 +550,12 @@ ngx_http_idem_delay_connect(ngx_peer_connection_t *pc,
         return NGX_ERROR;
     }
 
-    if (ngx_nonblocking(s) == -1) {
-        ngx_log_error(NGX_LOG_ALERT, pc->log, ngx_socket_errno,
-                      ngx_nonblocking_n " failed");
-        ngx_close_connection(c);
-        return NGX_ERROR;
-    }
-
-    if (pc->local
-        && bind(s, pc->local->sockaddr, pc->local->socklen) == -1)
-    {
-        ngx_log_error(NGX_LOG_CRIT, pc->log, ngx_socket_errno,
-                      "bind(%V) failed", &pc->local->name);
-        ngx_close_connection(c);
-        return NGX_ERROR;
-    }
-
     c->type = SOCK_STREAM;
     c->recv = ngx_recv;
     c->send = ngx_send;
     c->recv_chain = ngx_recv_chain;
     c->send_chain = ngx_send_chain;
     c->sendfile = 1;
-
-    if (pc->sockaddr->sa_family == AF_UNIX) {
-        c->tcp_nopush = NGX_TCP_NOPUSH_DISABLED;
-        c->tcp_nodelay = NGX_TCP_NODELAY_DISABLED;
-    }
-
     c->log_error = pc->log_error;
     c->read->log = pc->log;
     c->write->log = pc->log;
@@ -584,12 +579,20 @@ ngx_http_idem_delay_connect(ngx_peer_connection_t *pc,
 }
 
 
+/* the peer was chosen before the backoff: ngx_event_connect_peer's get */
+
+static ngx_int_t
+ngx_http_idem_chosen_peer(ngx_peer_connection_t *pc, void *data)
+{
+    return NGX_OK;
+}
+
+
 static void
 ngx_http_idem_backoff_handler(ngx_event_t *ev)
 {
-    int                     rc;
-    ngx_err_t               err;
-    ngx_connection_t       *c;
+    ngx_int_t               rc;
+    ngx_connection_t       *c, *stand_in;
     ngx_http_upstream_t    *u;
     ngx_http_idem_ctx_t    *ctx;
     ngx_peer_connection_t  *pc;
@@ -597,10 +600,14 @@ ngx_http_idem_backoff_handler(ngx_event_t *ev)
     ctx = ev->data;
     u = ctx->request->upstream;
     pc = &u->peer;
-    c = pc->connection;
+    stand_in = pc->connection;
 
-    if (c == NULL) {
+    if (stand_in == NULL) {
         return;
+    }
+
+    if (stand_in->write->timer_set) {
+        ngx_del_timer(stand_in->write);
     }
 
     if (ctx->expire_after_backoff) {
@@ -609,46 +616,67 @@ ngx_http_idem_backoff_handler(ngx_event_t *ev)
         goto timedout;
     }
 
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, ev->log, 0,
+                   "idem: backoff over, connecting");
+
     ngx_http_idem_arm_try_timer(ctx);
 
-    if (ngx_add_conn && ngx_add_conn(c) == NGX_ERROR) {
+    pc->get = ngx_http_idem_chosen_peer;
+    pc->connection = NULL;
+
+    rc = ngx_event_connect_peer(pc);
+
+    pc->get = ngx_http_idem_get_peer;
+
+    if (rc != NGX_OK && rc != NGX_AGAIN) {
+
+        /*
+         * The connect failed at once (logged by nginx): the stand-in ends
+         * the attempt, as a timeout, with nothing sent.
+         */
+
+        pc->connection = stand_in;
         goto timedout;
     }
 
-    rc = connect(c->fd, pc->sockaddr, pc->socklen);
+    /* what ngx_http_upstream_connect() set on the stand-in */
 
-    if (c->write->timer_set) {
-        ngx_del_timer(c->write);
+    c = pc->connection;
+
+    c->data = stand_in->data;
+    c->read->handler = stand_in->read->handler;
+    c->write->handler = stand_in->write->handler;
+    c->requests = stand_in->requests;
+    c->sendfile &= stand_in->sendfile;
+
+    if (stand_in->tcp_nopush == NGX_TCP_NOPUSH_DISABLED) {
+        c->tcp_nopush = NGX_TCP_NOPUSH_DISABLED;
     }
 
-    if (rc == 0) {
-        c->write->ready = 1;
-        ngx_add_timer(c->write, ctx->connect_timeout);
+    c->pool = stand_in->pool;
+    stand_in->pool = NULL;
+
+    c->log = stand_in->log;
+    c->pool->log = c->log;
+    c->read->log = c->log;
+    c->write->log = c->log;
+
+    u->writer.connection = c;
+    u->output.sendfile = c->sendfile;
+
+    ngx_close_connection(stand_in);
+
+    ngx_add_timer(c->write, ctx->connect_timeout);
+
+    if (rc == NGX_OK) {
         ngx_post_event(c->write, &ngx_posted_events);
-        return;
     }
 
-    err = ngx_socket_errno;
-
-    if (err == NGX_EINPROGRESS) {
-        ngx_add_timer(c->write, ctx->connect_timeout);
-        return;
-    }
-
-    /*
-     * An immediate failure (seen on unix sockets): its error is not left
-     * in SO_ERROR for nginx to find, so the attempt ends as a timeout,
-     * with nothing sent.
-     */
-
-    ngx_log_error(NGX_LOG_ERR, c->log, err, "connect() to %V failed",
-                  pc->name);
+    return;
 
 timedout:
 
-    if (c->write->timer_set) {
-        ngx_del_timer(c->write);
-    }
+    c = pc->connection;
 
     c->write->timedout = 1;
     ngx_post_event(c->write, &ngx_posted_events);
