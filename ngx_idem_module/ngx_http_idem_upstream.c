@@ -737,8 +737,10 @@ ngx_http_idem_reinit_request(ngx_http_request_t *r)
 
 /*
  * A 429 or 503 with Retry-After (seconds or an HTTP date): the next attempt
- * waits at least that long; when that would overrun the budget there is no
- * next attempt, and the client gets the upstream's own answer.
+ * waits at least that long.  When that would overrun the budget, or, on a
+ * route without a budget, when it is longer than max_backoff, there is no
+ * next attempt: the client gets the upstream's own answer, Retry-After
+ * included, instead of a call parked for minutes (or weeks) on a socket.
  */
 
 static void
@@ -813,6 +815,15 @@ ngx_http_idem_retry_after(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "idem: no further attempt, Retry-After %i s does "
                       "not fit in the budget", n);
+
+        u->peer.tries = 1;
+        return;
+    }
+
+    if (!ctx->has_deadline && delay > ilcf->retry_max_backoff) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idem: no further attempt, Retry-After %i s is "
+                      "longer than max_backoff", n);
 
         u->peer.tries = 1;
         return;
