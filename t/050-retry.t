@@ -482,7 +482,7 @@ X-Attempts: 2
     location /t {
         idem on;
         idem_idempotent on;
-        idem_retry 2 backoff=1ms;
+        idem_retry 2 backoff=1ms max_backoff=5s;
         access_log logs/error.log timing;
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/503/1/2;
     }

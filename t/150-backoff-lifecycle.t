@@ -166,8 +166,9 @@ sleep 2.5;                      # past the end of the 2 s wait
 like(backend_log($id), qr/\An=1 [^\n]*\n\z/,
      'no attempt after the client left');
 
-kill 'QUIT', master();
-ok(gone(master(), 5), 'nginx exits');
+$master = master();
+kill 'QUIT', $master;
+ok(gone($master, 5), 'nginx exits');
 
 my $log = do { local (@ARGV, $/) = "$sr/logs/error.log"; <> } // '';
 unlike($log, qr/\[(?:alert|crit|emerg)\]|exited on signal/,
