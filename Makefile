@@ -4,10 +4,10 @@
 #   make run      start the quickstart gateway on 127.0.0.1:8080 (Ctrl-C stops)
 #   make test     run the whole Test::Nginx suite with prove
 #   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios)
-#   make asan     the suite with an ASan/UBSan build of the module
-#   make deps     install what is missing (Debian packages)
 #   make nginx-tests NGINX_TESTS=/path/to/nginx-tests
 #                 nginx's own suite, without and with "idem on"
+#   make asan     the suite with an ASan/UBSan build of the module
+#   make deps     install what is missing (Debian packages)
 
 SHELL       := /bin/bash
 NGINX_SRC   ?= /usr/share/nginx/src
@@ -23,7 +23,7 @@ DEB_CFLAGS  := -g -O2 -fstack-protector-strong -Wformat \
 # extra compiler flags, e.g. IDEM_CFLAGS=-fsanitize=address (see make asan)
 IDEM_CFLAGS ?=
 
-.PHONY: all deps run test asan bench nginx-tests clean
+.PHONY: all deps run test asan bench clean
 
 all: $(MODULE)
 
@@ -47,6 +47,12 @@ $(MODULE): $(BUILD)/Makefile $(SOURCES)
 run: deps $(MODULE)
 	@util/run.sh
 
+# nginx's own tests (a checkout of nginx/nginx-tests outside this tree):
+# the ones that fail only with "idem on"
+.PHONY: nginx-tests
+nginx-tests: deps $(MODULE)
+	@util/nginx-tests.sh
+
 test: deps $(MODULE)
 	@util/test.sh
 
@@ -57,11 +63,6 @@ bench: deps $(MODULE)
 # the suite again, with the module built with AddressSanitizer and UBSan
 asan: deps
 	@util/asan.sh
-
-# nginx's own tests (a checkout of nginx/nginx-tests outside this tree):
-# the ones that fail only with "idem on"
-nginx-tests: deps $(MODULE)
-	@util/nginx-tests.sh
 
 clean:
 	rm -rf $(BUILD) $(CURDIR)/build-asan t/servroot*
