@@ -809,21 +809,23 @@ ngx_http_idem_retry_after(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem: upstream asks to retry after %M ms", delay);
 
+    /* without a budget, max_backoff caps the wait */
+
+    if (!ctx->has_deadline && delay > ctx->conf->retry_max_backoff) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idem: no further attempt, the upstream's wait of "
+                      "%M ms is longer than max_backoff", delay);
+
+        u->peer.tries = 1;
+        return;
+    }
+
     if (ctx->has_deadline
         && (ngx_msec_int_t) delay >= ngx_http_idem_remaining(ctx))
     {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "idem: no further attempt, Retry-After %i s does "
                       "not fit in the budget", n);
-
-        u->peer.tries = 1;
-        return;
-    }
-
-    if (!ctx->has_deadline && delay > ilcf->retry_max_backoff) {
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "idem: no further attempt, Retry-After %i s is "
-                      "longer than max_backoff", n);
 
         u->peer.tries = 1;
         return;

@@ -66,7 +66,7 @@ X-Call-Id: ra-day
 X-Attempts: 1
 Retry-After: 86400
 --- error_log
-Retry-After 86400 s is longer than max_backoff
+wait of 86400000 ms is longer than max_backoff
 --- no_error_log
 [error]
 
