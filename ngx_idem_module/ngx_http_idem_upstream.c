@@ -15,6 +15,13 @@
 #include "ngx_http_idem_module.h"
 
 
+/*
+ * The longest wait a Retry-After may ask of a call without a budget, unless
+ * max_backoff is longer: a longer one gets no further attempt.
+ */
+#define NGX_HTTP_IDEM_RETRY_AFTER_MAX  10000
+
+
 static ngx_int_t ngx_http_idem_init_peer(ngx_http_request_t *r,
     ngx_http_upstream_srv_conf_t *us);
 static ngx_int_t ngx_http_idem_get_peer(ngx_peer_connection_t *pc,
@@ -738,9 +745,10 @@ ngx_http_idem_reinit_request(ngx_http_request_t *r)
 /*
  * A 429 or 503 with Retry-After (seconds or an HTTP date): the next attempt
  * waits at least that long.  When that would overrun the budget, or, on a
- * route without a budget, when it is longer than max_backoff, there is no
- * next attempt: the client gets the upstream's own answer, Retry-After
- * included, instead of a call parked for minutes (or weeks) on a socket.
+ * route without a budget, when it is longer than 10 s and max_backoff,
+ * there is no next attempt: the client gets the upstream's own answer,
+ * Retry-After included, instead of a call parked for minutes (or weeks) on
+ * a socket.
  */
 
 static void
@@ -809,12 +817,16 @@ ngx_http_idem_retry_after(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem: upstream asks to retry after %M ms", delay);
 
-    /* without a budget, max_backoff caps the wait */
+    /* without a budget, the wait has a cap of its own */
 
-    if (!ctx->has_deadline && delay > ctx->conf->retry_max_backoff) {
+    if (!ctx->has_deadline
+        && delay > ngx_max(ctx->conf->retry_max_backoff,
+                           NGX_HTTP_IDEM_RETRY_AFTER_MAX))
+    {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "idem: no further attempt, the upstream's wait of "
-                      "%M ms is longer than max_backoff", delay);
+                      "%M ms is longer than a call without a budget may "
+                      "wait", delay);
 
         u->peer.tries = 1;
         return;
