@@ -5,6 +5,8 @@
 #   make test     run the whole Test::Nginx suite with prove
 #   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios)
 #   make storm    a retry storm: attempts with no budget, a budget, a breaker
+#   make nginx-tests NGINX_TESTS=/path/to/nginx-tests
+#                 nginx's own suite, without and with "idem on"
 #   make asan     the suite with an ASan/UBSan build of the module
 #   make deps     install what is missing (Debian packages)
 #   make deb      build/deb/libnginx-mod-http-idem_<version>_<arch>.deb
@@ -58,6 +60,12 @@ $(MODULE): $(BUILD)/Makefile $(SOURCES)
 
 run: deps $(MODULE)
 	@util/run.sh
+
+# nginx's own tests (a checkout of nginx/nginx-tests outside this tree):
+# the ones that fail only with "idem on"
+.PHONY: nginx-tests
+nginx-tests: deps $(MODULE)
+	@util/nginx-tests.sh
 
 test: deps $(MODULE)
 	@util/test.sh

@@ -242,10 +242,16 @@ typedef struct {
     ngx_event_t               try_ev;       /* per_try_timeout */
     ngx_event_t               backoff_ev;   /* delayed connect */
 
-    /* the wrapped balancer of this request's upstream */
+    /* the wrapped balancer of this request's upstream (the latest one) */
     void                     *peer_data;
     ngx_event_get_peer_pt     original_get;
     ngx_event_free_peer_pt    original_free;
+    ngx_event_notify_peer_pt  original_notify;
+#if (NGX_HTTP_SSL)
+    ngx_event_set_peer_session_pt   original_set_session;
+    ngx_event_save_peer_session_pt  original_save_session;
+#endif
+    ngx_uint_t                first_attempt;  /* the number of its first */
     ngx_int_t               (*original_process_header)(ngx_http_request_t *r);
     ngx_int_t               (*original_reinit_request)(ngx_http_request_t *r);
     ngx_msec_t                connect_timeout;
