@@ -524,3 +524,43 @@ TRAILER "0" "all%20good" "-"
 TRAILER "0" "all%20good" "true"
 --- no_error_log
 [error]
+
+
+
+=== TEST 12: a pushback longer than a call without a budget may wait: no retry, the service's own answer (HTTP 200, grpc-status 14)
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_idempotent on;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location /g/svc/Long {
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/grpc/14/1/20000;
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /g/svc/Long\nx", "GET /log/g-12"]
+--- more_headers eval
+["Content-Type: application/grpc\nX-Call-Id: g-12", ""]
+--- error_code eval
+[200, 200]
+--- response_headers eval
+["grpc-status: 14\ngrpc-retry-pushback-ms: 20000", ""]
+--- response_body_like eval
+['\A\z', '\An=1 [^\n]*\n\z']
+--- error_log
+is longer than a call without a budget may wait
+--- no_error_log
+[error]
