@@ -11,6 +11,10 @@
  * an answer made of subrequests' output (ssi, slice, addition) is not
  * kept.  Kept as "<status>[ <reason>]\n<name>: <value>\n...\n\n<body>":
  * names and values never hold a newline (nginx refuses them).
+ *
+ * Set-Cookie is never kept: a duplicate may come from another caller (a
+ * route with "idem_dedupe_scope off", or a scope coarser than a session),
+ * and must not be handed the first caller's session.
  */
 
 
@@ -30,7 +34,7 @@ static void ngx_http_idem_answer_content_type(ngx_http_request_t *r,
     ngx_str_t *value);
 
 
-/* not kept: hop-by-hop, computed again, or this module's own */
+/* not kept: hop-by-hop, computed again, this module's own, or a caller's */
 static ngx_str_t  ngx_http_idem_answer_skipped[] = {
     ngx_string("Connection"),
     ngx_string("Keep-Alive"),
@@ -44,6 +48,8 @@ static ngx_str_t  ngx_http_idem_answer_skipped[] = {
     ngx_string("Content-Length"),
     ngx_string("Content-Type"),
     ngx_string("Idempotent-Replayed"),
+    ngx_string("Set-Cookie"),
+    ngx_string("Set-Cookie2"),
     ngx_null_string
 };
 
