@@ -21,20 +21,75 @@
  *                  <sent> <status> <span id>"
  *
  * <token> names one execution (random, per request).  The record's state
- * and the order of executions are derived when it is read (status.c).
- * A write is an HSET and a PEXPIRE that refreshes the record's TTL.
+ * and the order of executions are derived when it is read
+ * (ngx_http_idem_record_parse).  A write is an HSET and a PEXPIRE that
+ * refreshes the record's TTL.
+ *
+ * A record keeps at most idem_record_max_executions executions.  Each
+ * final write counts its
+ * execution in a field of its own, and when the count passes the cap a
+ * script drops the oldest executions and folds them into a summary:
+ *
+ *   n              executions counted since the last trim (HINCRBY)
+ *   x              the dropped ones: "<count> <successes> <unknowns>
+ *                  <updated_ms> <final status|-> <created_ms> <source>
+ *                  <node> <method> <trace id> <uri>", the last six of the
+ *                  record's first execution
+ *
+ * so that the record's state rule (SUCCESS if any execution succeeded,
+ * else UNKNOWN if any was UNKNOWN, else the latest's) and its first
+ * execution survive the trim.  An execution dropped before it finished
+ * counts as UNKNOWN: it may have run.  The claim's fields of the execution
+ * that holds the dedupe claim ("o") stay: duplicates are answered from
+ * them.
  */
 
 
 #include "ngx_http_idem_module.h"
+#include "ngx_http_idem_record.h"
+
+
+/* the table that finds an execution by its token while parsing */
+typedef struct {
+    ngx_http_idem_record_exec_t    **buckets;
+    ngx_uint_t                       mask;
+    ngx_http_idem_record_exec_t     *execs;
+    ngx_uint_t                       nexecs;
+} ngx_http_idem_record_table_t;
+
+
+/* a trim on its way: it outlives the request that wrote the record */
+typedef struct {
+    ngx_str_t                        key;
+    ngx_str_t                        max;
+} ngx_http_idem_record_trim_t;
 
 
 static void ngx_http_idem_arrival_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_record_write(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_uint_t final);
+static void ngx_http_idem_record_count(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+static void ngx_http_idem_record_counted(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_record_trimmed(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
 static ngx_uint_t ngx_http_idem_final_state(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 static void ngx_http_idem_record_uri(ngx_http_request_t *r, ngx_str_t *uri);
+static ngx_http_idem_record_exec_t *ngx_http_idem_record_exec(
+    ngx_http_idem_record_table_t *table, ngx_str_t *token,
+    ngx_uint_t create);
+static void ngx_http_idem_record_summary(ngx_http_idem_record_t *rec,
+    ngx_str_t *value, ngx_uint_t *ok, ngx_uint_t *unknown);
+static ngx_uint_t ngx_http_idem_record_split(ngx_str_t *value,
+    ngx_str_t *parts, ngx_uint_t n);
+static uint64_t ngx_http_idem_record_ms(ngx_str_t *value);
+static ngx_uint_t ngx_http_idem_record_is(ngx_str_t *value, char *text);
+static int ngx_libc_cdecl ngx_http_idem_record_exec_cmp(const void *one,
+    const void *two);
+static int ngx_libc_cdecl ngx_http_idem_record_attempt_cmp(const void *one,
+    const void *two);
 
 
 static ngx_str_t  ngx_http_idem_states[] = {
@@ -44,6 +99,99 @@ static ngx_str_t  ngx_http_idem_states[] = {
     ngx_string("FAILED"),
     ngx_string("UNKNOWN")
 };
+
+
+/*
+ * KEYS[1]: the record; ARGV[1]: idem_record_max_executions.  Keeps the
+ * newest ARGV[1] executions, folds the others into "x" and deletes their
+ * fields, and fields of no execution, but for the claim's own fields of
+ * the execution named by "o" (the dedupe claim reads them); sets "n" to
+ * the executions kept.  Replies how many executions were dropped.  The
+ * hash is about the cap when this runs (a record of an older version
+ * aside, hence the chunks: Lua's unpack() has a limit).
+ */
+
+static ngx_str_t  ngx_http_idem_record_trim_lua = ngx_string(
+    "local k, max = KEYS[1], tonumber(ARGV[1])\n"
+    "local h = redis.call('HGETALL', k)\n"
+    "local ex, list, gone, claim = {}, {}, {}, {}\n"
+    "local o = redis.call('HGET', k, 'o')\n"
+    "if o then\n"
+    "  claim['l:' .. o] = true\n"
+    "  claim['k:' .. o] = true\n"
+    "end\n"
+    "local function drop(e)\n"
+    "  for _, f in ipairs(e.fields) do\n"
+    "    if not claim[f] then gone[#gone + 1] = f end\n"
+    "  end\n"
+    "end\n"
+    "for i = 1, #h, 2 do\n"
+    "  local f, v = h[i], h[i + 1]\n"
+    "  local c, t = string.match(f, '^([epflka]):([^:]+)')\n"
+    "  if c then\n"
+    "    local e = ex[t]\n"
+    "    if not e then\n"
+    "      e = {t = t, fields = {}}\n"
+    "      ex[t] = e\n"
+    "    end\n"
+    "    e.fields[#e.fields + 1] = f\n"
+    "    e[c] = v\n"
+    "  end\n"
+    "end\n"
+    "for t, e in pairs(ex) do\n"
+    "  local info\n"
+    "  if e.f then\n"
+    "    info = string.match(e.f, '^%S+ %S+ %S+ (.*)$')\n"
+    "  elseif e.e then\n"
+    "    info = string.match(e.e, '^%S+ (.*)$')\n"
+    "  end\n"
+    "  if info then\n"
+    "    e.info = info\n"
+    "    e.c = tonumber(string.match(info, '^(%d+)')) or 0\n"
+    "    list[#list + 1] = e\n"
+    "  else\n"
+    "    drop(e)\n"
+    "  end\n"
+    "end\n"
+    "table.sort(list, function(a, b)\n"
+    "  if a.c ~= b.c then return a.c < b.c end\n"
+    "  return a.t < b.t\n"
+    "end)\n"
+    "local n = #list - max\n"
+    "if n > 0 then\n"
+    "  local s = {0, 0, 0, 0, '-', list[1].info}\n"
+    "  local x = redis.call('HGET', k, 'x')\n"
+    "  if x then\n"
+    "    local p = {string.match(x,"
+    " '^(%d+) (%d+) (%d+) (%d+) (%S+) (.*)$')}\n"
+    "    if #p == 6 then\n"
+    "      s = {tonumber(p[1]), tonumber(p[2]), tonumber(p[3]),"
+    " tonumber(p[4]), p[5], p[6]}\n"
+    "    end\n"
+    "  end\n"
+    "  for i = 1, n do\n"
+    "    local e = list[i]\n"
+    "    local st, fs, ms = 'UNKNOWN', nil, e.c\n"
+    "    if e.f then\n"
+    "      st, fs, ms = string.match(e.f, '^(%S+) (%S+) (%d+)')\n"
+    "      ms = tonumber(ms) or e.c\n"
+    "    end\n"
+    "    if e.p then ms = math.max(ms, tonumber(e.p) or 0) end\n"
+    "    s[1] = s[1] + 1\n"
+    "    if st == 'SUCCESS' then s[2] = s[2] + 1 end\n"
+    "    if st == 'UNKNOWN' then s[3] = s[3] + 1 end\n"
+    "    s[4] = math.max(s[4], ms)\n"
+    "    if fs then s[5] = fs end\n"
+    "    drop(e)\n"
+    "  end\n"
+    "  redis.call('HSET', k, 'x', string.format('%.0f %.0f %.0f %.0f %s %s',"
+    " s[1], s[2], s[3], s[4], s[5], s[6]))\n"
+    "end\n"
+    "for i = 1, #gone, 1000 do\n"
+    "  redis.call('HDEL', k, unpack(gone, i, math.min(i + 999, #gone)))\n"
+    "end\n"
+    "redis.call('HSET', k, 'n', math.min(#list, max))\n"
+    "return math.max(n, 0)\n");
 
 
 static ngx_str_t  ngx_http_idem_outcomes[] = {
@@ -571,7 +719,116 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     ngx_http_idem_count(record_writes);
 
+    if (final) {
+        ngx_http_idem_record_count(r, ctx);
+    }
+
     return NGX_OK;
+}
+
+
+/*
+ * The execution is counted in its record, after its final write on the
+ * same connection; a count over the cap trims the record.  What it costs
+ * a call: one HINCRBY more, its reply read in passing.
+ */
+
+static void
+ngx_http_idem_record_count(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    u_char                       *p;
+    ngx_str_t                     argv[4];
+    ngx_http_idem_main_conf_t    *imcf;
+    ngx_http_idem_record_trim_t  *trim;
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    /* the key and the cap, for the trim: the request may be gone by then */
+
+    trim = ngx_alloc(sizeof(ngx_http_idem_record_trim_t) + ctx->key.len
+                     + NGX_INT_T_LEN, r->connection->log);
+    if (trim == NULL) {
+        return;
+    }
+
+    p = (u_char *) &trim[1];
+
+    trim->key.data = p;
+    trim->key.len = ctx->key.len;
+    p = ngx_cpymem(p, ctx->key.data, ctx->key.len);
+
+    trim->max.data = p;
+    trim->max.len = ngx_sprintf(p, "%ui", imcf->record_max_executions) - p;
+
+    ngx_str_set(&argv[0], "HINCRBY");
+    argv[1] = trim->key;
+    ngx_str_set(&argv[2], "n");
+    ngx_str_set(&argv[3], "1");
+
+    if (ngx_http_idem_store_read(4, argv, ngx_http_idem_record_counted, trim,
+                                 0)
+        == NULL)
+    {
+        ngx_free(trim);
+        return;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem record: execution of \"%V\" counted", &ctx->key);
+}
+
+
+static void
+ngx_http_idem_record_counted(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_record_trim_t *trim = data;
+
+    ngx_int_t   count, max;
+    ngx_str_t   argv[5];
+
+    /* a store that did not answer says so itself (redis.c) */
+
+    count = (rc == NGX_OK && n == 1) ? ngx_atoi(elts[0].data, elts[0].len)
+                                     : NGX_ERROR;
+    max = ngx_atoi(trim->max.data, trim->max.len);
+
+    if (count == NGX_ERROR || count <= max) {
+        ngx_free(trim);
+        return;
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem record: \"%V\" has %i executions, over %i: trim",
+                   &trim->key, count, max);
+
+    ngx_str_set(&argv[0], "EVAL");
+    argv[1] = ngx_http_idem_record_trim_lua;
+    ngx_str_set(&argv[2], "1");
+    argv[3] = trim->key;
+    argv[4] = trim->max;
+
+    if (ngx_http_idem_store_read(5, argv, ngx_http_idem_record_trimmed, trim,
+                                 0)
+        == NULL)
+    {
+        ngx_free(trim);
+    }
+}
+
+
+static void
+ngx_http_idem_record_trimmed(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_record_trim_t *trim = data;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem record: \"%V\" trimmed: rc %i, dropped \"%V\"",
+                   &trim->key, rc,
+                   (rc == NGX_OK && n == 1) ? &elts[0] : &trim->max);
+
+    ngx_free(trim);
 }
 
 
@@ -643,4 +900,446 @@ ngx_http_idem_unix_ms(void)
     tp = ngx_timeofday();
 
     return (uint64_t) tp->sec * 1000 + tp->msec;
+}
+
+
+char *
+ngx_http_idem_record_max_executions(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_idem_main_conf_t *imcf = conf;
+
+    ngx_int_t   n;
+    ngx_str_t  *value;
+
+    if (imcf->record_max_executions != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    n = ngx_atoi(value[1].data, value[1].len);
+
+    if (n < 1 || n > NGX_HTTP_IDEM_RECORD_MAX_LIMIT) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be a number from 1 to %d",
+                           &value[1], &cmd->name,
+                           NGX_HTTP_IDEM_RECORD_MAX_LIMIT);
+        return NGX_CONF_ERROR;
+    }
+
+    imcf->record_max_executions = n;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * One pass over the fields finds every execution through a hash table of
+ * tokens (never a scan of the executions found so far), a second one its
+ * attempts; then executions are sorted by arrival and attempts by
+ * execution: O(n log n) in the fields, whatever the record holds.
+ *
+ * An execution's state: the final one if written, else UNKNOWN once its
+ * claim has lapsed by "now", else PROCESSING, else RECEIVED.  The record's
+ * state: SUCCESS if any execution succeeded (the summarised ones
+ * included), else UNKNOWN if any was UNKNOWN, else the latest one's.
+ */
+
+ngx_int_t
+ngx_http_idem_record_parse(ngx_pool_t *pool, ngx_str_t *elts, ngx_uint_t n,
+    uint64_t now, ngx_http_idem_record_t *rec)
+{
+    u_char                          *v, *last;
+    ngx_str_t                        token, parts[9], *fs;
+    ngx_uint_t                       i, nb, ne, na, ok, unknown;
+    ngx_http_idem_record_exec_t     *e;
+    ngx_http_idem_record_table_t     table;
+    ngx_http_idem_record_attempt_t  *a;
+
+    ngx_memzero(rec, sizeof(ngx_http_idem_record_t));
+
+    ok = 0;
+    unknown = 0;
+
+    /* how many executions and attempts there can be: room for all */
+
+    ne = 0;
+    na = 0;
+
+    for (i = 0; i + 1 < n; i += 2) {
+        if (elts[i].len < 3 || elts[i].data[1] != ':') {
+            continue;
+        }
+
+        switch (elts[i].data[0]) {
+
+        case 'e':
+        case 'p':
+        case 'f':
+        case 'l':
+            ne++;
+            break;
+
+        case 'a':
+            na++;
+            break;
+        }
+    }
+
+    for (nb = 8; nb < ne; nb <<= 1) { /* void */ }
+
+    table.mask = nb - 1;
+    table.nexecs = 0;
+    table.buckets = ngx_pcalloc(pool, nb * sizeof(void *));
+    table.execs = ngx_palloc(pool, (ne + 1)
+                                   * sizeof(ngx_http_idem_record_exec_t));
+    rec->execs = ngx_palloc(pool, (ne + 1) * sizeof(void *));
+    rec->attempts = ngx_palloc(pool, (na + 1)
+                                     * sizeof(ngx_http_idem_record_attempt_t));
+
+    if (table.buckets == NULL || table.execs == NULL || rec->execs == NULL
+        || rec->attempts == NULL)
+    {
+        return NGX_ERROR;
+    }
+
+    /* executions first: attempts refer to them by token */
+
+    for (i = 0; i + 1 < n; i += 2) {
+        v = elts[i].data;
+
+        if (elts[i].len == 1 && v[0] == 'x') {
+            ngx_http_idem_record_summary(rec, &elts[i + 1], &ok, &unknown);
+            continue;
+        }
+
+        if (elts[i].len < 3 || v[1] != ':'
+            || (v[0] != 'e' && v[0] != 'p' && v[0] != 'f' && v[0] != 'l'))
+        {
+            continue;
+        }
+
+        token.data = v + 2;
+        token.len = elts[i].len - 2;
+
+        e = ngx_http_idem_record_exec(&table, &token, 1);
+
+        if (v[0] == 'l') {
+            e->lease_ms = ngx_http_idem_record_ms(&elts[i + 1]);
+            continue;
+        }
+
+        if (v[0] == 'p') {
+            if (e->state.len == 0 || e->state.data[0] == 'R') {
+                ngx_str_set(&e->state, "PROCESSING");
+            }
+
+            e->updated_ms = ngx_max(e->updated_ms,
+                                    ngx_http_idem_record_ms(&elts[i + 1]));
+            continue;
+        }
+
+        if (v[0] == 'e') {
+            if (ngx_http_idem_record_split(&elts[i + 1], parts, 7) != 7) {
+                continue;
+            }
+
+            if (e->final_status.len == 0) {
+                if (parts[0].len && parts[0].data[0] == 'P') {
+                    ngx_str_set(&e->state, "PROCESSING");
+
+                } else if (e->state.len == 0) {
+                    ngx_str_set(&e->state, "RECEIVED");
+                }
+
+                ngx_memcpy(e->info, &parts[1], 6 * sizeof(ngx_str_t));
+            }
+
+        } else {
+            if (ngx_http_idem_record_split(&elts[i + 1], parts, 9) != 9
+                || parts[0].len == 0)
+            {
+                continue;
+            }
+
+            /* a final state wins over whatever came before it */
+
+            e->state = parts[0];
+            e->final_status = parts[1];
+            e->updated_ms = ngx_max(e->updated_ms,
+                                    ngx_http_idem_record_ms(&parts[2]));
+            ngx_memcpy(e->info, &parts[3], 6 * sizeof(ngx_str_t));
+        }
+
+        e->created_ms = ngx_http_idem_record_ms(&e->info[0]);
+        e->updated_ms = ngx_max(e->updated_ms, e->created_ms);
+    }
+
+    /* an execution known by its "p:" or "l:" field only: not one */
+
+    for (i = 0; i < table.nexecs; i++) {
+        if (table.execs[i].info[0].len) {
+            rec->execs[rec->nexecs++] = &table.execs[i];
+        }
+    }
+
+    if (rec->nexecs == 0) {
+        return NGX_DECLINED;
+    }
+
+    ngx_qsort(rec->execs, rec->nexecs, sizeof(void *),
+              ngx_http_idem_record_exec_cmp);
+
+    fs = NULL;
+
+    for (i = 0; i < rec->nexecs; i++) {
+        e = rec->execs[i];
+
+        e->index = rec->summarised + i + 1;
+        rec->updated_ms = ngx_max(rec->updated_ms, e->updated_ms);
+
+        if (e->final_status.len == 0 && e->lease_ms && now >= e->lease_ms) {
+            /* its gateway never said how it ended: it may have run */
+            ngx_str_set(&e->state, "UNKNOWN");
+        }
+
+        if (ngx_http_idem_record_is(&e->state, "SUCCESS")) {
+            ok++;
+
+        } else if (ngx_http_idem_record_is(&e->state, "UNKNOWN")) {
+            unknown++;
+        }
+
+        if (e->final_status.len) {
+            fs = &e->final_status;
+        }
+    }
+
+    rec->executions = rec->summarised + rec->nexecs;
+
+    if (fs != NULL) {
+        rec->final_status = *fs;
+    }
+
+    if (rec->info[0].len == 0) {
+
+        /* nothing summarised: the first execution is the first kept */
+
+        e = rec->execs[0];
+        ngx_memcpy(rec->info, e->info, 6 * sizeof(ngx_str_t));
+        rec->created_ms = e->created_ms;
+    }
+
+    if (ok) {
+        ngx_str_set(&rec->state, "SUCCESS");
+
+    } else if (unknown) {
+        ngx_str_set(&rec->state, "UNKNOWN");
+
+    } else {
+        rec->state = rec->execs[rec->nexecs - 1]->state;
+    }
+
+    /* attempts: "a:<token>:<n>" = "start dur outcome sent status span" */
+
+    for (i = 0; i + 1 < n; i += 2) {
+        v = elts[i].data;
+        last = v + elts[i].len;
+
+        if (elts[i].len < 5 || v[0] != 'a' || v[1] != ':') {
+            continue;
+        }
+
+        v = ngx_strlchr(v + 2, last, ':');
+        if (v == NULL) {
+            continue;
+        }
+
+        token.data = elts[i].data + 2;
+        token.len = v - token.data;
+
+        a = &rec->attempts[rec->nattempts];
+
+        a->exec = ngx_http_idem_record_exec(&table, &token, 0);
+        a->n = ngx_atoi(v + 1, last - v - 1);
+
+        if (a->exec == NULL || a->exec->index == 0
+            || a->n == (ngx_uint_t) NGX_ERROR
+            || ngx_http_idem_record_split(&elts[i + 1], a->parts, 6) != 6)
+        {
+            /* an attempt of an execution that left no other trace */
+            continue;
+        }
+
+        rec->nattempts++;
+    }
+
+    ngx_qsort(rec->attempts, rec->nattempts,
+              sizeof(ngx_http_idem_record_attempt_t),
+              ngx_http_idem_record_attempt_cmp);
+
+    return NGX_OK;
+}
+
+
+/* the execution of a token: found, or added when "create" */
+
+static ngx_http_idem_record_exec_t *
+ngx_http_idem_record_exec(ngx_http_idem_record_table_t *table,
+    ngx_str_t *token, ngx_uint_t create)
+{
+    ngx_uint_t                    hash;
+    ngx_http_idem_record_exec_t  *e;
+
+    hash = ngx_hash_key(token->data, token->len);
+
+    for (e = table->buckets[hash & table->mask]; e; e = e->next) {
+        if (e->hash == hash && e->token.len == token->len
+            && ngx_strncmp(e->token.data, token->data, token->len) == 0)
+        {
+            return e;
+        }
+    }
+
+    if (!create) {
+        return NULL;
+    }
+
+    e = &table->execs[table->nexecs++];
+
+    ngx_memzero(e, sizeof(ngx_http_idem_record_exec_t));
+
+    e->token = *token;
+    e->hash = hash;
+    e->next = table->buckets[hash & table->mask];
+    table->buckets[hash & table->mask] = e;
+
+    return e;
+}
+
+
+/* "x": the executions a trim dropped (see the top of this file) */
+
+static void
+ngx_http_idem_record_summary(ngx_http_idem_record_t *rec, ngx_str_t *value,
+    ngx_uint_t *ok, ngx_uint_t *unknown)
+{
+    ngx_int_t   count, success, unsure;
+    ngx_str_t   parts[11];
+
+    if (ngx_http_idem_record_split(value, parts, 11) != 11) {
+        return;
+    }
+
+    count = ngx_atoi(parts[0].data, parts[0].len);
+    success = ngx_atoi(parts[1].data, parts[1].len);
+    unsure = ngx_atoi(parts[2].data, parts[2].len);
+
+    if (count == NGX_ERROR || success == NGX_ERROR || unsure == NGX_ERROR) {
+        return;
+    }
+
+    rec->summarised = count;
+    *ok += success;
+    *unknown += unsure;
+
+    rec->updated_ms = ngx_max(rec->updated_ms,
+                              ngx_http_idem_record_ms(&parts[3]));
+
+    if (!(parts[4].len == 1 && parts[4].data[0] == '-')) {
+        rec->final_status = parts[4];
+    }
+
+    ngx_memcpy(rec->info, &parts[5], 6 * sizeof(ngx_str_t));
+    rec->created_ms = ngx_http_idem_record_ms(&parts[5]);
+}
+
+
+/* space separated; the last part takes the rest (a URI) */
+
+static ngx_uint_t
+ngx_http_idem_record_split(ngx_str_t *value, ngx_str_t *parts, ngx_uint_t n)
+{
+    u_char      *p, *last, *sp;
+    ngx_uint_t   i;
+
+    p = value->data;
+    last = p + value->len;
+
+    for (i = 0; i < n; i++) {
+        sp = (i == n - 1) ? NULL : ngx_strlchr(p, last, ' ');
+
+        parts[i].data = p;
+        parts[i].len = (sp ? sp : last) - p;
+
+        if (sp == NULL) {
+            return i + 1;
+        }
+
+        p = sp + 1;
+    }
+
+    return i;
+}
+
+
+static uint64_t
+ngx_http_idem_record_ms(ngx_str_t *value)
+{
+    off_t  n;
+
+    n = ngx_atoof(value->data, value->len);
+
+    return n > 0 ? (uint64_t) n : 0;
+}
+
+
+static ngx_uint_t
+ngx_http_idem_record_is(ngx_str_t *value, char *text)
+{
+    size_t  len;
+
+    len = ngx_strlen(text);
+
+    return value->len == len && ngx_strncmp(value->data, text, len) == 0;
+}
+
+
+static int ngx_libc_cdecl
+ngx_http_idem_record_exec_cmp(const void *one, const void *two)
+{
+    ngx_int_t                     rc;
+    ngx_http_idem_record_exec_t  *a, *b;
+
+    a = *(ngx_http_idem_record_exec_t **) one;
+    b = *(ngx_http_idem_record_exec_t **) two;
+
+    if (a->created_ms != b->created_ms) {
+        return a->created_ms < b->created_ms ? -1 : 1;
+    }
+
+    rc = ngx_memn2cmp(a->token.data, b->token.data, a->token.len,
+                      b->token.len);
+
+    return rc < 0 ? -1 : (rc > 0);
+}
+
+
+static int ngx_libc_cdecl
+ngx_http_idem_record_attempt_cmp(const void *one, const void *two)
+{
+    const ngx_http_idem_record_attempt_t  *a = one;
+    const ngx_http_idem_record_attempt_t  *b = two;
+
+    if (a->exec->index != b->exec->index) {
+        return a->exec->index < b->exec->index ? -1 : 1;
+    }
+
+    if (a->n != b->n) {
+        return a->n < b->n ? -1 : 1;
+    }
+
+    return 0;
 }
