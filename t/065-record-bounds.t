@@ -160,7 +160,7 @@ X-Call-Id: rb-big
 my ($len, $e, @f) = main::fields('idem:c:{rb-big}');
 Test::More::is($e, 3, "3 executions kept");
 Test::More::cmp_ok($len, '<=', 3 * 4 + 2, "$len fields");
-Test::More::ok(!grep({ /^[efpa]:0/ } @f), "none of the old ones: @f");
+Test::More::ok(!grep({ /^[efpa]:000000000000/ } @f), "none of the old ones: @f");
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config
@@ -233,7 +233,79 @@ GET /calls/rb-huge
 
 
 
-=== TEST 8: idem_record_max_executions takes a number from 1 to 10000
+=== TEST 8: with a cap of 8, older executions go in batches: 10 calls keep 10
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_record_max_executions 8;
+--- config
+    location /ok {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+[("GET /ok") x 10, "GET /calls/rb-batch"]
+--- more_headers eval
+[("X-Call-Id: rb-batch") x 10, ""]
+--- wait: 0.05
+--- response_body_like eval
+[("n=") x 10,
+ '^\{"call_id":"rb-batch",.*"executions":10,"attempts":\[\{"execution":3,"n":1,[^\]]*\{"execution":10,"n":1,[^\]]*\]\}$']
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: ... the 11th passes 8 + 8/4: back to the newest 8
+--- init
+my ($len, $e, @f) = main::fields('idem:c:{rb-batch}');
+Test::More::is($e, 10, "10 executions before");
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_record_max_executions 8;
+--- config
+    location /ok {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /ok", "GET /calls/rb-batch"]
+--- more_headers eval
+["X-Call-Id: rb-batch", ""]
+--- wait: 0.05
+--- response_body_like eval
+["n=11 ",
+ '^\{"call_id":"rb-batch",.*"executions":11,"attempts":\[\{"execution":4,"n":1,[^\]]*\{"execution":11,"n":1,[^\]]*\]\}$']
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: ... and Redis holds 8
+--- init
+my ($len, $e, @f) = main::fields('idem:c:{rb-batch}');
+Test::More::is($e, 8, "8 executions after");
+--- config
+    location /t {
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- no_error_log
+[error]
+
+
+
+=== TEST 11: idem_record_max_executions takes a number from 1 to 10000
 --- http_config
     idem_record_max_executions 0;
 --- config
@@ -243,7 +315,7 @@ invalid value "0" in "idem_record_max_executions" directive, it must be a number
 
 
 
-=== TEST 9: idem_record_max_executions: not a number
+=== TEST 12: idem_record_max_executions above 10000
 --- http_config
     idem_record_max_executions 10001;
 --- config
@@ -253,7 +325,7 @@ invalid value "10001" in "idem_record_max_executions" directive, it must be a nu
 
 
 
-=== TEST 10: idem_record_max_executions is an http directive
+=== TEST 13: idem_record_max_executions is an http directive
 --- config
     location /t { idem_record_max_executions 5; }
 --- must_die
