@@ -306,10 +306,12 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
                 len += 6 * a[i].parts[k].len;
             }
 
-            len += 2 * NGX_INT_T_LEN
+            /* numbers: their digits, or a "null" for an empty one */
+
+            len += 2 * NGX_INT_T_LEN + 3 * (sizeof("null") - 1)
                    + sizeof(",{\"execution\":,\"n\":,\"start_ms\":,"
                             "\"duration_ms\":,\"outcome\":\"\","
-                            "\"sent\":false,\"status\":null,"
+                            "\"sent\":false,\"status\":,"
                             "\"span_id\":\"\"}");
             shown++;
         }
