@@ -398,6 +398,7 @@ ngx_uint_t ngx_http_idem_current_state(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 char *ngx_http_idem_record_max_executions(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
+void ngx_http_idem_record_exit_process(void);
 
 /* ngx_http_idem_dedupe.c */
 ngx_int_t ngx_http_idem_key(ngx_http_request_t *r,

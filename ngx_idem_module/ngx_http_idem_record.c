@@ -52,6 +52,7 @@
 
 /* a trim on its way: it outlives the request that wrote the record */
 typedef struct {
+    ngx_queue_t                      queue;
     ngx_str_t                        key;
     ngx_str_t                        max;
 } ngx_http_idem_record_trim_t;
@@ -66,6 +67,8 @@ static void ngx_http_idem_record_counted(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_record_trimmed(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_record_trim_free(
+    ngx_http_idem_record_trim_t *trim);
 static ngx_uint_t ngx_http_idem_final_state(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 static void ngx_http_idem_record_uri(ngx_http_request_t *r, ngx_str_t *uri);
@@ -171,6 +174,13 @@ static ngx_str_t  ngx_http_idem_record_trim_lua = ngx_string(
     "end\n"
     "redis.call('HSET', k, 'n', math.min(#list, max))\n"
     "return math.max(n, 0)\n");
+
+
+/*
+ * Trims this worker has asked for: a worker that exits while the store
+ * still owes their replies frees them (the store does not call back then).
+ */
+static ngx_queue_t  ngx_http_idem_record_trims;
 
 
 static ngx_str_t  ngx_http_idem_outcomes[] = {
@@ -730,6 +740,12 @@ ngx_http_idem_record_count(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return;
     }
 
+    if (ngx_http_idem_record_trims.next == NULL) {
+        ngx_queue_init(&ngx_http_idem_record_trims);
+    }
+
+    ngx_queue_insert_tail(&ngx_http_idem_record_trims, &trim->queue);
+
     p = (u_char *) &trim[1];
 
     trim->key.data = p;
@@ -748,7 +764,7 @@ ngx_http_idem_record_count(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                                  0)
         == NULL)
     {
-        ngx_free(trim);
+        ngx_http_idem_record_trim_free(trim);
         return;
     }
 
@@ -779,7 +795,7 @@ ngx_http_idem_record_counted(void *data, ngx_int_t rc, ngx_str_t *elts,
      */
 
     if (count == NGX_ERROR || count <= max + max / 4) {
-        ngx_free(trim);
+        ngx_http_idem_record_trim_free(trim);
         return;
     }
 
@@ -797,7 +813,7 @@ ngx_http_idem_record_counted(void *data, ngx_int_t rc, ngx_str_t *elts,
                                  0)
         == NULL)
     {
-        ngx_free(trim);
+        ngx_http_idem_record_trim_free(trim);
     }
 }
 
@@ -813,7 +829,36 @@ ngx_http_idem_record_trimmed(void *data, ngx_int_t rc, ngx_str_t *elts,
                    &trim->key, rc,
                    (rc == NGX_OK && n == 1) ? &elts[0] : &trim->max);
 
+    ngx_http_idem_record_trim_free(trim);
+}
+
+
+static void
+ngx_http_idem_record_trim_free(ngx_http_idem_record_trim_t *trim)
+{
+    ngx_queue_remove(&trim->queue);
     ngx_free(trim);
+}
+
+
+/* the worker exits, after the store: trims whose replies never came */
+
+void
+ngx_http_idem_record_exit_process(void)
+{
+    ngx_queue_t                  *q;
+    ngx_http_idem_record_trim_t  *trim;
+
+    if (ngx_http_idem_record_trims.next == NULL) {
+        return;
+    }
+
+    while (!ngx_queue_empty(&ngx_http_idem_record_trims)) {
+        q = ngx_queue_head(&ngx_http_idem_record_trims);
+        trim = ngx_queue_data(q, ngx_http_idem_record_trim_t, queue);
+
+        ngx_http_idem_record_trim_free(trim);
+    }
 }
 
 
