@@ -13,6 +13,10 @@
  * names and values never hold a newline (nginx refuses them).  Trailers
  * (gRPC's grpc-status) are lines of the same block, as "~<name>: <value>":
  * no field name starts with "~".
+ *
+ * Set-Cookie is never kept: a duplicate may come from another caller (a
+ * route with "idem_dedupe_scope off", or a scope coarser than a session),
+ * and must not be handed the first caller's session.
  */
 
 
@@ -34,7 +38,7 @@ static ngx_int_t ngx_http_idem_answer_trailers(ngx_http_request_t *r,
     ngx_str_t *answer);
 
 
-/* not kept: hop-by-hop, computed again, or this module's own */
+/* not kept: hop-by-hop, computed again, this module's own, or a caller's */
 static ngx_str_t  ngx_http_idem_answer_skipped[] = {
     ngx_string("Connection"),
     ngx_string("Keep-Alive"),
@@ -48,6 +52,8 @@ static ngx_str_t  ngx_http_idem_answer_skipped[] = {
     ngx_string("Content-Length"),
     ngx_string("Content-Type"),
     ngx_string("Idempotent-Replayed"),
+    ngx_string("Set-Cookie"),
+    ngx_string("Set-Cookie2"),
     ngx_null_string
 };
 

@@ -393,6 +393,32 @@ ngx_http_idem_grpc_status(ngx_http_request_t *r)
 }
 
 
+/* what this attempt's gRPC upstream said: its grpc-status, or -1 */
+
+ngx_int_t
+ngx_http_idem_grpc_upstream_status(ngx_http_upstream_t *u)
+{
+    ngx_int_t         n;
+    ngx_table_elt_t  *h;
+
+    h = ngx_http_idem_grpc_find(&u->headers_in.trailers, "grpc-status",
+                                sizeof("grpc-status") - 1);
+
+    if (h == NULL) {
+        h = ngx_http_idem_grpc_find(&u->headers_in.headers, "grpc-status",
+                                    sizeof("grpc-status") - 1);
+    }
+
+    if (h == NULL) {
+        return -1;
+    }
+
+    n = ngx_atoi(h->value.data, h->value.len);
+
+    return (n == NGX_ERROR || n > 16) ? NGX_HTTP_IDEM_GRPC_UNKNOWN : n;
+}
+
+
 /*
  * A Trailers-Only answer from a gRPC upstream (its headers hold
  * grpc-status) with UNAVAILABLE or RESOURCE_EXHAUSTED: the HTTP status

@@ -6,6 +6,7 @@
 
 
 #include "ngx_http_idem_module.h"
+#include "ngx_http_idem_record.h"
 
 
 static ngx_int_t ngx_http_idem_handler(ngx_http_request_t *r);
@@ -226,6 +227,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_idem_main_conf_t, record_ttl),
       (void *) 1 },
+
+    { ngx_string("idem_record_max_executions"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_record_max_executions,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
 
     { ngx_string("idem_key_prefix"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -1293,6 +1301,7 @@ static void
 ngx_http_idem_exit_process(ngx_cycle_t *cycle)
 {
     ngx_http_idem_store_exit_process(cycle);
+    ngx_http_idem_record_exit_process();
 }
 
 
@@ -1390,6 +1399,7 @@ ngx_http_idem_create_main_conf(ngx_conf_t *cf)
      */
 
     imcf->record_ttl = NGX_CONF_UNSET_MSEC;
+    imcf->record_max_executions = NGX_CONF_UNSET_UINT;
 
     return imcf;
 }
@@ -1450,6 +1460,8 @@ ngx_http_idem_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_str_set(&name, "grpc-timeout");
     ngx_conf_init_msec_value(imcf->record_ttl, 24 * 60 * 60 * 1000);
+    ngx_conf_init_uint_value(imcf->record_max_executions,
+                             NGX_HTTP_IDEM_RECORD_MAX_EXECUTIONS);
 
     if (imcf->key_prefix.data == NULL) {
         ngx_str_set(&imcf->key_prefix, "idem:");

@@ -89,19 +89,27 @@
 /*
  * Lua shared by the claim (dedupe.c) and the status read (status.c): "now"
  * by Redis's clock, unix ms, and fields(out), which appends the record's
- * fields to out, all but the stored answer.
+ * fields to out, all but the stored answer (never read: it may be large).
+ * A record holds about idem_record_max_executions executions (record.c);
+ * one of an older version may hold more, hence HMGET in chunks (Lua's
+ * unpack() has a limit).
  */
 #define NGX_HTTP_IDEM_LUA_RECORD                                             \
     "local t = redis.call('TIME')\n"                                         \
     "local now = tonumber(t[1]) * 1000"                                      \
     " + math.floor(tonumber(t[2]) / 1000)\n"                                 \
     "local function fields(out)\n"                                           \
-    "  local h = redis.call('HGETALL', KEYS[1])\n"                           \
-    "  for i = 1, #h, 2 do\n"                                                \
-    "    if h[i] ~= 'r' then\n"                                              \
-    "      out[#out + 1] = h[i]\n"                                           \
-    "      out[#out + 1] = h[i + 1]\n"                                       \
+    "  local ks, some = redis.call('HKEYS', KEYS[1]), {}\n"                  \
+    "  for i = 1, #ks + 1 do\n"                                              \
+    "    if #some == 1000 or (i > #ks and #some > 0) then\n"                 \
+    "      local vs = redis.call('HMGET', KEYS[1], unpack(some))\n"          \
+    "      for j = 1, #some do\n"                                            \
+    "        out[#out + 1] = some[j]\n"                                      \
+    "        out[#out + 1] = vs[j]\n"                                        \
+    "      end\n"                                                            \
+    "      some = {}\n"                                                      \
     "    end\n"                                                              \
+    "    if i <= #ks and ks[i] ~= 'r' then some[#some + 1] = ks[i] end\n"    \
     "  end\n"                                                                \
     "  return out\n"                                                         \
     "end\n"
@@ -129,6 +137,7 @@ typedef struct {
 
     ngx_http_idem_store_conf_t  store;      /* addr.data NULL: none */
     ngx_msec_t                record_ttl;
+    ngx_uint_t                record_max_executions;
     ngx_str_t                 key_prefix;
 
     ngx_flag_t                used;         /* some "idem on" exists */
@@ -208,6 +217,7 @@ typedef struct {
     ngx_uint_t                outcome;
     ngx_uint_t                sent;
     ngx_uint_t                no_retry;     /* why none followed, or 0 */
+    ngx_int_t                 grpc_status;  /* the upstream's, or -1 */
     u_char                    span_id[NGX_HTTP_IDEM_SPAN_ID_LEN];
 } ngx_http_idem_attempt_t;
 
@@ -432,6 +442,9 @@ size_t ngx_http_idem_record_arrival_len(ngx_http_request_t *r,
 uint64_t ngx_http_idem_unix_ms(void);
 ngx_uint_t ngx_http_idem_current_state(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
+char *ngx_http_idem_record_max_executions(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+void ngx_http_idem_record_exit_process(void);
 
 /* ngx_http_idem_dedupe.c */
 ngx_int_t ngx_http_idem_key(ngx_http_request_t *r,
@@ -488,6 +501,7 @@ ngx_int_t ngx_http_idem_grpc_trailers_only(ngx_http_request_t *r,
 ngx_int_t ngx_http_idem_grpc_header_filter(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 ngx_int_t ngx_http_idem_grpc_status(ngx_http_request_t *r);
+ngx_int_t ngx_http_idem_grpc_upstream_status(ngx_http_upstream_t *u);
 ngx_uint_t ngx_http_idem_grpc_retryable(ngx_http_request_t *r,
     ngx_msec_int_t *delay);
 
