@@ -85,9 +85,9 @@ ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_idem_status_handler(ngx_http_request_t *r)
 {
-    u_char                      *p;
+    u_char                      *p, err[64];
     ngx_int_t                    rc;
-    ngx_str_t                    id, argv[4];
+    ngx_str_t                    id, content, argv[4];
     ngx_pool_cleanup_t          *cln;
     ngx_http_idem_problem_t      problem;
     ngx_http_idem_loc_conf_t    *ilcf;
@@ -120,6 +120,22 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 
         id.data = p;
         id.len = r->uri.data + r->uri.len - p;
+    }
+
+    if (id.len && id.data[0] == '"') {
+
+        /* "abc" and abc are one call id (RFC 8941 String form) */
+
+        content.data = ngx_pnalloc(r->pool, id.len);
+        if (content.data == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (ngx_http_idem_parse_sf_string(&id, &content, err, sizeof(err))
+            == NGX_OK)
+        {
+            id = content;
+        }
     }
 
     if (id.len == 0 || id.len > ilcf->call_id_max_length
