@@ -293,7 +293,7 @@ grpc-retry-pushback-ms: 1000
 
 
 
-=== TEST 7: records follow grpc-status: 0 SUCCESS, INTERNAL FAILED, DEADLINE_EXCEEDED and CANCELLED UNKNOWN
+=== TEST 7: records follow grpc-status: 0 SUCCESS, INTERNAL FAILED, DEADLINE_EXCEEDED and CANCELLED UNKNOWN; each attempt shows its grpc-status
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
     server {
@@ -346,8 +346,10 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
  "", "", "", ""]
 --- response_body_like eval
 ["pong", "x", "x", "",
- '"state":"SUCCESS"', '"state":"FAILED"', '"state":"UNKNOWN"',
- '"state":"UNKNOWN"']
+ '"state":"SUCCESS".*"outcome":"ok".*"grpc_status":0\}',
+ '"state":"FAILED".*"outcome":"ok".*"grpc_status":13\}',
+ '"state":"UNKNOWN".*"grpc_status":4\}',
+ '"state":"UNKNOWN".*"grpc_status":1\}']
 --- wait: 0.3
 --- no_error_log
 [error]
