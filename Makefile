@@ -3,6 +3,10 @@
 #   make          build build/ngx_http_idem_module.so
 #   make run      start the quickstart gateway on 127.0.0.1:8080 (Ctrl-C stops)
 #   make test     run the whole Test::Nginx suite with prove
+#   make test NGINX=1.30.4   the same against nginx.org's nginx 1.30.4, built
+#                 once with both modules from ../shared/nginx-src into
+#                 build/nginx-1.30.4/ (NGINX=stable, NGINX=mainline: the
+#                 newest there); skipped with a message without that folder
 #   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios)
 #   make asan     the suite with an ASan/UBSan build of the module
 #   make deps     install what is missing (Debian packages)
@@ -20,6 +24,8 @@ DEB_CFLAGS  := -g -O2 -fstack-protector-strong -Wformat \
                -Werror=format-security -fPIC -Wdate-time -D_FORTIFY_SOURCE=2
 # extra compiler flags, e.g. IDEM_CFLAGS=-fsanitize=address (see make asan)
 IDEM_CFLAGS ?=
+# an nginx.org version to test against instead of Debian's (util/test.sh)
+NGINX       ?=
 
 .PHONY: all deps run test asan bench clean
 
@@ -45,8 +51,13 @@ $(MODULE): $(BUILD)/Makefile $(SOURCES)
 run: deps $(MODULE)
 	@util/run.sh
 
+ifeq ($(NGINX),)
 test: deps $(MODULE)
 	@util/test.sh
+else
+test: deps
+	@NGINX=$(NGINX) util/test.sh
+endif
 
 # wrk, side by side: plain proxy_pass, idem on, + idem_record, + idem_dedupe
 bench: deps $(MODULE)
