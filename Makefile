@@ -3,6 +3,10 @@
 #   make          build build/ngx_http_idem_module.so
 #   make run      start the quickstart gateway on 127.0.0.1:8080 (Ctrl-C stops)
 #   make test     run the whole Test::Nginx suite with prove
+#   make test NGINX=1.30.4   the same against nginx.org's nginx 1.30.4, built
+#                 once with both modules from ../shared/nginx-src into
+#                 build/nginx-1.30.4/ (NGINX=stable, NGINX=mainline: the
+#                 newest there); skipped with a message without that folder
 #   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios)
 #   make storm    a retry storm: attempts with no budget, a budget, a breaker
 #   make nginx-tests NGINX_TESTS=/path/to/nginx-tests
@@ -26,6 +30,8 @@ DEB_CFLAGS  := -g -O2 -fstack-protector-strong -Wformat \
                -Werror=format-security -fPIC -Wdate-time -D_FORTIFY_SOURCE=2
 # extra compiler flags, e.g. IDEM_CFLAGS=-fsanitize=address (see make asan)
 IDEM_CFLAGS ?=
+# an nginx.org version to test against instead of Debian's (util/test.sh)
+NGINX       ?=
 
 # make install: the paths of Debian's nginx modules (dh_nginx), as the
 # package has them; IDEM_ENABLE=no leaves modules-enabled/ alone (the
@@ -67,8 +73,13 @@ run: deps $(MODULE)
 nginx-tests: deps $(MODULE)
 	@util/nginx-tests.sh
 
+ifeq ($(NGINX),)
 test: deps $(MODULE)
 	@util/test.sh
+else
+test: deps
+	@NGINX=$(NGINX) util/test.sh
+endif
 
 # wrk, side by side: plain, plain with the same headers, idem, records,
 # dedupe and an OpenResty peer (util/bench.sh says how)

@@ -13,6 +13,7 @@
 
 
 #include "ngx_http_idem_module.h"
+#include "ngx_http_idem_round.h"
 
 
 /*
@@ -242,7 +243,6 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
     ngx_msec_int_t                     left;
     ngx_http_request_t                *r;
     ngx_http_upstream_t               *u;
-    ngx_http_upstream_rr_peer_data_t  *rrp;
 
     r = ctx->request;
     u = r->upstream;
@@ -260,21 +260,11 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
 
     rc = ctx->original_get(pc, ctx->peer_data);
 
+    /* every server was tried: more attempts than servers go round again */
+
     if (rc == NGX_BUSY && ctx->attempt > ctx->first_attempt
-        && ctx->original_get == ngx_http_upstream_get_round_robin_peer)
+        && ngx_http_idem_new_round(r, ctx) == NGX_OK)
     {
-        /*
-         * Every server was tried: more attempts than servers go round
-         * again (a single server is tried again and again).
-         */
-
-        rrp = ctx->peer_data;
-
-        ngx_memzero(rrp->tried, sizeof(uintptr_t)
-                                * ((rrp->peers->number
-                                    + (8 * sizeof(uintptr_t) - 1))
-                                   / (8 * sizeof(uintptr_t))));
-
         rc = ctx->original_get(pc, ctx->peer_data);
     }
 
@@ -383,7 +373,9 @@ ngx_http_idem_notify_peer(ngx_peer_connection_t *pc, void *data,
 {
     ngx_http_idem_ctx_t *ctx = data;
 
-    ctx->original_notify(pc, ctx->peer_data, type);
+    if (ctx->original_notify != NULL) {
+        ctx->original_notify(pc, ctx->peer_data, type);
+    }
 }
 
 

@@ -3,7 +3,7 @@
 # and nothing when they are all there already.
 set -e
 
-pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev redis-server
+pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev zlib1g-dev redis-server
       libnginx-mod-http-echo perl libtest-base-perl libtest-longstring-perl
       libhttp-message-perl curl python3-grpcio"
 
