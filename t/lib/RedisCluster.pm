@@ -21,7 +21,8 @@ sub dir  { "$root/servroot-cluster-$_[0]" }
 
 sub cli {
     my ($port, @args) = @_;
-    my $cmd = join ' ', "redis-cli -p $port", map { quotemeta } @args;
+    my $cmd = join ' ', "redis-cli -p $port",
+                        map { length $_ ? quotemeta $_ : "''" } @args;
     my $out = `$cmd 2>&1`;
     chomp $out;
     return $out;
@@ -43,6 +44,7 @@ sub start_node {
     system("redis-server --bind 127.0.0.1 --port $port"
            . " --cluster-enabled yes --cluster-port " . ($port + 100)
            . " --cluster-config-file nodes.conf --cluster-node-timeout 1000"
+           . " --cluster-require-full-coverage no"
            . " --save '' --appendonly no --dir $d --daemonize yes"
            . " --maxmemory-policy noeviction"
            . " --pidfile $d/redis.pid --logfile $d/redis.log") == 0
@@ -109,6 +111,25 @@ sub slot_owner {
         }
     }
     return;
+}
+
+# slot => port of its master, as a node sees it now (a reference)
+sub slot_map {
+    my ($port) = @_;
+    my @map;
+    my @lines = split /\n/, cli($port || $base, 'cluster', 'slots');
+    # redis-cli prints the nested reply flat: start, end, ip, port, id, ...
+    my $i = 0;
+    while ($i + 3 < @lines) {
+        my ($a, $b, $ip, $p) = @lines[$i .. $i + 3];
+        if ($a =~ /^\d+$/ && $b =~ /^\d+$/ && $p =~ /^\d+$/ && $ip =~ /\./) {
+            @map[$a .. $b] = ($p) x ($b - $a + 1);
+            $i += 4;
+        } else {
+            $i++;
+        }
+    }
+    return \@map;
 }
 
 sub stop {
