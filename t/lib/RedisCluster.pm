@@ -46,7 +46,7 @@ sub start_node {
            . " --cluster-config-file nodes.conf --cluster-node-timeout 1000"
            . " --cluster-require-full-coverage no"
            . " --save '' --appendonly no --dir $d --daemonize yes"
-           . " --maxmemory-policy noeviction"
+           . " --maxmemory-policy noeviction --repl-diskless-sync-delay 0"
            . " --pidfile $d/redis.pid --logfile $d/redis.log") == 0
         or die "cannot start redis-server on $port\n";
     for (1 .. 50) {
