@@ -641,7 +641,9 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
 
     rd = node->rd;
 
-    if (node->ac != NULL || rd->closing) {
+    if (node->ac != NULL || rd->closing
+        || ngx_exiting || ngx_quit || ngx_terminate)
+    {
         return;
     }
 
@@ -1156,6 +1158,16 @@ ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
     }
 
     if (rd->cluster) {
+
+        /* both or none: a record must not stay without its expiry */
+
+        if (rd->stats.pending + 2 > rd->conf->max_pending) {
+            rd->stats.dropped++;
+            rd->full++;
+            ngx_http_idem_redis_report_later(rd);
+            return NGX_DECLINED;
+        }
+
         ngx_str_set(&cmd[0], "HSET");
         cmd[1] = *key;
 
@@ -1372,6 +1384,13 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
     ngx_http_idem_redis_node_t  *node;
 
     node = ngx_http_idem_redis_cluster_route(rd, op);
+
+    if (node == NULL || node->state != NGX_HTTP_IDEM_REDIS_UP) {
+
+        /* a failover may have given the slot to another node by now */
+
+        ngx_http_idem_redis_cluster_stale(rd);
+    }
 
     if (node == NULL) {
         rd->stats.dropped++;

@@ -178,6 +178,7 @@ ngx_http_idem_redis_node_t *ngx_http_idem_redis_cluster_route(
 ngx_int_t ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op, redisReply *reply);
 ngx_uint_t ngx_http_idem_redis_cluster_slot(u_char *key, size_t len);
+void ngx_http_idem_redis_cluster_stale(ngx_http_idem_redis_t *rd);
 
 /* ngx_http_idem_redis_sentinel.c */
 ngx_int_t ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,

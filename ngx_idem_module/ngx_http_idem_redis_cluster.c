@@ -14,8 +14,10 @@
  * at most NGX_HTTP_IDEM_CLUSTER_REDIRECTS redirects, within its timeout.
  *
  * A master that is lost, and slots nobody serves, make the map be read
- * again every second until every slot has a master that is up: after a
- * failover the promoted replica takes over without a reload.  Meanwhile
+ * again every second until every slot has a master that is up, and a
+ * command for such a slot makes it be read at once (100 ms apart at
+ * most): after a failover the promoted replica takes over without a
+ * reload.  Meanwhile
  * commands for the lost master's slots are dropped and counted, as with
  * one Redis that is down.  A node that no longer serves slots is not
  * reconnected.  Addresses in the map must be IPs: a host name would need
@@ -45,6 +47,7 @@ struct ngx_http_idem_redis_cluster_s {
     ngx_event_t                      refresh_ev;
     ngx_msec_t                       refreshed;  /* last asked */
     ngx_uint_t                       next;       /* the next node to ask */
+    ngx_uint_t                       logged;     /* what the last line said */
     unsigned                         refreshing:1;
     unsigned                         mapped:1;
 };
@@ -414,6 +417,19 @@ ngx_http_idem_redis_cluster_down(ngx_http_idem_redis_node_t *node)
 }
 
 
+/*
+ * A command found its slot's master down: the map is read again now, or
+ * 100 ms after the last time, so that traffic finds a promoted replica
+ * as soon as the cluster has one.
+ */
+
+void
+ngx_http_idem_redis_cluster_stale(ngx_http_idem_redis_t *rd)
+{
+    ngx_http_idem_redis_cluster_refresh_later(rd, 0);
+}
+
+
 static void
 ngx_http_idem_redis_cluster_refresh_later(ngx_http_idem_redis_t *rd,
     ngx_msec_t delay)
@@ -668,6 +684,20 @@ ngx_http_idem_redis_cluster_map(ngx_http_idem_redis_t *rd,
     if (covered < NGX_HTTP_IDEM_CLUSTER_SLOTS) {
         rc = NGX_DECLINED;
     }
+
+    /* a line when the map's shape changes, not at every read of it */
+
+    s = (covered << 8) + (masters << 1) + (rc == NGX_OK);
+
+    if (s == cl->logged) {
+        ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                       "idem redis cluster: map from \"%V\": %ui slots "
+                       "on %ui masters, unchanged", &asked->name, covered,
+                       masters);
+        return rc;
+    }
+
+    cl->logged = s;
 
     /* ngx_log_error() evaluates its level twice */
 

@@ -433,14 +433,18 @@ ngx_http_idem_redis_master_role(redisAsyncContext *ac, void *r,
         return;
     }
 
-    if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0) {
-        role = reply->element[0];
+    /* an error (ROLE not allowed, say) proves nothing either way */
 
-        if (role->type == REDIS_REPLY_STRING && role->len == 6
-            && ngx_strncmp(role->str, "master", 6) == 0)
-        {
-            return;
-        }
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements == 0
+        || reply->element[0]->type != REDIS_REPLY_STRING)
+    {
+        return;
+    }
+
+    role = reply->element[0];
+
+    if (role->len == 6 && ngx_strncmp(role->str, "master", 6) == 0) {
+        return;
     }
 
     ngx_log_error(NGX_LOG_ERR, rd->log, 0,
