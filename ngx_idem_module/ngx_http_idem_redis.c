@@ -562,6 +562,15 @@ ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
     for (i = 0; i < rd->nnodes; i++) {
         ngx_http_idem_redis_node_close(rd->nodes[i]);
     }
+
+    /* every callback has run: nothing refers to the nodes any more */
+
+    for (i = 0; i < rd->nnodes; i++) {
+        ngx_free(rd->nodes[i]);
+    }
+
+    rd->nnodes = 0;
+    rd->node = NULL;
 }
 
 
@@ -1152,7 +1161,7 @@ ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
 
     rd = &ngx_http_idem_redis;
 
-    if (!rd->started) {
+    if (!rd->started || rd->closing) {
         rd->stats.dropped++;
         return NGX_DECLINED;
     }
@@ -1439,7 +1448,7 @@ ngx_http_idem_store_read(ngx_uint_t argc, ngx_str_t *argv,
 
     rd = &ngx_http_idem_redis;
 
-    if (!rd->started || argc == 0) {
+    if (!rd->started || rd->closing || argc == 0) {
         rd->stats.dropped++;
         return NULL;
     }
