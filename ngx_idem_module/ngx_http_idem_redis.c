@@ -555,9 +555,7 @@ ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
         ngx_http_idem_redis_cluster_exit(rd);
     }
 
-    if (rd->sentinel) {
-        ngx_http_idem_redis_sentinel_exit(rd);
-    }
+    /* a sentinel's connection is one of the nodes */
 
     for (i = 0; i < rd->nnodes; i++) {
         ngx_http_idem_redis_node_close(rd->nodes[i]);

@@ -183,7 +183,6 @@ void ngx_http_idem_redis_cluster_stale(ngx_http_idem_redis_t *rd);
 /* ngx_http_idem_redis_sentinel.c */
 ngx_int_t ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,
     ngx_cycle_t *cycle);
-void ngx_http_idem_redis_sentinel_exit(ngx_http_idem_redis_t *rd);
 
 
 #endif /* _NGX_HTTP_IDEM_REDIS_H_INCLUDED_ */

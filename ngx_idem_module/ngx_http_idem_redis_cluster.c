@@ -205,11 +205,10 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op, redisReply *reply)
 {
     u_char                      *p, *last, *colon, *host;
-    size_t                       len;
+    size_t                       len, asking_len[1];
     ngx_int_t                    slot, port;
     ngx_uint_t                   ask;
     const char                  *asking[1];
-    size_t                       asking_len[1];
     ngx_http_idem_redis_node_t  *node;
 
     p = (u_char *) reply->str;

@@ -105,13 +105,6 @@ ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,
 }
 
 
-void
-ngx_http_idem_redis_sentinel_exit(ngx_http_idem_redis_t *rd)
-{
-    /* the nodes are closed with the others */
-}
-
-
 static void
 ngx_http_idem_redis_sentinel_use(ngx_http_idem_redis_t *rd, ngx_uint_t n)
 {
