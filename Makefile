@@ -3,7 +3,8 @@
 #   make          build build/ngx_http_idem_module.so
 #   make run      start the quickstart gateway on 127.0.0.1:8080 (Ctrl-C stops)
 #   make test     run the whole Test::Nginx suite with prove
-#   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios)
+#   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios);
+#                 dedupe on one Redis vs a 3-master Redis Cluster
 #   make asan     the suite with an ASan/UBSan build of the module
 #   make deps     install what is missing (Debian packages)
 
@@ -51,6 +52,7 @@ test: deps $(MODULE)
 # wrk, side by side: plain proxy_pass, idem on, + idem_record, + idem_dedupe
 bench: deps $(MODULE)
 	@util/bench.sh
+	@util/bench-cluster.sh
 
 # the suite again, with the module built with AddressSanitizer and UBSan
 asan: deps
