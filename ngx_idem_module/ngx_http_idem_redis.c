@@ -618,7 +618,7 @@ void
 ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
     u_char *host, size_t len, ngx_int_t port)
 {
-    u_char  *p;
+    u_char  *p, *last;
 
     len = ngx_min(len, NGX_SOCKADDR_STRLEN);
 
@@ -627,12 +627,13 @@ ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
     node->port = port;
 
     p = node->name_buf;
+    last = node->name_buf + NGX_HTTP_IDEM_REDIS_NAME_LEN;
 
     if (ngx_strlchr(host, host + len, ':') != NULL) {
-        p = ngx_sprintf(p, "[%*s]:%i", len, host, port);
+        p = ngx_slprintf(p, last, "[%*s]:%i", len, host, port);
 
     } else {
-        p = ngx_sprintf(p, "%*s:%i", len, host, port);
+        p = ngx_slprintf(p, last, "%*s:%i", len, host, port);
     }
 
     node->name.data = node->name_buf;

@@ -245,6 +245,10 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
 
     host++;
 
+    if (host >= last) {
+        return NGX_DECLINED;
+    }
+
     /* the last colon: an IPv6 address is not in brackets here */
 
     for (colon = last - 1; colon > host && *colon != ':'; colon--) {
