@@ -2,10 +2,12 @@
 # 3 sentinels (t/lib/RedisSentinel.pm).  The gateway asks a sentinel for
 # the master and records, reads and claims there; a sentinel that is down
 # is skipped; a name no sentinel knows is Redis down; the directive's
-# checks.  Failover: t/155-redis-sentinel-failover.t.
+# checks; a sentinel that names a replica (a fake one).  Failover:
+# t/155-redis-sentinel-failover.t.
 
 use lib 't/lib';
 use RedisSentinel;
+use FakeRedisCluster;
 use Test::Nginx::Socket 'no_plan';
 
 RedisSentinel::start();
@@ -14,7 +16,20 @@ $ENV{TEST_NGINX_SENTINEL_PORTS} = join ' ',
 $ENV{TEST_NGINX_SENTINEL_PORT} = (RedisSentinel::sentinels())[1];
 $ENV{TEST_NGINX_SENTINEL_MASTER} = RedisSentinel::master();
 
-END { RedisSentinel::stop() }
+# a sentinel that names the replica as the master
+$ENV{TEST_NGINX_FAKE_SENTINEL_PORT} = RedisSentinel::base() + 50;
+FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_SENTINEL_PORT}, sub {
+    my ($args) = @_;
+    my $cmd = uc $args->[0];
+    my $replica = RedisSentinel::replica();
+    return "*2\r\n\$9\r\n127.0.0.1\r\n\$" . length($replica)
+           . "\r\n$replica\r\n" if $cmd eq 'SENTINEL';
+    return "*3\r\n\$9\r\nsubscribe\r\n\$14\r\n+switch-master\r\n:1\r\n"
+        if $cmd eq 'SUBSCRIBE';
+    return "+OK\r\n";
+});
+
+END { local $?; FakeRedisCluster::stop(); RedisSentinel::stop() }
 
 no_long_string();
 no_shuffle();
@@ -143,6 +158,28 @@ GET /calls/sn-5
 --- error_code: 503
 --- error_log eval
 qr/idem: redis "127\.0\.0\.1:\d+": AUTH failed: "ERR AUTH <password> called without any password configured/
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 5b: a sentinel naming a replica: ROLE says so, the connection is closed
+--- http_config
+    idem_redis sentinel=mymaster 127.0.0.1:$TEST_NGINX_FAKE_SENTINEL_PORT
+               timeout=300ms;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+select(undef, undef, undef, 0.5);
+--- request
+GET /calls/sn-5b
+--- error_code: 503
+--- response_body_like: UNKNOWN
+--- error_log eval
+qr/idem: redis sentinel: "127\.0\.0\.1:\d+" is not a master \(ROLE\), closing it/
 --- no_error_log
 [alert]
 [crit]

@@ -24,8 +24,10 @@ use POSIX ();
 
 my $pid;
 
+# start($port [, $reply]): $reply(\@args, $port) answers each command
 sub start {
-    my ($port) = @_;
+    my ($port, $reply) = @_;
+    $reply ||= \&reply;
     my $server = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
                                        LocalPort => $port, Listen => 64,
                                        ReuseAddr => 1)
@@ -46,7 +48,7 @@ sub start {
             next;
         }
         close $server;
-        serve($c, $port);
+        serve($c, $port, $reply);
         POSIX::_exit(0);
     }
 }
@@ -58,13 +60,13 @@ sub stop {
 }
 
 sub serve {
-    my ($c, $port) = @_;
+    my ($c, $port, $reply) = @_;
     my $buf = '';
     while (1) {
         my $n = sysread($c, $buf, 65536, length $buf);
         return unless $n;
         while (defined(my $args = parse(\$buf))) {
-            syswrite($c, reply($args, $port));
+            syswrite($c, $reply->($args, $port));
         }
     }
 }
