@@ -8,7 +8,7 @@
 #     fails at any step;
 #  2. two gateways, 50 concurrent duplicates of each of 6 ids (spread over
 #     the 3 masters): one execution per id, every other answer a 409 or a
-#     replay;
+#     replay; a reload with calls in flight loses none of their records;
 #  3. a master killed (SIGKILL) and its replica promoted: calls on its
 #     slots get 503 until the gateways read the new map (their number is
 #     reported), calls on the other masters never do; records written
@@ -21,6 +21,7 @@ use strict;
 use warnings;
 use Test::More;
 use Time::HiRes qw(sleep time);
+use POSIX ();
 use lib 't/lib';
 use RedisCluster;
 use IdemGateway;
@@ -41,7 +42,8 @@ my @masters = @nodes[0 .. 2];
 my $redis = "idem_redis cluster 127.0.0.1:$masters[0] 127.0.0.1:$masters[1]"
             . " connect_timeout=300ms timeout=500ms";
 
-IdemGateway::start($_, $redis, $backend) for $gw_a, $gw_b;
+my %master_pid = map { $_ => IdemGateway::start($_, $redis, $backend) }
+                 $gw_a, $gw_b;
 sleep 0.5;
 
 my $n = 0;
@@ -202,6 +204,34 @@ sub replayed {
     is($ok, 6, 'two gateways, 50 concurrent duplicates of 6 ids: one '
                . 'original and 49 duplicates each') or diag(join "\n", @bad);
     is($runs, 6, 'one execution per id');
+}
+
+
+# 2b. a reload (HUP) while calls wait on the backend: the old workers
+#     finish them, their final writes reach every master
+
+{
+    my @ids = map { id_on_master($masters[$_ % 3], 'hup') } 0 .. 11;
+    my $child = fork;
+    die "fork: $!" unless defined $child;
+    if (!$child) {
+        sleep 0.15;
+        kill 'HUP', $master_pid{$gw_a};
+        POSIX::_exit(0);
+    }
+    my @res = IdemGateway::send_all(
+        map { [$gw_a, IdemGateway::post($_, qq({"id":"$_"}))] } @ids);
+    waitpid $child, 0;
+
+    is(scalar(grep { IdemGateway::is_original($_) } @res), 12,
+       'a reload with 12 calls in flight: every one answered')
+        or diag(IdemGateway::summary(@res));
+    sleep 0.5;
+    my @done = grep { status_of($gw_b, $_)->{body} =~ /"state":"SUCCESS"/ }
+               @ids;
+    is(scalar @done, 12, 'their records say SUCCESS, on all 3 masters');
+    like(IdemGateway::log_text($gw_a), qr/signal 1 \(SIGHUP\) received/,
+         'the gateway was reloaded');
 }
 
 
