@@ -60,6 +60,9 @@
 #define NGX_HTTP_IDEM_REDIS_ANY_SLOT         16384
 
 
+static ngx_int_t ngx_http_idem_redis_parse_addr(ngx_conf_t *cf,
+    ngx_command_t *cmd, ngx_str_t *addr, ngx_http_idem_store_addr_t *a,
+    ngx_uint_t ip_only);
 static ngx_int_t ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf,
     ngx_command_t *cmd, ngx_str_t *value,
     ngx_http_idem_store_conf_t *conf);
@@ -317,7 +320,7 @@ ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf, ngx_command_t *cmd,
  * blocking getaddrinfo() in the worker.
  */
 
-ngx_int_t
+static ngx_int_t
 ngx_http_idem_redis_parse_addr(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_str_t *addr, ngx_http_idem_store_addr_t *a, ngx_uint_t ip_only)
 {

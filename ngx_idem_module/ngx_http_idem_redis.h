@@ -152,8 +152,6 @@ struct ngx_http_idem_redis_s {
 
 
 /* ngx_http_idem_redis.c */
-ngx_int_t ngx_http_idem_redis_parse_addr(ngx_conf_t *cf, ngx_command_t *cmd,
-    ngx_str_t *addr, ngx_http_idem_store_addr_t *a, ngx_uint_t ip_only);
 ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_create(
     ngx_http_idem_redis_t *rd, ngx_uint_t role);
 void ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
