@@ -484,7 +484,16 @@ ngx_http_idem_redis_cluster_refresh(ngx_http_idem_redis_t *rd)
 
     cl = rd->cluster;
 
-    if (cl->refreshing || rd->closing) {
+    if (rd->closing) {
+        return;
+    }
+
+    /* one at a time, unless the node asked has not answered in time */
+
+    if (cl->refreshing
+        && ngx_current_msec - cl->refreshed < rd->conf->timeout)
+    {
+        ngx_http_idem_redis_cluster_refresh_later(rd, rd->conf->timeout);
         return;
     }
 

@@ -8,7 +8,8 @@
 #     fails at any step;
 #  2. two gateways, 50 concurrent duplicates of each of 6 ids (spread over
 #     the 3 masters): one execution per id, every other answer a 409 or a
-#     replay; a reload with calls in flight loses none of their records;
+#     replay; a reload with calls in flight loses none of their records; a
+#     paused master fails its own calls only, after their timeout;
 #  3. a master killed (SIGKILL) and its replica promoted: calls on its
 #     slots get 503 until the gateways read the new map (their number is
 #     reported), calls on the other masters never do; records written
@@ -232,6 +233,30 @@ sub replayed {
     is(scalar @done, 12, 'their records say SUCCESS, on all 3 masters');
     like(IdemGateway::log_text($gw_a), qr/signal 1 \(SIGHUP\) received/,
          'the gateway was reloaded');
+}
+
+
+# 2c. a master paused (SIGSTOP, shorter than the node timeout): calls on
+#     its slots get 503 once their timeout passes, calls on the others are
+#     served; resumed, it serves again
+
+{
+    my $paused = $masters[1];
+    my $pid = RedisCluster::pid($paused);
+    kill 'STOP', $pid;
+    my $t0 = time;
+    my $r = call($gw_a, id_on_master($paused, 'stop'));
+    my $took = time - $t0;
+    my $o = call($gw_a, id_on_master($masters[0], 'run'));
+    kill 'CONT', $pid;
+
+    ok(defined $r && $r->{status} == 503 && $took < 1.5,
+       sprintf('paused master: 503 after %.2f s (timeout 500ms)', $took))
+        or diag(IdemGateway::summary($r));
+    ok(IdemGateway::is_original($o), 'another master serves meanwhile');
+    sleep 0.2;
+    ok(IdemGateway::is_original(call($gw_a, id_on_master($paused, 'cont'))),
+       'resumed, it serves again');
 }
 
 
