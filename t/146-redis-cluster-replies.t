@@ -29,7 +29,7 @@ __DATA__
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.3);
+select(undef, undef, undef, 0.5);
 --- request
 GET /calls/moved-self-1
 --- error_code: 503
@@ -44,6 +44,8 @@ failed (last error: "MOVED 12 127.0.0.1:
 
 
 === TEST 2: ASK to the node itself, again and again: 5 redirects, then 503
+--- init
+select(undef, undef, undef, 0.5);
 --- request
 GET /calls/ask-self-1
 --- error_code: 503
@@ -57,6 +59,8 @@ idem redis cluster: more than 5 redirects
 
 
 === TEST 3: malformed and impossible redirects: 503 each, the worker lives
+--- init
+select(undef, undef, undef, 0.5);
 --- request eval
 ["GET /calls/bad-moved-1", "GET /calls/bad-slot-1", "GET /calls/bad-port-1",
  "GET /calls/colons-1", "GET /calls/space-1", "GET /calls/x-1"]
@@ -72,6 +76,8 @@ exited on signal
 
 
 === TEST 4: MOVED to a host name: not resolved, skipped with an error
+--- init
+select(undef, undef, undef, 0.5);
 --- request
 GET /calls/host-name-1
 --- error_code: 503
@@ -84,6 +90,8 @@ idem: redis cluster: "localhost" is not an IP address, skipped
 
 
 === TEST 5: MOVED to a node that is down: 503 at once, no hang
+--- init
+select(undef, undef, undef, 0.5);
 --- request eval
 ["GET /calls/down-1", "GET /calls/down-2"]
 --- error_code eval
