@@ -3,10 +3,21 @@
 #   make          build build/ngx_http_idem_module.so
 #   make run      start the quickstart gateway on 127.0.0.1:8080 (Ctrl-C stops)
 #   make test     run the whole Test::Nginx suite with prove
-#   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios)
+#   make test NGINX=1.30.4   the same against nginx.org's nginx 1.30.4, built
+#                 once with both modules from ../shared/nginx-src into
+#                 build/nginx-1.30.4/ (NGINX=stable, NGINX=mainline: the
+#                 newest there); skipped with a message without that folder
+#   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios);
+#                 dedupe on one Redis vs a 3-master Redis Cluster
+#   make storm    a retry storm: attempts with no budget, a budget, a breaker
+#   make nginx-tests NGINX_TESTS=/path/to/nginx-tests
+#                 nginx's own suite, without and with "idem on"
 #   make asan     the suite with an ASan/UBSan build of the module
 #   make fuzz     the libFuzzer targets (fuzz/), FUZZ_SECONDS each
 #   make deps     install what is missing (Debian packages)
+#   make deb      build/deb/libnginx-mod-http-idem_<version>_<arch>.deb
+#   make install  the module, mod-http-idem.conf, docs (DESTDIR, as the .deb)
+#   make test-deb build the package, lintian, install, serve a call, purge
 
 SHELL       := /bin/bash
 NGINX_SRC   ?= /usr/share/nginx/src
@@ -21,6 +32,8 @@ DEB_CFLAGS  := -g -O2 -fstack-protector-strong -Wformat \
                -Werror=format-security -fPIC -Wdate-time -D_FORTIFY_SOURCE=2
 # extra compiler flags, e.g. IDEM_CFLAGS=-fsanitize=address (see make asan)
 IDEM_CFLAGS ?=
+# an nginx.org version to test against instead of Debian's (util/test.sh)
+NGINX       ?=
 
 # libFuzzer targets (fuzz/): clang with ASan and UBSan, seeds in fuzz/corpus
 FUZZ_CC      ?= clang
@@ -36,7 +49,18 @@ FUZZ_INCS    := $(addprefix -I $(NGINX_SRC)/src/,core event event/modules \
                 -I ngx_idem_module -I fuzz -I $(BUILD)
 FUZZ_LIBS    := -lhiredis -luuid -lcrypto -lpcre2-8
 
-.PHONY: all deps run test asan bench fuzz fuzz-build clean
+# make install: the paths of Debian's nginx modules (dh_nginx), as the
+# package has them; IDEM_ENABLE=no leaves modules-enabled/ alone (the
+# package's postinst makes that link itself)
+DESTDIR     ?=
+IDEM_ENABLE ?= yes
+MODULES_DIR := /usr/lib/nginx/modules
+MODCONF_DIR := /usr/share/nginx/modules-available
+ENABLED_DIR := /etc/nginx/modules-enabled
+DOC_DIR     := /usr/share/doc/libnginx-mod-http-idem
+
+.PHONY: all deps run test asan bench fuzz fuzz-build clean deb install \
+        test-deb storm
 
 all: $(MODULE)
 
@@ -60,12 +84,29 @@ $(MODULE): $(BUILD)/Makefile $(SOURCES)
 run: deps $(MODULE)
 	@util/run.sh
 
+# nginx's own tests (a checkout of nginx/nginx-tests outside this tree):
+# the ones that fail only with "idem on"
+.PHONY: nginx-tests
+nginx-tests: deps $(MODULE)
+	@util/nginx-tests.sh
+
+ifeq ($(NGINX),)
 test: deps $(MODULE)
 	@util/test.sh
+else
+test: deps
+	@NGINX=$(NGINX) util/test.sh
+endif
 
-# wrk, side by side: plain proxy_pass, idem on, + idem_record, + idem_dedupe
+# wrk, side by side: plain, plain with the same headers, idem, records,
+# dedupe and an OpenResty peer (util/bench.sh says how)
 bench: deps $(MODULE)
 	@util/bench.sh
+	@util/bench-cluster.sh
+
+# an upstream that answers 503 to all: what the budget and the breaker save
+storm: deps $(MODULE)
+	@util/storm.sh
 
 # the suite again, with the module built with AddressSanitizer and UBSan
 asan: deps
@@ -84,6 +125,31 @@ $(FUZZ_BUILD)/%: fuzz/ngx_http_idem_fuzz_%.c $(FUZZ_COMMON) fuzz/*.h \
                  $(SOURCES) $(BUILD)/Makefile
 	@mkdir -p $(FUZZ_BUILD)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INCS) -o $@ $< $(FUZZ_COMMON) $(FUZZ_LIBS)
+
+# the Debian package, from a copy of this tree in build/deb/; installs its
+# build dependencies (debian/control) when they are missing
+deb:
+	@util/deb.sh
+
+install: $(MODULE)
+	install -d $(DESTDIR)$(MODULES_DIR) $(DESTDIR)$(MODCONF_DIR) \
+	    $(DESTDIR)$(DOC_DIR)/examples
+	install -m 644 $(MODULE) $(DESTDIR)$(MODULES_DIR)/
+	echo 'load_module modules/ngx_http_idem_module.so;' \
+	    > $(DESTDIR)$(MODCONF_DIR)/mod-http-idem.conf
+	chmod 644 $(DESTDIR)$(MODCONF_DIR)/mod-http-idem.conf
+	install -m 644 README.md $(DESTDIR)$(DOC_DIR)/
+	install -m 644 conf-examples/*.conf $(DESTDIR)$(DOC_DIR)/examples/
+ifeq ($(IDEM_ENABLE),yes)
+	install -d $(DESTDIR)$(ENABLED_DIR)
+	ln -sfn $(MODCONF_DIR)/mod-http-idem.conf \
+	    $(DESTDIR)$(ENABLED_DIR)/50-mod-http-idem.conf
+endif
+
+# make deb, lintian, dpkg -i on this machine's nginx, one call through a
+# private nginx on 127.0.0.1:$$TEST_DEB_PORT (6090), dpkg --purge
+test-deb:
+	@util/test-deb.sh
 
 clean:
 	rm -rf $(BUILD) $(CURDIR)/build-asan t/servroot*

@@ -10,7 +10,13 @@
  * Range is ignored (RFC 9110 allows it), so that its whole answer is kept;
  * an answer made of subrequests' output (ssi, slice, addition) is not
  * kept.  Kept as "<status>[ <reason>]\n<name>: <value>\n...\n\n<body>":
- * names and values never hold a newline (nginx refuses them).
+ * names and values never hold a newline (nginx refuses them).  Trailers
+ * (gRPC's grpc-status) are lines of the same block, as "~<name>: <value>":
+ * no field name starts with "~".
+ *
+ * Set-Cookie is never kept: a duplicate may come from another caller (a
+ * route with "idem_dedupe_scope off", or a scope coarser than a session),
+ * and must not be handed the first caller's session.
  */
 
 
@@ -28,9 +34,11 @@ static ngx_int_t ngx_http_idem_answer_line(u_char **pos, u_char *last,
     ngx_str_t *name, ngx_str_t *value);
 static void ngx_http_idem_answer_content_type(ngx_http_request_t *r,
     ngx_str_t *value);
+static ngx_int_t ngx_http_idem_answer_trailers(ngx_http_request_t *r,
+    ngx_str_t *answer);
 
 
-/* not kept: hop-by-hop, computed again, or this module's own */
+/* not kept: hop-by-hop, computed again, this module's own, or a caller's */
 static ngx_str_t  ngx_http_idem_answer_skipped[] = {
     ngx_string("Connection"),
     ngx_string("Keep-Alive"),
@@ -44,6 +52,8 @@ static ngx_str_t  ngx_http_idem_answer_skipped[] = {
     ngx_string("Content-Length"),
     ngx_string("Content-Type"),
     ngx_string("Idempotent-Replayed"),
+    ngx_string("Set-Cookie"),
+    ngx_string("Set-Cookie2"),
     ngx_null_string
 };
 
@@ -348,7 +358,86 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     answer->data = ctx->capture->start;
     answer->len = ctx->capture->last - ctx->capture->start;
 
+    if (ngx_http_idem_answer_trailers(r, answer) != NGX_OK) {
+        return NGX_HTTP_IDEM_KEEP_LARGE;
+    }
+
     return NGX_HTTP_IDEM_KEEP_REPLAY;
+}
+
+
+/*
+ * The answer's trailers, known once it has ended, go into its header block
+ * as "~<name>: <value>" lines: a replay sends them as trailers again.
+ */
+
+static ngx_int_t
+ngx_http_idem_answer_trailers(ngx_http_request_t *r, ngx_str_t *answer)
+{
+    size_t            len;
+    u_char           *p, *end, *last;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    len = 0;
+
+    for (part = &r->headers_out.trailers.part; part; part = part->next) {
+        h = part->elts;
+
+        for (i = 0; i < part->nelts; i++) {
+            if (h[i].hash != 0) {
+                len += sizeof("~: \n") - 1 + h[i].key.len + h[i].value.len;
+            }
+        }
+    }
+
+    if (len == 0) {
+        return NGX_OK;
+    }
+
+    /* the empty line that ends the header block: no header line is empty */
+
+    last = answer->data + answer->len;
+
+    for (end = answer->data; end + 1 < last; end++) {
+        if (end[0] == '\n' && end[1] == '\n') {
+            break;
+        }
+    }
+
+    if (end + 1 >= last) {
+        return NGX_ERROR;
+    }
+
+    end++;
+
+    p = ngx_pnalloc(r->pool, answer->len + len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    answer->data = ngx_cpymem(p, answer->data, end - answer->data);
+
+    for (part = &r->headers_out.trailers.part; part; part = part->next) {
+        h = part->elts;
+
+        for (i = 0; i < part->nelts; i++) {
+            if (h[i].hash != 0) {
+                answer->data = ngx_sprintf(answer->data, "~%V: %V\n",
+                                           &h[i].key, &h[i].value);
+            }
+        }
+    }
+
+    answer->data = ngx_cpymem(answer->data, end, last - end);
+    answer->len = answer->data - p;
+    answer->data = p;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem: the stored answer keeps %uz bytes of trailers", len);
+
+    return NGX_OK;
 }
 
 
@@ -403,6 +492,25 @@ ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
          ngx_http_idem_answer_line(&p, last, &name, &value) == NGX_OK;
          /* void */)
     {
+        if (name.data[0] == '~') {
+
+            /* a trailer of the first answer */
+
+            h = ngx_list_push(&r->headers_out.trailers);
+            if (h == NULL) {
+                return NGX_ERROR;
+            }
+
+            h->hash = 1;
+            h->key.data = name.data + 1;
+            h->key.len = name.len - 1;
+            h->value = value;
+            h->lowcase_key = NULL;
+
+            r->expect_trailers = 1;
+            continue;
+        }
+
         if (name.len == sizeof("Content-Type") - 1
             && ngx_strncasecmp(name.data, (u_char *) "Content-Type",
                                name.len) == 0)
@@ -463,6 +571,16 @@ ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     }
 
     r->headers_out.content_length_n = (length >= 0) ? length : last - p;
+
+    if (r->expect_trailers) {
+
+        /*
+         * Without a length, as the first answer came: nginx's own gRPC
+         * client stops reading at the length, before the trailers.
+         */
+
+        r->headers_out.content_length_n = -1;
+    }
 
     ctx->replayed = 1;
 

@@ -11,19 +11,21 @@
 #include <uuid/uuid.h>
 
 
-#define NGX_HTTP_IDEM_RANDOM_POOL  256
+#define NGX_HTTP_IDEM_RANDOM_POOL  4096
 
 
 static ngx_int_t ngx_http_idem_check_id(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_header_t *name,
     ngx_table_elt_t *h, ngx_uint_t count, ngx_uint_t is_call_id,
-    ngx_http_idem_problem_t *problem);
+    ngx_str_t *id, ngx_http_idem_problem_t *problem);
 static ngx_int_t ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
     ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem);
 static u_char *ngx_http_idem_traceparent_trace_id(ngx_str_t *value);
 static ngx_int_t ngx_http_idem_lower_hex(u_char *p, size_t len);
 static u_char *ngx_http_idem_bad_byte(ngx_str_t *value);
+static u_char *ngx_http_idem_sf_param(u_char *p, u_char *last);
+static u_char *ngx_http_idem_sf_bare_item(u_char *p, u_char *last);
 static void ngx_http_idem_random_bytes(u_char *dst, size_t len);
 
 
@@ -38,7 +40,9 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
     ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem)
 {
-    ngx_int_t  rc;
+    u_char     *p;
+    ngx_int_t   rc;
+    ngx_str_t   id;
 
     if (in->call_id_count == 0
         && ilcf->call_id_missing == NGX_HTTP_IDEM_MISSING_REJECT)
@@ -54,7 +58,11 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
     } else {
         rc = ngx_http_idem_check_id(r, ilcf, &ilcf->call_id_header,
                                     in->call_id, in->call_id_count, 1,
-                                    problem);
+                                    &id, problem);
+
+        /* the client's own header name never gets a gateway id back */
+
+        ctx->call_id_refused = (rc == NGX_DECLINED);
     }
 
     if (rc == NGX_ERROR) {
@@ -62,7 +70,8 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
     }
 
     if (rc == NGX_OK && in->call_id != NULL) {
-        ctx->call_id = in->call_id->value;
+        ctx->call_id = id;
+        ctx->call_id_echo = in->call_id->value;
         ctx->source = NGX_HTTP_IDEM_SOURCE_CLIENT;
 
     } else {
@@ -73,6 +82,25 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
         }
 
         ctx->source = NGX_HTTP_IDEM_SOURCE_GATEWAY;
+
+        if (ilcf->call_id_form == NGX_HTTP_IDEM_FORM_STRING) {
+
+            /* generated ids are tokens: nothing in them needs escaping */
+
+            p = ngx_pnalloc(r->pool, ctx->call_id.len + 2);
+            if (p == NULL) {
+                return NGX_ERROR;
+            }
+
+            ctx->call_id_echo.data = p;
+            *p++ = '"';
+            p = ngx_cpymem(p, ctx->call_id.data, ctx->call_id.len);
+            *p++ = '"';
+            ctx->call_id_echo.len = p - ctx->call_id_echo.data;
+
+        } else {
+            ctx->call_id_echo = ctx->call_id;
+        }
 
         if (rc == NGX_DECLINED) {
             if (ngx_http_idem_resolve_trace_id(r, ilcf, in, ctx, NULL)
@@ -101,7 +129,7 @@ ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
     if (in->trace_id_count) {
         rc = ngx_http_idem_check_id(r, ilcf, &ilcf->trace_id_header,
                                     in->trace_id, in->trace_id_count, 0,
-                                    problem ? problem : &ignored);
+                                    NULL, problem ? problem : &ignored);
         if (rc == NGX_OK) {
             ctx->trace_id = in->trace_id->value;
             return NGX_OK;
@@ -144,14 +172,19 @@ ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
 }
 
 
+/*
+ * Checks one id header.  A call id may come as an RFC 8941 String; "id"
+ * then gets its content (the call id itself), else the value as sent.
+ */
+
 static ngx_int_t
 ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     ngx_http_idem_header_t *name, ngx_table_elt_t *h, ngx_uint_t count,
-    ngx_uint_t is_call_id, ngx_http_idem_problem_t *problem)
+    ngx_uint_t is_call_id, ngx_str_t *id, ngx_http_idem_problem_t *problem)
 {
     char       *type, *title, *reason;
     u_char     *p, *last, buf[64];
-    ngx_str_t  *v;
+    ngx_str_t  *v, content;
 #if (NGX_PCRE)
     ngx_int_t   rc;
 #endif
@@ -161,6 +194,33 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     if (count > 1) {
         reason = "sent more than once";
         goto invalid;
+    }
+
+    if (is_call_id && v->len && v->data[0] == '"') {
+
+        /* the IETF draft's form: an RFC 8941 String, its content the id */
+
+        content.data = ngx_pnalloc(r->pool, v->len);
+        if (content.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_idem_parse_sf_string(v, &content, buf, sizeof(buf))
+            != NGX_OK)
+        {
+            reason = (char *) buf;
+            goto invalid;
+        }
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem: call id in string form, content \"%V\"",
+                       &content);
+
+        v = &content;
+        *id = content;
+
+    } else if (is_call_id) {
+        *id = *v;
     }
 
     if (v->len == 0) {
@@ -279,6 +339,207 @@ ngx_http_idem_lower_hex(u_char *p, size_t len)
 }
 
 
+/*
+ * An RFC 8941 String, as the Idempotency-Key draft sends it:
+ * DQUOTE *( %x20-21 / %x23-5B / %x5D-7E / "\\" ( DQUOTE / "\\" ) ) DQUOTE,
+ * then parameters (";" *SP key [ "=" bare-item ]), ignored, and optional
+ * whitespace.  "content" gets the unescaped string; its data must have
+ * room for value->len bytes.  On NGX_DECLINED, "err" says what is wrong.
+ */
+
+ngx_int_t
+ngx_http_idem_parse_sf_string(ngx_str_t *value, ngx_str_t *content,
+    u_char *err, size_t size)
+{
+    u_char  c, *p, *q, *last, *start;
+
+    p = value->data;
+    last = p + value->len;
+
+    if (p == last || *p != '"') {
+        ngx_snprintf(err, size, "not a string%Z");
+        return NGX_DECLINED;
+    }
+
+    start = p;
+    q = content->data;
+
+    for (p++; /* void */; p++) {
+
+        if (p == last) {
+            ngx_snprintf(err, size, "unterminated string%Z");
+            return NGX_DECLINED;
+        }
+
+        c = *p;
+
+        if (c == '"') {
+            break;
+        }
+
+        if (c == '\\') {
+            if (p + 1 == last || (p[1] != '"' && p[1] != '\\')) {
+                ngx_snprintf(err, size, "bad escape at offset %uz%Z",
+                             (size_t) (p - start));
+                return NGX_DECLINED;
+            }
+
+            *q++ = *++p;
+            continue;
+        }
+
+        if (c < 0x20 || c > 0x7e) {
+            ngx_snprintf(err, size,
+                         "byte 0x%02xd at offset %uz is not allowed in a "
+                         "string%Z", (ngx_uint_t) c, (size_t) (p - start));
+            return NGX_DECLINED;
+        }
+
+        *q++ = c;
+    }
+
+    content->len = q - content->data;
+
+    /* parameters after the closing quote are allowed, and ignored */
+
+    for (p++; p < last && *p == ';'; /* void */) {
+
+        p = ngx_http_idem_sf_param(p + 1, last);
+
+        if (p == NULL) {
+            ngx_snprintf(err, size, "malformed parameter after the string%Z");
+            return NGX_DECLINED;
+        }
+    }
+
+    while (p < last && (*p == ' ' || *p == '\t')) {
+        p++;
+    }
+
+    if (p != last) {
+        ngx_snprintf(err, size, "unexpected data after the string%Z");
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/* *SP key [ "=" bare-item ]: where it ends, or NULL when malformed */
+
+static u_char *
+ngx_http_idem_sf_param(u_char *p, u_char *last)
+{
+    u_char  c;
+
+    while (p < last && *p == ' ') {
+        p++;
+    }
+
+    if (p == last || !((*p >= 'a' && *p <= 'z') || *p == '*')) {
+        return NULL;
+    }
+
+    for (p++; p < last; p++) {
+        c = *p;
+
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
+              || c == '_' || c == '-' || c == '.' || c == '*'))
+        {
+            break;
+        }
+    }
+
+    if (p == last || *p != '=') {
+        return p;
+    }
+
+    return ngx_http_idem_sf_bare_item(p + 1, last);
+}
+
+
+/* an integer, decimal, string, token, byte sequence or boolean */
+
+static u_char *
+ngx_http_idem_sf_bare_item(u_char *p, u_char *last)
+{
+    u_char  c;
+
+    if (p == last) {
+        return NULL;
+    }
+
+    c = *p;
+
+    if (c == '"') {
+        for (p++; p < last && *p != '"'; p++) {
+            if (*p == '\\') {
+                if (++p == last || (*p != '"' && *p != '\\')) {
+                    return NULL;
+                }
+
+            } else if (*p < 0x20 || *p > 0x7e) {
+                return NULL;
+            }
+        }
+
+        return p < last ? p + 1 : NULL;
+    }
+
+    if (c == '?') {
+        return (p + 1 < last && (p[1] == '0' || p[1] == '1')) ? p + 2 : NULL;
+    }
+
+    if (c == ':') {
+        for (p++; p < last && *p != ':'; p++) {
+            c = *p;
+
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+                  || (c >= '0' && c <= '9') || c == '+' || c == '/'
+                  || c == '='))
+            {
+                return NULL;
+            }
+        }
+
+        return p < last ? p + 1 : NULL;
+    }
+
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        if (c == '-' && (++p == last || *p < '0' || *p > '9')) {
+            return NULL;
+        }
+
+        while (p < last && ((*p >= '0' && *p <= '9') || *p == '.')) {
+            p++;
+        }
+
+        return p;
+    }
+
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '*') {
+
+        /* a token: tchar, ":" and "/" */
+
+        for (p++; p < last; p++) {
+            c = *p;
+
+            if (c <= 0x20 || c >= 0x7f || c == '"' || c == '(' || c == ')'
+                || c == ',' || c == ';' || c == '<' || c == '='
+                || c == '>' || c == '?' || c == '@' || c == '['
+                || c == '\\' || c == ']' || c == '{' || c == '}')
+            {
+                break;
+            }
+        }
+
+        return p;
+    }
+
+    return NULL;
+}
+
+
 ngx_int_t
 ngx_http_idem_check_charset(ngx_str_t *value)
 {
@@ -328,7 +589,17 @@ ngx_http_idem_generate_call_id(ngx_http_request_t *r,
             return NGX_ERROR;
         }
 
-        uuid_generate_random(uuid);
+        /*
+         * A version 4 UUID from the process's batch of kernel random bytes:
+         * uuid_generate_random() reseeds random() with five system calls
+         * per id.  libuuid still writes the text form.
+         */
+
+        ngx_http_idem_random_bytes(uuid, sizeof(uuid_t));
+
+        uuid[6] = (uuid[6] & 0x0f) | 0x40;
+        uuid[8] = (uuid[8] & 0x3f) | 0x80;
+
         uuid_unparse_lower(uuid, (char *) p);
 
         id->data = p;
@@ -425,8 +696,8 @@ ngx_http_idem_random_hex(u_char *dst, size_t len)
 static void
 ngx_http_idem_random_bytes(u_char *dst, size_t len)
 {
+    size_t            got;
     ssize_t           n;
-    ngx_uint_t        i;
 
     static u_char     pool[NGX_HTTP_IDEM_RANDOM_POOL];
     static size_t     pos = NGX_HTTP_IDEM_RANDOM_POOL;
@@ -438,16 +709,36 @@ ngx_http_idem_random_bytes(u_char *dst, size_t len)
     }
 
     if (pos + len > NGX_HTTP_IDEM_RANDOM_POOL) {
-        n = getrandom(pool, NGX_HTTP_IDEM_RANDOM_POOL, GRND_NONBLOCK);
 
-        if (n != NGX_HTTP_IDEM_RANDOM_POOL) {
+        /* reads over 256 bytes may come back short (a signal) */
+
+        for (got = 0; got < NGX_HTTP_IDEM_RANDOM_POOL; got += n) {
+            n = getrandom(pool + got, NGX_HTTP_IDEM_RANDOM_POOL - got,
+                          GRND_NONBLOCK);
+
+            if (n > 0) {
+                continue;
+            }
+
+            if (n == -1 && ngx_errno == NGX_EINTR) {
+                n = 0;
+                continue;
+            }
 
             /* entropy not ready yet (early boot): nginx's own generator */
 
-            for (i = 0; i < NGX_HTTP_IDEM_RANDOM_POOL; i++) {
-                pool[i] = (u_char) (ngx_random() >> 7);
+            ngx_log_debug0(NGX_LOG_DEBUG_CORE, ngx_cycle->log, ngx_errno,
+                           "idem: getrandom() failed, using ngx_random()");
+
+            for ( /* void */ ; got < NGX_HTTP_IDEM_RANDOM_POOL; got++) {
+                pool[got] = (u_char) (ngx_random() >> 7);
             }
+
+            break;
         }
+
+        ngx_log_debug0(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
+                       "idem: new batch of random bytes");
 
         pos = 0;
     }
@@ -456,4 +747,3 @@ ngx_http_idem_random_bytes(u_char *dst, size_t len)
     ngx_memzero(pool + pos, len);
     pos += len;
 }
-

@@ -162,6 +162,38 @@ ngx_http_idem_parse_grpc_timeout(ngx_str_t *value, ngx_msec_t *ms)
 }
 
 
+/*
+ * An outbound grpc-timeout: gRPC allows at most 8 digits before the unit,
+ * so a budget over 99999999 ms goes in seconds, minutes or hours, rounded
+ * down (a timeout that ends a little early never extends the budget).
+ * p has room for 9 bytes.
+ */
+
+u_char *
+ngx_http_idem_grpc_timeout(u_char *p, ngx_msec_t ms)
+{
+    if (ms <= NGX_HTTP_IDEM_GRPC_TIMEOUT_MAX) {
+        return ngx_sprintf(p, "%Mm", ms);
+    }
+
+    ms /= 1000;
+
+    if (ms <= NGX_HTTP_IDEM_GRPC_TIMEOUT_MAX) {
+        return ngx_sprintf(p, "%MS", ms);
+    }
+
+    ms /= 60;
+
+    if (ms <= NGX_HTTP_IDEM_GRPC_TIMEOUT_MAX) {
+        return ngx_sprintf(p, "%MM", ms);
+    }
+
+    ms = ngx_min(ms / 60, NGX_HTTP_IDEM_GRPC_TIMEOUT_MAX);
+
+    return ngx_sprintf(p, "%MH", ms);
+}
+
+
 /* what is left of the budget, in ms; negative once it is spent */
 
 ngx_msec_int_t

@@ -11,10 +11,10 @@
 
 static ngx_inline ngx_uint_t ngx_http_idem_header_is(ngx_table_elt_t *h,
     ngx_http_idem_header_t *name);
+static ngx_uint_t ngx_http_idem_header_alias(ngx_table_elt_t *h,
+    ngx_http_idem_header_t *name);
 static ngx_uint_t ngx_http_idem_owned(ngx_http_idem_main_conf_t *imcf,
     ngx_http_idem_loc_conf_t *ilcf, ngx_table_elt_t *h);
-static ngx_int_t ngx_http_idem_drop_owned(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf);
 static ngx_table_elt_t *ngx_http_idem_push_value(ngx_http_request_t *r,
     ngx_http_idem_header_t *name, size_t size);
 static ngx_table_elt_t *ngx_http_idem_push(ngx_list_t *list,
@@ -77,18 +77,73 @@ ngx_http_idem_header_is(ngx_table_elt_t *h, ngx_http_idem_header_t *name)
 }
 
 
-/* the headers the module writes upstream: a client's copy never passes */
+/*
+ * With underscores_in_headers on, nginx keeps "X_Call_Id_Source" as a
+ * header of its own, but FastCGI, uwsgi and SCGI turn both it and
+ * "X-Call-Id-Source" into HTTP_X_CALL_ID_SOURCE.  A name that differs
+ * from one the module reads or writes only by "_" for "-" is an alias:
+ * it is dropped, never read.
+ */
+
+static ngx_uint_t
+ngx_http_idem_header_alias(ngx_table_elt_t *h, ngx_http_idem_header_t *name)
+{
+    u_char      a, b;
+    size_t      i;
+    ngx_uint_t  differs;
+
+    if (h->key.len != name->name.len || h->lowcase_key == NULL) {
+        return 0;
+    }
+
+    differs = 0;
+
+    for (i = 0; i < name->name.len; i++) {
+        a = h->lowcase_key[i];
+        b = name->lowcase[i];
+
+        if (a == b) {
+            continue;
+        }
+
+        if ((a == '_' || a == '-') && (b == '_' || b == '-')) {
+            differs = 1;
+            continue;
+        }
+
+        return 0;
+    }
+
+    return differs;
+}
+
+
+/*
+ * The headers the module writes upstream, and aliases of every header it
+ * reads or writes: a client's copy never passes.
+ */
 
 static ngx_uint_t
 ngx_http_idem_owned(ngx_http_idem_main_conf_t *imcf,
     ngx_http_idem_loc_conf_t *ilcf, ngx_table_elt_t *h)
 {
-    return ngx_http_idem_header_is(h, &imcf->source_header)
-           || ngx_http_idem_header_is(h, &imcf->attempt_header)
-           || ngx_http_idem_header_is(h, &imcf->traceparent_header)
-           || ngx_http_idem_header_is(h, &imcf->grpc_timeout_header)
+    if (ngx_http_idem_header_is(h, &imcf->source_header)
+        || ngx_http_idem_header_is(h, &imcf->attempt_header)
+        || ngx_http_idem_header_is(h, &imcf->traceparent_header)
+        || ngx_http_idem_header_is(h, &imcf->grpc_timeout_header)
+        || (ilcf->deadline_header.name.len
+            && ngx_http_idem_header_is(h, &ilcf->deadline_header)))
+    {
+        return 1;
+    }
+
+    return ngx_http_idem_header_alias(h, &ilcf->call_id_header)
+           || ngx_http_idem_header_alias(h, &ilcf->trace_id_header)
+           || ngx_http_idem_header_alias(h, &imcf->source_header)
+           || ngx_http_idem_header_alias(h, &imcf->attempt_header)
+           || ngx_http_idem_header_alias(h, &imcf->grpc_timeout_header)
            || (ilcf->deadline_header.name.len
-               && ngx_http_idem_header_is(h, &ilcf->deadline_header));
+               && ngx_http_idem_header_alias(h, &ilcf->deadline_header));
 }
 
 
@@ -165,15 +220,19 @@ ngx_http_idem_scan_request(ngx_http_request_t *r,
  * the r->headers_in fields that point to them.
  */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_idem_drop_owned(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf)
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in)
 {
     ngx_uint_t                  i, n;
     ngx_list_t                  old;
     ngx_list_part_t            *part;
     ngx_table_elt_t            *h, *copy;
     ngx_http_idem_main_conf_t  *imcf;
+
+    if (in->owned_count == 0) {
+        return NGX_OK;
+    }
 
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
@@ -237,12 +296,12 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
     list = &r->headers_in.headers;
 
-    if (in->owned_count && ngx_http_idem_drop_owned(r, ilcf) != NGX_OK) {
+    if (ngx_http_idem_drop_owned(r, ilcf, in) != NGX_OK) {
         return NGX_ERROR;
     }
 
     if (in->call_id == NULL
-        && ngx_http_idem_push(list, ctx->call_id_header, &ctx->call_id)
+        && ngx_http_idem_push(list, ctx->call_id_header, &ctx->call_id_echo)
            == NULL)
     {
         return NGX_ERROR;
@@ -335,6 +394,20 @@ ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
     ngx_http_idem_main_conf_t  *imcf;
 
     h = ctx->attempt_h;
+
+    if (h == NULL) {
+
+        /* the ids were never injected (a refused call): nothing to send */
+
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "idem: an attempt of a call whose ids were never "
+                      "settled");
+        return NGX_ERROR;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem attempt headers: attempt %ui", ctx->attempt);
+
     h->value.len = ngx_sprintf(h->value.data, "%ui",
                                ngx_max(ctx->attempt, 1))
                    - h->value.data;
@@ -372,15 +445,16 @@ ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
         imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
         ctx->grpc_timeout_h = ngx_http_idem_push_value(r,
-                                                 &imcf->grpc_timeout_header,
-                                                 NGX_INT_T_LEN + 1);
+                                          &imcf->grpc_timeout_header,
+                                          NGX_HTTP_IDEM_GRPC_TIMEOUT_LEN);
         if (ctx->grpc_timeout_h == NULL) {
             return NGX_ERROR;
         }
     }
 
     h = ctx->grpc_timeout_h;
-    h->value.len = ngx_sprintf(h->value.data, "%Mm", (ngx_msec_t) left)
+    h->value.len = ngx_http_idem_grpc_timeout(h->value.data,
+                                              (ngx_msec_t) left)
                    - h->value.data;
 
     return NGX_OK;
@@ -434,10 +508,17 @@ ngx_http_idem_set_response_headers(ngx_http_request_t *r,
 
     ngx_http_idem_hide_response_headers(r, ctx);
 
-    h = ngx_http_idem_push(&r->headers_out.headers, ctx->call_id_header,
-                           &ctx->call_id);
-    if (h == NULL) {
-        return NGX_ERROR;
+    /*
+     * The call id in the form the client sent it.  A client whose own id
+     * was refused gets none: it could take a gateway id for its own.
+     */
+
+    if (!ctx->call_id_refused) {
+        h = ngx_http_idem_push(&r->headers_out.headers, ctx->call_id_header,
+                               &ctx->call_id_echo);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
     }
 
     h = ngx_http_idem_push(&r->headers_out.headers, ctx->trace_id_header,

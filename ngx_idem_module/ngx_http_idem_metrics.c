@@ -17,10 +17,6 @@ static ngx_int_t ngx_http_idem_metrics_init_zone(ngx_shm_zone_t *shm_zone,
 static ngx_int_t ngx_http_idem_metrics_handler(ngx_http_request_t *r);
 
 
-/* NULL while no location shows them: counting is then skipped */
-ngx_http_idem_counters_t  *ngx_http_idem_counters;
-
-
 typedef struct {
     char                      *name;
     char                      *labels;
@@ -87,9 +83,10 @@ static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
 char *
 ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_str_t                  name;
-    ngx_shm_zone_t            *shm_zone;
-    ngx_http_core_loc_conf_t  *clcf;
+    ngx_str_t                   name;
+    ngx_shm_zone_t             *shm_zone;
+    ngx_http_core_loc_conf_t   *clcf;
+    ngx_http_idem_main_conf_t  *imcf;
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
 
@@ -112,7 +109,35 @@ ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     shm_zone->init = ngx_http_idem_metrics_init_zone;
 
+    /* this configuration's counters: found through its cycle */
+
+    imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
+    imcf->metrics_zone = shm_zone;
+
     return NGX_CONF_OK;
+}
+
+
+/*
+ * The counters of the cycle in use (ngx_cycle), or NULL when it shows
+ * none.  A configuration that failed to load (a reload refused at a
+ * "listen", say) is never the cycle in use: its zone, freed with it, is
+ * never reached, in this process or in workers forked later.
+ */
+
+ngx_http_idem_counters_t *
+ngx_http_idem_counters(void)
+{
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_idem_module);
+
+    if (imcf == NULL || imcf->metrics_zone == NULL) {
+        return NULL;
+    }
+
+    return imcf->metrics_zone->data;
 }
 
 
@@ -121,11 +146,11 @@ ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_idem_metrics_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
-    ngx_slab_pool_t  *shpool;
+    ngx_slab_pool_t           *shpool;
+    ngx_http_idem_counters_t  *counters;
 
     if (data != NULL) {
         shm_zone->data = data;
-        ngx_http_idem_counters = data;
         return NGX_OK;
     }
 
@@ -133,18 +158,16 @@ ngx_http_idem_metrics_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     if (shm_zone->shm.exists) {
         shm_zone->data = shpool->data;
-        ngx_http_idem_counters = shpool->data;
         return NGX_OK;
     }
 
-    ngx_http_idem_counters = ngx_slab_calloc(shpool,
-                                             sizeof(ngx_http_idem_counters_t));
-    if (ngx_http_idem_counters == NULL) {
+    counters = ngx_slab_calloc(shpool, sizeof(ngx_http_idem_counters_t));
+    if (counters == NULL) {
         return NGX_ERROR;
     }
 
-    shpool->data = ngx_http_idem_counters;
-    shm_zone->data = ngx_http_idem_counters;
+    shpool->data = counters;
+    shm_zone->data = counters;
 
     return NGX_OK;
 }
@@ -153,12 +176,14 @@ ngx_http_idem_metrics_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 static ngx_int_t
 ngx_http_idem_metrics_handler(ngx_http_request_t *r)
 {
-    size_t                   len;
-    ngx_int_t                rc;
-    ngx_buf_t               *b;
-    ngx_chain_t              out;
-    ngx_atomic_t            *value;
-    ngx_http_idem_metric_t  *m;
+    size_t                      len;
+    ngx_int_t                   rc;
+    ngx_buf_t                  *b;
+    ngx_chain_t                 out;
+    ngx_atomic_t               *value;
+    ngx_http_idem_metric_t     *m;
+    ngx_http_idem_counters_t   *counters;
+    ngx_http_idem_main_conf_t  *imcf;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
@@ -169,7 +194,17 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
         return rc;
     }
 
-    if (ngx_http_idem_counters == NULL) {
+    /* the counters of the configuration this request runs under */
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    counters = (imcf->metrics_zone != NULL) ? imcf->metrics_zone->data
+                                            : NULL;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem metrics: counters at %p", counters);
+
+    if (counters == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -181,14 +216,15 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
                + sizeof("# HELP  \n# TYPE  counter\n{} \n") + NGX_ATOMIC_T_LEN;
     }
 
+    len += ngx_http_idem_storm_metrics_len(r);
+
     b = ngx_create_temp_buf(r->pool, len);
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     for (m = ngx_http_idem_metrics_list; m->name; m++) {
-        value = (ngx_atomic_t *) ((char *) ngx_http_idem_counters
-                                  + m->offset);
+        value = (ngx_atomic_t *) ((char *) counters + m->offset);
 
         if (m->help) {
             b->last = ngx_sprintf(b->last, "# HELP %s %s\n# TYPE %s counter\n",
@@ -199,6 +235,8 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
                                                      : "%s%s %uA\n",
                               m->name, m->labels, *value);
     }
+
+    b->last = ngx_http_idem_storm_metrics(r, b->last);
 
     b->last_buf = 1;
     b->last_in_chain = 1;

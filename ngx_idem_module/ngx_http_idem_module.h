@@ -14,6 +14,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_idem_store.h"
+#include "ngx_http_idem_storm.h"
 
 
 #define NGX_HTTP_IDEM_MISSING_GENERATE   0
@@ -21,6 +22,10 @@
 
 #define NGX_HTTP_IDEM_GENERATOR_UUID     0
 #define NGX_HTTP_IDEM_GENERATOR_PREFIXED 1
+
+/* how generated call ids are written: bare, or as an RFC 8941 String */
+#define NGX_HTTP_IDEM_FORM_TOKEN         0
+#define NGX_HTTP_IDEM_FORM_STRING        1
 
 #define NGX_HTTP_IDEM_SOURCE_CLIENT      0
 #define NGX_HTTP_IDEM_SOURCE_GATEWAY     1
@@ -32,6 +37,10 @@
 #define NGX_HTTP_IDEM_MAX_ID_LEN         255
 
 #define NGX_HTTP_IDEM_MAX_ATTEMPTS       100
+
+/* gRPC's TimeoutValue: at most 8 digits */
+#define NGX_HTTP_IDEM_GRPC_TIMEOUT_MAX   ((ngx_msec_t) 99999999)
+#define NGX_HTTP_IDEM_GRPC_TIMEOUT_LEN   9
 
 /* execution states: they only move forward */
 #define NGX_HTTP_IDEM_RECEIVED           0
@@ -80,19 +89,27 @@
 /*
  * Lua shared by the claim (dedupe.c) and the status read (status.c): "now"
  * by Redis's clock, unix ms, and fields(out), which appends the record's
- * fields to out, all but the stored answer.
+ * fields to out, all but the stored answer (never read: it may be large).
+ * A record holds about idem_record_max_executions executions (record.c);
+ * one of an older version may hold more, hence HMGET in chunks (Lua's
+ * unpack() has a limit).
  */
 #define NGX_HTTP_IDEM_LUA_RECORD                                             \
     "local t = redis.call('TIME')\n"                                         \
     "local now = tonumber(t[1]) * 1000"                                      \
     " + math.floor(tonumber(t[2]) / 1000)\n"                                 \
     "local function fields(out)\n"                                           \
-    "  local h = redis.call('HGETALL', KEYS[1])\n"                           \
-    "  for i = 1, #h, 2 do\n"                                                \
-    "    if h[i] ~= 'r' then\n"                                              \
-    "      out[#out + 1] = h[i]\n"                                           \
-    "      out[#out + 1] = h[i + 1]\n"                                       \
+    "  local ks, some = redis.call('HKEYS', KEYS[1]), {}\n"                  \
+    "  for i = 1, #ks + 1 do\n"                                              \
+    "    if #some == 1000 or (i > #ks and #some > 0) then\n"                 \
+    "      local vs = redis.call('HMGET', KEYS[1], unpack(some))\n"          \
+    "      for j = 1, #some do\n"                                            \
+    "        out[#out + 1] = some[j]\n"                                      \
+    "        out[#out + 1] = vs[j]\n"                                        \
+    "      end\n"                                                            \
+    "      some = {}\n"                                                      \
     "    end\n"                                                              \
+    "    if i <= #ks and ks[i] ~= 'r' then some[#some + 1] = ks[i] end\n"    \
     "  end\n"                                                                \
     "  return out\n"                                                         \
     "end\n"
@@ -120,9 +137,13 @@ typedef struct {
 
     ngx_http_idem_store_conf_t  store;      /* addr.data NULL: none */
     ngx_msec_t                record_ttl;
+    ngx_uint_t                record_max_executions;
     ngx_str_t                 key_prefix;
 
     ngx_flag_t                used;         /* some "idem on" exists */
+
+    /* the counters' zone (idem_metrics), NULL: nothing is counted */
+    ngx_shm_zone_t           *metrics_zone;
 } ngx_http_idem_main_conf_t;
 
 
@@ -140,6 +161,7 @@ typedef struct {
 
     ngx_uint_t                call_id_missing;
     ngx_uint_t                call_id_generator;
+    ngx_uint_t                call_id_form;
     ngx_str_t                 call_id_prefix;
     ngx_uint_t                call_id_max_length;
 
@@ -158,6 +180,7 @@ typedef struct {
     ngx_msec_t                retry_max_backoff;
     ngx_msec_t                retry_per_try_timeout;  /* 0: none */
     ngx_uint_t                retry_on;     /* NGX_HTTP_UPSTREAM_FT_* */
+    ngx_http_idem_storm_conf_t  storm;      /* retry budget, breaker */
 
     ngx_flag_t                record;
 
@@ -175,6 +198,16 @@ typedef struct {
 } ngx_http_idem_loc_conf_t;
 
 
+/* A client error the module answers itself as problem+json. */
+typedef struct {
+    ngx_uint_t                status;
+    ngx_str_t                 type;         /* slug, e.g. "invalid-call-id" */
+    ngx_str_t                 title;
+    ngx_str_t                 detail;
+    ngx_str_t                 record;       /* JSON of the call's record */
+} ngx_http_idem_problem_t;
+
+
 typedef struct {
     ngx_uint_t                n;
     ngx_msec_t                start;        /* ngx_current_msec */
@@ -183,13 +216,16 @@ typedef struct {
     ngx_uint_t                status;       /* 0: no answer */
     ngx_uint_t                outcome;
     ngx_uint_t                sent;
+    ngx_uint_t                no_retry;     /* why none followed, or 0 */
+    ngx_int_t                 grpc_status;  /* the upstream's, or -1 */
     u_char                    span_id[NGX_HTTP_IDEM_SPAN_ID_LEN];
 } ngx_http_idem_attempt_t;
 
 
 /* Per-request state; it survives internal redirects (see module.c). */
 typedef struct {
-    ngx_str_t                 call_id;
+    ngx_str_t                 call_id;      /* the id itself */
+    ngx_str_t                 call_id_echo; /* as the header carries it */
     ngx_str_t                 trace_id;
     ngx_uint_t                source;
     ngx_uint_t                attempt;
@@ -207,20 +243,34 @@ typedef struct {
     ngx_http_request_t       *request;
     ngx_http_idem_loc_conf_t *conf;         /* where the call started */
 
+    /* the module's own answer to this call: it is never forwarded */
+    ngx_http_idem_problem_t  *refused;
+
     /* the budget ends when ngx_current_msec reaches "deadline" */
     ngx_msec_t                deadline;
     ngx_event_t               deadline_ev;  /* ends the call at budget */
     ngx_event_t               try_ev;       /* per_try_timeout */
     ngx_event_t               backoff_ev;   /* delayed connect */
 
-    /* the wrapped balancer of this request's upstream */
+    /* the wrapped balancer of this request's upstream (the latest one) */
     void                     *peer_data;
     ngx_event_get_peer_pt     original_get;
     ngx_event_free_peer_pt    original_free;
+    ngx_event_notify_peer_pt  original_notify;
+#if (NGX_HTTP_SSL)
+    ngx_event_set_peer_session_pt   original_set_session;
+    ngx_event_save_peer_session_pt  original_save_session;
+#endif
+    ngx_uint_t                first_attempt;  /* the number of its first */
     ngx_int_t               (*original_process_header)(ngx_http_request_t *r);
     ngx_int_t               (*original_reinit_request)(ngx_http_request_t *r);
     ngx_msec_t                connect_timeout;
     ngx_msec_t                retry_after;  /* from a 429/503, for the next */
+    ngx_http_idem_storm_ctx_t  *storm;      /* its upstream's budget, breaker */
+
+    /* gRPC (grpc.c) */
+    ngx_uint_t                grpc_http_status;  /* answered as grpc-status */
+    ngx_uint_t                grpc_retry_status; /* 503/429 to retry it */
 
     /* records */
     ngx_array_t              *attempts;     /* ngx_http_idem_attempt_t */
@@ -241,7 +291,10 @@ typedef struct {
     size_t                    capture_max;  /* body bytes kept, at most */
     off_t                     captured;     /* body bytes seen */
 
+    unsigned                  settled:1;    /* ids checked and injected */
     unsigned                  has_deadline:1;
+    unsigned                  grpc:1;       /* a gRPC request */
+    unsigned                  call_id_refused:1;  /* the client's, invalid */
     unsigned                  deadline_expired:1;
     unsigned                  balanced:1;   /* the balancer is wrapped */
     unsigned                  expire_after_backoff:1;
@@ -272,16 +325,6 @@ typedef struct {
 } ngx_http_idem_inbound_t;
 
 
-/* A client error the module answers itself as problem+json. */
-typedef struct {
-    ngx_uint_t                status;
-    ngx_str_t                 type;         /* slug, e.g. "invalid-call-id" */
-    ngx_str_t                 title;
-    ngx_str_t                 detail;
-    ngx_str_t                 record;       /* JSON of the call's record */
-} ngx_http_idem_problem_t;
-
-
 /* counters, in shared memory (ngx_http_idem_metrics.c) */
 typedef struct {
     ngx_atomic_t              calls;
@@ -309,19 +352,27 @@ typedef struct {
 } ngx_http_idem_counters_t;
 
 
-extern ngx_http_idem_counters_t  *ngx_http_idem_counters;
-
-/* counts only where some location shows the counters (idem_metrics) */
+/*
+ * Counts only where some location shows the counters (idem_metrics).  The
+ * counters are found through the cycle in use, never kept in a process
+ * global: a reload that fails after creating a zone must not leave later
+ * workers pointing into freed memory.
+ */
 #define ngx_http_idem_count(field)                                           \
     do {                                                                     \
-        if (ngx_http_idem_counters != NULL) {                                \
-            (void) ngx_atomic_fetch_add(&ngx_http_idem_counters->field, 1);  \
+        ngx_http_idem_counters_t  *counters_;                                \
+                                                                             \
+        counters_ = ngx_http_idem_counters();                                \
+                                                                             \
+        if (counters_ != NULL) {                                             \
+            (void) ngx_atomic_fetch_add(&counters_->field, 1);               \
         }                                                                    \
     } while (0)
 
 
-/* ngx_http_idem_module.c */
+/* ngx_http_idem_ctx.c */
 ngx_http_idem_ctx_t *ngx_http_idem_get_ctx(ngx_http_request_t *r);
+ngx_http_idem_ctx_t *ngx_http_idem_create_ctx(ngx_http_request_t *r);
 
 /* ngx_http_idem_call_id.c */
 ngx_int_t ngx_http_idem_resolve_ids(ngx_http_request_t *r,
@@ -332,6 +383,8 @@ ngx_int_t ngx_http_idem_generate_call_id(ngx_http_request_t *r,
 ngx_int_t ngx_http_idem_generate_trace_id(ngx_pool_t *pool, ngx_str_t *id);
 void ngx_http_idem_random_hex(u_char *dst, size_t len);
 ngx_int_t ngx_http_idem_check_charset(ngx_str_t *value);
+ngx_int_t ngx_http_idem_parse_sf_string(ngx_str_t *value, ngx_str_t *content,
+    u_char *err, size_t size);
 size_t ngx_http_idem_generated_length(ngx_http_idem_loc_conf_t *ilcf,
     ngx_str_t *node_id);
 
@@ -340,6 +393,8 @@ ngx_int_t ngx_http_idem_header_init(ngx_pool_t *pool,
     ngx_http_idem_header_t *h, ngx_str_t *name);
 ngx_int_t ngx_http_idem_header_name_valid(ngx_str_t *name);
 ngx_int_t ngx_http_idem_scan_request(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in);
+ngx_int_t ngx_http_idem_drop_owned(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in);
 ngx_int_t ngx_http_idem_inject(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
@@ -357,6 +412,7 @@ ngx_int_t ngx_http_idem_deadline_init(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
     ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem);
 ngx_msec_int_t ngx_http_idem_remaining(ngx_http_idem_ctx_t *ctx);
+u_char *ngx_http_idem_grpc_timeout(u_char *p, ngx_msec_t ms);
 ngx_int_t ngx_http_idem_deadline_start(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 void ngx_http_idem_arm_try_timer(ngx_http_idem_ctx_t *ctx);
@@ -387,6 +443,9 @@ size_t ngx_http_idem_record_arrival_len(ngx_http_request_t *r,
 uint64_t ngx_http_idem_unix_ms(void);
 ngx_uint_t ngx_http_idem_current_state(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
+char *ngx_http_idem_record_max_executions(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
+void ngx_http_idem_record_exit_process(void);
 
 /* ngx_http_idem_dedupe.c */
 ngx_int_t ngx_http_idem_key(ngx_http_request_t *r,
@@ -414,8 +473,17 @@ char *ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 ngx_int_t ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
 
+/* ngx_http_idem_storm.c */
+ngx_int_t ngx_http_idem_storm_admit(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_http_upstream_srv_conf_t *us);
+void ngx_http_idem_storm_attempt(ngx_http_idem_ctx_t *ctx);
+ngx_uint_t ngx_http_idem_storm_retry(ngx_http_idem_ctx_t *ctx);
+void ngx_http_idem_storm_finish(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+
 /* ngx_http_idem_metrics.c */
 char *ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+ngx_http_idem_counters_t *ngx_http_idem_counters(void);
 
 /* ngx_http_idem_problem.c */
 ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,
@@ -423,6 +491,20 @@ ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,
 void ngx_http_idem_problem_set(ngx_http_request_t *r,
     ngx_http_idem_problem_t *problem, ngx_uint_t status, char *type,
     char *title, ngx_str_t *header, char *reason);
+
+/* ngx_http_idem_grpc.c */
+ngx_uint_t ngx_http_idem_grpc_request(ngx_http_request_t *r);
+ngx_int_t ngx_http_idem_grpc_read_body(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+ngx_int_t ngx_http_idem_grpc_trailers_only(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_uint_t status, ngx_str_t *type,
+    ngx_str_t *title, ngx_str_t *detail);
+ngx_int_t ngx_http_idem_grpc_header_filter(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+ngx_int_t ngx_http_idem_grpc_status(ngx_http_request_t *r);
+ngx_int_t ngx_http_idem_grpc_upstream_status(ngx_http_upstream_t *u);
+ngx_uint_t ngx_http_idem_grpc_retryable(ngx_http_request_t *r,
+    ngx_msec_int_t *delay);
 
 /* ngx_http_idem_variables.c */
 ngx_int_t ngx_http_idem_add_variables(ngx_conf_t *cf);

@@ -15,16 +15,62 @@ ngx_int_t
 ngx_http_idem_send_problem(ngx_http_request_t *r,
     ngx_http_idem_problem_t *problem, ngx_str_t *call_id)
 {
-    size_t            len;
-    u_char           *p;
-    ngx_int_t         rc;
-    ngx_str_t         value;
-    ngx_buf_t        *b;
-    ngx_chain_t       out;
+    size_t                 len;
+    u_char                *p;
+    ngx_int_t              rc;
+    ngx_str_t              value;
+    ngx_buf_t             *b;
+    ngx_chain_t            out;
+    ngx_http_idem_ctx_t   *ctx;
+
+    /*
+     * The call is refused for good: should this answer fail, a later
+     * location (error_page) answers it again rather than forward it.
+     */
+
+    ctx = (r == r->main) ? ngx_http_idem_get_ctx(r) : NULL;
+
+    if (ctx != NULL && ctx->refused == NULL) {
+        ctx->refused = ngx_palloc(r->pool, sizeof(ngx_http_idem_problem_t));
+        if (ctx->refused == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        *ctx->refused = *problem;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem problem: %ui \"%V\"", problem->status,
+                   &problem->type);
+
+    /*
+     * A body that cannot be discarded (a broken chunk, say) does not make
+     * the answer nginx's own: that would hand the call to error_page.  The
+     * problem is sent all the same, and the connection closed after it.
+     */
 
     rc = ngx_http_discard_request_body(r);
+
     if (rc != NGX_OK) {
-        return rc;
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idem: request body not discarded (%i), the "
+                      "connection is closed after the answer", rc);
+
+        r->keepalive = 0;
+    }
+
+    /* a gRPC client reads a grpc-status, not a JSON body */
+
+    if (ctx != NULL ? ctx->grpc : ngx_http_idem_grpc_request(r)) {
+        if (ngx_http_idem_grpc_trailers_only(r, ctx, problem->status,
+                                             &problem->type, &problem->title,
+                                             &problem->detail)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_send_header(r);
     }
 
     len = sizeof("{\"type\":\"" NGX_HTTP_IDEM_PROBLEM_TYPE) - 1

@@ -7,6 +7,7 @@
 
 
 #include "ngx_http_idem_module.h"
+#include "ngx_http_idem_record.h"
 
 
 typedef struct {
@@ -16,44 +17,14 @@ typedef struct {
 } ngx_http_idem_status_ctx_t;
 
 
-/* one execution, gathered from its e:, p: and f: fields */
-typedef struct {
-    ngx_str_t                   token;
-    ngx_str_t                   info[6];    /* created source node method
-                                               trace_id uri */
-    ngx_str_t                   state;
-    ngx_str_t                   final_status;
-    uint64_t                    created_ms;
-    uint64_t                    updated_ms;
-    uint64_t                    lease_ms;   /* a claim lapses, 0: none */
-    ngx_uint_t                  index;      /* 1, 2 ... by arrival */
-} ngx_http_idem_status_exec_t;
-
-
-typedef struct {
-    ngx_http_idem_status_exec_t  *exec;
-    ngx_uint_t                    n;
-    ngx_str_t                     value;    /* "start dur outcome sent ..." */
-} ngx_http_idem_status_attempt_t;
-
-
 static ngx_int_t ngx_http_idem_status_handler(ngx_http_request_t *r);
 static void ngx_http_idem_status_reply(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_status_cleanup(void *data);
-static ngx_http_idem_status_exec_t *ngx_http_idem_status_exec(
-    ngx_array_t *execs, ngx_str_t *token, ngx_uint_t create);
-static ngx_uint_t ngx_http_idem_status_split(ngx_str_t *value,
-    ngx_str_t *parts, ngx_uint_t n);
-static uint64_t ngx_http_idem_status_ms(ngx_str_t *value);
-static int ngx_libc_cdecl ngx_http_idem_exec_cmp(const void *one,
-    const void *two);
 static u_char *ngx_http_idem_json_string(u_char *p, char *name,
     ngx_str_t *value);
 static u_char *ngx_http_idem_json_number(u_char *p, char *name,
     ngx_str_t *value);
-static int ngx_libc_cdecl ngx_http_idem_status_cmp(const void *one,
-    const void *two);
 static ngx_int_t ngx_http_idem_status_send(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *body);
 
@@ -114,9 +85,9 @@ ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_int_t
 ngx_http_idem_status_handler(ngx_http_request_t *r)
 {
-    u_char                      *p;
+    u_char                      *p, err[64];
     ngx_int_t                    rc;
-    ngx_str_t                    id, argv[4];
+    ngx_str_t                    id, content, argv[4];
     ngx_pool_cleanup_t          *cln;
     ngx_http_idem_problem_t      problem;
     ngx_http_idem_loc_conf_t    *ilcf;
@@ -149,6 +120,22 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 
         id.data = p;
         id.len = r->uri.data + r->uri.len - p;
+    }
+
+    if (id.len && id.data[0] == '"') {
+
+        /* "abc" and abc are one call id (RFC 8941 String form) */
+
+        content.data = ngx_pnalloc(r->pool, id.len);
+        if (content.data == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (ngx_http_idem_parse_sf_string(&id, &content, err, sizeof(err))
+            == NGX_OK)
+        {
+            id = content;
+        }
     }
 
     if (id.len == 0 || id.len > ilcf->call_id_max_length
@@ -278,207 +265,74 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
  *  "attempts": [{"execution", "n", "start_ms", "duration_ms", "outcome",
  *                "sent", "status", "span_id"}]}
  *
- * Executions are numbered in the order they arrived.  The record's state:
- * SUCCESS if any execution succeeded, else UNKNOWN if any was UNKNOWN,
- * else the latest execution's.  An unfinished execution whose claim lapsed
- * by "now" (Redis's clock) is UNKNOWN.  NGX_DECLINED: no execution.
+ * Executions are numbered in the order they arrived, those a trim
+ * summarised included; "executions" counts them all.  The attempts shown
+ * are those of the newest idem_record_max_executions executions: a record
+ * written before the cap existed may hold many more.  NGX_DECLINED: no
+ * execution.
  */
 
 ngx_int_t
 ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out)
 {
-    char                            *sep;
-    u_char                          *p, *v, *last;
+    u_char                          *p;
     size_t                           len;
-    uint64_t                         updated;
-    ngx_str_t                        token, parts[9], none, *fs;
-    ngx_str_t                        success, unknown_state, *state;
-    ngx_uint_t                       i, na, ok, unknown;
-    ngx_array_t                      execs;
-    ngx_http_idem_status_exec_t     *e, *first;
-    ngx_http_idem_status_attempt_t  *a;
+    ngx_int_t                        rc;
+    ngx_str_t                        none, *parts;
+    ngx_uint_t                       i, j, k, from, shown;
+    ngx_http_idem_record_t           rec;
+    ngx_http_idem_main_conf_t       *imcf;
+    ngx_http_idem_record_attempt_t  *a;
 
-    if (ngx_array_init(&execs, r->pool, 4,
-                       sizeof(ngx_http_idem_status_exec_t))
-        != NGX_OK)
-    {
-        return NGX_ERROR;
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    rc = ngx_http_idem_record_parse(r->pool, elts, n, now, &rec);
+    if (rc != NGX_OK) {
+        return rc;
     }
 
-    a = ngx_palloc(r->pool, (n / 2 + 1)
-                            * sizeof(ngx_http_idem_status_attempt_t));
-    if (a == NULL) {
-        return NGX_ERROR;
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem status: \"%V\": %ui executions, %ui kept, "
+                   "%ui attempts", id, rec.executions, rec.nexecs,
+                   rec.nattempts);
+
+    /* the index of the first execution whose attempts are shown */
+
+    from = (rec.nexecs > imcf->record_max_executions)
+           ? rec.execs[rec.nexecs - imcf->record_max_executions]->index : 0;
+
+    len = sizeof("{\"call_id\":\"\",\"trace_id\":\"\",\"state\":\"\","
+                 "\"source\":\"\",\"node\":\"\",\"method\":\"\",\"uri\":\"\","
+                 "\"created_ms\":,\"updated_ms\":,\"final_status\":null,"
+                 "\"executions\":,\"attempts\":[]}\n")
+          + 6 * (id->len + rec.state.len + rec.final_status.len)
+          + 3 * NGX_INT64_LEN;
+
+    for (i = 0; i < 6; i++) {
+        len += 6 * rec.info[i].len;
     }
 
-    /* executions first: attempts refer to them by token */
+    shown = 0;
+    a = rec.attempts;
 
-    for (i = 0; i + 1 < n; i += 2) {
-        v = elts[i].data;
-
-        if (elts[i].len < 3 || v[1] != ':'
-            || (v[0] != 'e' && v[0] != 'p' && v[0] != 'f' && v[0] != 'l'))
-        {
-            continue;
-        }
-
-        token.data = v + 2;
-        token.len = elts[i].len - 2;
-
-        e = ngx_http_idem_status_exec(&execs, &token, 1);
-        if (e == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (v[0] == 'l') {
-            e->lease_ms = ngx_http_idem_status_ms(&elts[i + 1]);
-            continue;
-        }
-
-        if (v[0] == 'p') {
-            if (e->state.len == 0 || e->state.data[0] == 'R') {
-                ngx_str_set(&e->state, "PROCESSING");
+    for (i = 0; i < rec.nattempts; i++) {
+        if (a[i].exec->index >= from) {
+            for (k = 0; k < a[i].nparts; k++) {
+                len += 6 * a[i].parts[k].len;
             }
 
-            e->updated_ms = ngx_max(e->updated_ms,
-                                    ngx_http_idem_status_ms(&elts[i + 1]));
-            continue;
-        }
+            /* numbers: their digits, or a "null" for an empty one */
 
-        if (v[0] == 'e') {
-            if (ngx_http_idem_status_split(&elts[i + 1], parts, 7) != 7) {
-                continue;
-            }
-
-            if (e->final_status.len == 0) {
-                if (parts[0].data[0] == 'P' || e->state.len) {
-                    ngx_str_set(&e->state, "PROCESSING");
-
-                } else {
-                    ngx_str_set(&e->state, "RECEIVED");
-                }
-            }
-
-            ngx_memcpy(e->info, &parts[1], 6 * sizeof(ngx_str_t));
-
-        } else {
-            if (ngx_http_idem_status_split(&elts[i + 1], parts, 9) != 9) {
-                continue;
-            }
-
-            /* a final state wins over whatever came before it */
-
-            e->state = parts[0];
-            e->final_status = parts[1];
-            e->updated_ms = ngx_max(e->updated_ms,
-                                    ngx_http_idem_status_ms(&parts[2]));
-            ngx_memcpy(e->info, &parts[3], 6 * sizeof(ngx_str_t));
-        }
-
-        e->created_ms = ngx_http_idem_status_ms(&e->info[0]);
-        e->updated_ms = ngx_max(e->updated_ms, e->created_ms);
-    }
-
-    /* an execution known by its "p:" field only has no arrival: drop it */
-
-    e = execs.elts;
-
-    for (i = 0; i < execs.nelts; /* void */) {
-        if (e[i].info[0].len == 0) {
-            e[i] = e[--execs.nelts];
-            continue;
-        }
-
-        i++;
-    }
-
-    if (execs.nelts == 0) {
-        return NGX_DECLINED;
-    }
-
-    ngx_qsort(e, execs.nelts, sizeof(ngx_http_idem_status_exec_t),
-              ngx_http_idem_exec_cmp);
-
-    ok = 0;
-    unknown = 0;
-    updated = 0;
-    fs = NULL;
-
-    for (i = 0; i < execs.nelts; i++) {
-        e[i].index = i + 1;
-        updated = ngx_max(updated, e[i].updated_ms);
-
-        if (e[i].final_status.len == 0 && e[i].lease_ms
-            && now >= e[i].lease_ms)
-        {
-            /* its gateway never said how it ended: it may have run */
-            ngx_str_set(&e[i].state, "UNKNOWN");
-        }
-
-        if (e[i].state.len == 7
-            && ngx_strncmp(e[i].state.data, "SUCCESS", 7) == 0)
-        {
-            ok++;
-
-        } else if (e[i].state.len == 7
-                   && ngx_strncmp(e[i].state.data, "UNKNOWN", 7) == 0)
-        {
-            unknown++;
-        }
-
-        if (e[i].final_status.len) {
-            fs = &e[i].final_status;
+            len += 2 * NGX_INT_T_LEN + 4 * (sizeof("null") - 1)
+                   + sizeof(",{\"execution\":,\"n\":,\"start_ms\":,"
+                            "\"duration_ms\":,\"outcome\":\"\","
+                            "\"sent\":false,\"status\":,"
+                            "\"span_id\":\"\",\"no_retry\":\"\","
+                            "\"grpc_status\":}");
+            shown++;
         }
     }
-
-    first = &e[0];
-
-    ngx_str_set(&success, "SUCCESS");
-    ngx_str_set(&unknown_state, "UNKNOWN");
-
-    state = ok ? &success
-               : (unknown ? &unknown_state : &e[execs.nelts - 1].state);
-
-    /* attempts: "a:<token>:<n>" = "start dur outcome sent status span" */
-
-    na = 0;
-    len = 512 + 6 * id->len;
-
-    for (i = 0; i + 1 < n; i += 2) {
-        len += 6 * elts[i + 1].len + 160;
-
-        v = elts[i].data;
-        last = v + elts[i].len;
-
-        if (elts[i].len < 5 || v[0] != 'a' || v[1] != ':') {
-            continue;
-        }
-
-        v = ngx_strlchr(v + 2, last, ':');
-        if (v == NULL) {
-            continue;
-        }
-
-        token.data = elts[i].data + 2;
-        token.len = v - token.data;
-
-        a[na].exec = ngx_http_idem_status_exec(&execs, &token, 0);
-        a[na].n = ngx_atoi(v + 1, last - v - 1);
-        a[na].value = elts[i + 1];
-
-        if (a[na].exec == NULL || a[na].exec->index == 0
-            || a[na].n == (ngx_uint_t) NGX_ERROR)
-        {
-            /* an attempt of an execution that left no other trace */
-            continue;
-        }
-
-        na++;
-    }
-
-    ngx_qsort(a, na, sizeof(ngx_http_idem_status_attempt_t),
-              ngx_http_idem_status_cmp);
 
     out->data = ngx_pnalloc(r->pool, len);
     if (out->data == NULL) {
@@ -488,30 +342,29 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
     ngx_str_null(&none);
 
     p = ngx_http_idem_json_string(out->data, "{\"call_id", id);
-    p = ngx_http_idem_json_string(p, ",\"trace_id", &first->info[4]);
-    p = ngx_http_idem_json_string(p, ",\"state", state);
-    p = ngx_http_idem_json_string(p, ",\"source", &first->info[1]);
-    p = ngx_http_idem_json_string(p, ",\"node", &first->info[2]);
-    p = ngx_http_idem_json_string(p, ",\"method", &first->info[3]);
-    p = ngx_http_idem_json_string(p, ",\"uri", &first->info[5]);
+    p = ngx_http_idem_json_string(p, ",\"trace_id", &rec.info[4]);
+    p = ngx_http_idem_json_string(p, ",\"state", &rec.state);
+    p = ngx_http_idem_json_string(p, ",\"source", &rec.info[1]);
+    p = ngx_http_idem_json_string(p, ",\"node", &rec.info[2]);
+    p = ngx_http_idem_json_string(p, ",\"method", &rec.info[3]);
+    p = ngx_http_idem_json_string(p, ",\"uri", &rec.info[5]);
     p = ngx_sprintf(p, ",\"created_ms\":%uL,\"updated_ms\":%uL",
-                    first->created_ms, updated);
-    p = ngx_http_idem_json_number(p, ",\"final_status", fs);
-    p = ngx_sprintf(p, ",\"executions\":%ui,\"attempts\":[", execs.nelts);
+                    rec.created_ms, rec.updated_ms);
+    p = ngx_http_idem_json_number(p, ",\"final_status",
+                                  rec.final_status.len ? &rec.final_status
+                                                       : NULL);
+    p = ngx_sprintf(p, ",\"executions\":%ui,\"attempts\":[", rec.executions);
 
-    /* an attempt whose value is damaged is left out, commas follow */
+    for (i = 0, j = 0; i < rec.nattempts; i++) {
 
-    sep = "";
-
-    for (i = 0; i < na; i++) {
-
-        if (ngx_http_idem_status_split(&a[i].value, parts, 6) != 6) {
+        if (a[i].exec->index < from) {
             continue;
         }
 
+        parts = a[i].parts;
+
         p = ngx_sprintf(p, "%s{\"execution\":%ui,\"n\":%ui",
-                        sep, a[i].exec->index, a[i].n);
-        sep = ",";
+                        j++ ? "," : "", a[i].exec->index, a[i].n);
         p = ngx_http_idem_json_number(p, ",\"start_ms", &parts[0]);
         p = ngx_http_idem_json_number(p, ",\"duration_ms", &parts[1]);
         p = ngx_http_idem_json_string(p, ",\"outcome", &parts[2]);
@@ -526,6 +379,19 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
                                       parts[5].len == 1
                                       && parts[5].data[0] == '-'
                                       ? &none : &parts[5]);
+
+        /* why no retry followed (storm.c), a gRPC upstream's status */
+
+        if (a[i].nparts > 6
+            && !(parts[6].len == 1 && parts[6].data[0] == '-'))
+        {
+            p = ngx_http_idem_json_string(p, ",\"no_retry", &parts[6]);
+        }
+
+        if (a[i].nparts > 7) {
+            p = ngx_http_idem_json_number(p, ",\"grpc_status", &parts[7]);
+        }
+
         *p++ = '}';
     }
 
@@ -533,98 +399,13 @@ ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
 
     out->len = p - out->data;
 
+    if (out->len > len || j != shown) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "idem: status buffer overrun");
+        return NGX_ERROR;
+    }
+
     return NGX_OK;
-}
-
-
-static ngx_http_idem_status_exec_t *
-ngx_http_idem_status_exec(ngx_array_t *execs, ngx_str_t *token,
-    ngx_uint_t create)
-{
-    ngx_uint_t                    i;
-    ngx_http_idem_status_exec_t  *e;
-
-    e = execs->elts;
-
-    for (i = 0; i < execs->nelts; i++) {
-        if (e[i].token.len == token->len
-            && ngx_strncmp(e[i].token.data, token->data, token->len) == 0)
-        {
-            return &e[i];
-        }
-    }
-
-    if (!create) {
-        return NULL;
-    }
-
-    e = ngx_array_push(execs);
-    if (e == NULL) {
-        return NULL;
-    }
-
-    ngx_memzero(e, sizeof(ngx_http_idem_status_exec_t));
-    e->token = *token;
-
-    return e;
-}
-
-
-/* space separated; the last part takes the rest (a URI) */
-
-static ngx_uint_t
-ngx_http_idem_status_split(ngx_str_t *value, ngx_str_t *parts, ngx_uint_t n)
-{
-    u_char      *p, *last, *sp;
-    ngx_uint_t   i;
-
-    p = value->data;
-    last = p + value->len;
-
-    for (i = 0; i < n; i++) {
-        sp = (i == n - 1) ? NULL : ngx_strlchr(p, last, ' ');
-
-        parts[i].data = p;
-        parts[i].len = (sp ? sp : last) - p;
-
-        if (sp == NULL) {
-            return i + 1;
-        }
-
-        p = sp + 1;
-    }
-
-    return i;
-}
-
-
-static uint64_t
-ngx_http_idem_status_ms(ngx_str_t *value)
-{
-    off_t  n;
-
-    n = ngx_atoof(value->data, value->len);
-
-    return n > 0 ? (uint64_t) n : 0;
-}
-
-
-static int ngx_libc_cdecl
-ngx_http_idem_exec_cmp(const void *one, const void *two)
-{
-    const ngx_http_idem_status_exec_t  *a = one;
-    const ngx_http_idem_status_exec_t  *b = two;
-
-    ngx_int_t  rc;
-
-    if (a->created_ms != b->created_ms) {
-        return a->created_ms < b->created_ms ? -1 : 1;
-    }
-
-    rc = ngx_memn2cmp(a->token.data, b->token.data, a->token.len,
-                      b->token.len);
-
-    return rc < 0 ? -1 : (rc > 0);
 }
 
 
@@ -669,24 +450,6 @@ ngx_http_idem_json_number(u_char *p, char *name, ngx_str_t *value)
     }
 
     return ngx_cpymem(p, value->data, value->len);
-}
-
-
-static int ngx_libc_cdecl
-ngx_http_idem_status_cmp(const void *one, const void *two)
-{
-    const ngx_http_idem_status_attempt_t  *a = one;
-    const ngx_http_idem_status_attempt_t  *b = two;
-
-    if (a->exec->index != b->exec->index) {
-        return a->exec->index < b->exec->index ? -1 : 1;
-    }
-
-    if (a->n != b->n) {
-        return a->n < b->n ? -1 : 1;
-    }
-
-    return 0;
 }
 
 

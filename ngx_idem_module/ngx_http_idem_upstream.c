@@ -13,6 +13,14 @@
 
 
 #include "ngx_http_idem_module.h"
+#include "ngx_http_idem_round.h"
+
+
+/*
+ * The longest wait a Retry-After may ask of a call without a budget, unless
+ * max_backoff is longer: a longer one gets no further attempt.
+ */
+#define NGX_HTTP_IDEM_RETRY_AFTER_MAX  10000
 
 
 static ngx_int_t ngx_http_idem_init_peer(ngx_http_request_t *r,
@@ -21,6 +29,15 @@ static ngx_int_t ngx_http_idem_get_peer(ngx_peer_connection_t *pc,
     void *data);
 static void ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
     ngx_uint_t state);
+static void ngx_http_idem_notify_peer(ngx_peer_connection_t *pc, void *data,
+    ngx_uint_t type);
+#if (NGX_HTTP_SSL)
+static ngx_int_t ngx_http_idem_set_session(ngx_peer_connection_t *pc,
+    void *data);
+static void ngx_http_idem_save_session(ngx_peer_connection_t *pc, void *data);
+#endif
+static ngx_int_t ngx_http_idem_chosen_peer(ngx_peer_connection_t *pc,
+    void *data);
 static ngx_uint_t ngx_http_idem_may_retry(ngx_http_idem_ctx_t *ctx,
     ngx_http_upstream_t *u);
 static ngx_msec_t ngx_http_idem_backoff(ngx_http_idem_ctx_t *ctx);
@@ -31,6 +48,10 @@ static ngx_int_t ngx_http_idem_delay_connect(ngx_peer_connection_t *pc,
 static void ngx_http_idem_backoff_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_process_header(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_reinit_request(ngx_http_request_t *r);
+static void ngx_http_idem_grpc_retry(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+static void ngx_http_idem_delay_next(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_msec_t delay);
 static void ngx_http_idem_retry_after(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 
@@ -97,21 +118,41 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
     }
 
     ctx = ngx_http_idem_get_ctx(r);
-    if (ctx == NULL || ctx->balanced) {
+    if (ctx == NULL || ctx->attempt_h == NULL) {
         return NGX_OK;
     }
 
-    /* the policy of the location that proxies (after a redirect, too) */
+    /*
+     * Every upstream the call reaches is wrapped: the first one, and one
+     * reached later through error_page, a named location or
+     * X-Accel-Redirect.  The policy is the proxying location's, or, where
+     * that location has "idem off", the one the call had so far.
+     */
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
-    if (!ilcf->enable) {
-        return NGX_OK;
+    if (ilcf->enable) {
+        ctx->conf = ilcf;
     }
 
+    ilcf = ctx->conf;
     u = r->upstream;
-    ctx->conf = ilcf;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem: upstream %s, from attempt %ui",
+                   ctx->balanced ? "reached again" : "wrapped",
+                   ctx->attempt + 1);
+
+    /* an open breaker answers here: NGX_DONE, the upstream is done with */
+
+    if (ngx_http_idem_storm_admit(r, ctx, us) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     ctx->balanced = 1;
+    ctx->first_attempt = ctx->attempt + 1;
+    ctx->retry_after = 0;
+    ctx->expire_after_backoff = 0;
+
     ctx->peer_data = u->peer.data;
     ctx->original_get = u->peer.get;
     ctx->original_free = u->peer.free;
@@ -119,6 +160,30 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
     u->peer.data = ctx;
     u->peer.get = ngx_http_idem_get_peer;
     u->peer.free = ngx_http_idem_free_peer;
+
+    /*
+     * The whole peer contract goes through the module, as in the keepalive
+     * module: the original balancer must never be handed our data.
+     */
+
+    ctx->original_notify = u->peer.notify;
+
+    if (u->peer.notify) {
+        u->peer.notify = ngx_http_idem_notify_peer;
+    }
+
+#if (NGX_HTTP_SSL)
+    ctx->original_set_session = u->peer.set_session;
+    ctx->original_save_session = u->peer.save_session;
+
+    if (u->peer.set_session) {
+        u->peer.set_session = ngx_http_idem_set_session;
+    }
+
+    if (u->peer.save_session) {
+        u->peer.save_session = ngx_http_idem_save_session;
+    }
+#endif
 
     /* a 429/503's Retry-After is read before nginx decides on a retry */
 
@@ -178,7 +243,6 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
     ngx_msec_int_t                     left;
     ngx_http_request_t                *r;
     ngx_http_upstream_t               *u;
-    ngx_http_upstream_rr_peer_data_t  *rrp;
 
     r = ctx->request;
     u = r->upstream;
@@ -196,21 +260,11 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
 
     rc = ctx->original_get(pc, ctx->peer_data);
 
-    if (rc == NGX_BUSY && ctx->attempt > 1
-        && ctx->original_get == ngx_http_upstream_get_round_robin_peer)
+    /* every server was tried: more attempts than servers go round again */
+
+    if (rc == NGX_BUSY && ctx->attempt > ctx->first_attempt
+        && ngx_http_idem_new_round(r, ctx) == NGX_OK)
     {
-        /*
-         * Every server was tried: more attempts than servers go round
-         * again (a single server is tried again and again).
-         */
-
-        rrp = ctx->peer_data;
-
-        ngx_memzero(rrp->tried, sizeof(uintptr_t)
-                                * ((rrp->peers->number
-                                    + (8 * sizeof(uintptr_t) - 1))
-                                   / (8 * sizeof(uintptr_t))));
-
         rc = ctx->original_get(pc, ctx->peer_data);
     }
 
@@ -218,7 +272,8 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
         return rc;
     }
 
-    delay = (ctx->attempt > 1) ? ngx_http_idem_backoff(ctx) : 0;
+    delay = (ctx->attempt > ctx->first_attempt) ? ngx_http_idem_backoff(ctx)
+                                                : 0;
 
     ctx->expire_after_backoff = 0;
 
@@ -242,10 +297,12 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
 
     /* an attempt that the budget will end before it connects is not one */
 
-    if (!ctx->expire_after_backoff
-        && ngx_http_idem_attempt_start(r, ctx) != NGX_OK)
-    {
-        return NGX_ERROR;
+    if (!ctx->expire_after_backoff) {
+        if (ngx_http_idem_attempt_start(r, ctx) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        ngx_http_idem_storm_attempt(ctx);
     }
 
     if (delay == 0 && !ctx->expire_after_backoff) {
@@ -263,6 +320,7 @@ ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
 {
     ngx_http_idem_ctx_t *ctx = data;
 
+    ngx_uint_t            waiting;
     ngx_http_upstream_t  *u;
 
     u = ctx->request->upstream;
@@ -275,13 +333,27 @@ ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
         ngx_del_timer(&ctx->try_ev);
     }
 
-    if (ctx->backoff_ev.timer_set) {
+    waiting = ctx->backoff_ev.timer_set;
+
+    if (waiting) {
         ngx_del_timer(&ctx->backoff_ev);
     }
 
-    if (state & NGX_PEER_FAILED && ngx_http_idem_may_retry(ctx, u)) {
+    /*
+     * An attempt ended while it still waited for its backoff: the worker
+     * is shutting down (worker_shutdown_timeout), the client left, or the
+     * budget ended.  No further attempt then.
+     */
+
+    if (waiting && (ngx_exiting || ngx_terminate || ngx_quit)) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, pc->log, 0,
+                       "idem: worker exiting during a backoff, no retry");
+
+    } else if (state & NGX_PEER_FAILED && ngx_http_idem_may_retry(ctx, u)) {
         pc->tries = ctx->conf->idempotent
-                    ? ctx->conf->retry_attempts - ctx->attempt : 1;
+                    ? ctx->conf->retry_attempts
+                      - (ctx->attempt - ctx->first_attempt + 1)
+                    : 1;
         return;
     }
 
@@ -295,9 +367,50 @@ ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
 }
 
 
+static void
+ngx_http_idem_notify_peer(ngx_peer_connection_t *pc, void *data,
+    ngx_uint_t type)
+{
+    ngx_http_idem_ctx_t *ctx = data;
+
+    if (ctx->original_notify != NULL) {
+        ctx->original_notify(pc, ctx->peer_data, type);
+    }
+}
+
+
+#if (NGX_HTTP_SSL)
+
+/* proxy_ssl_session_reuse: the balancer keeps sessions in its own data */
+
+static ngx_int_t
+ngx_http_idem_set_session(ngx_peer_connection_t *pc, void *data)
+{
+    ngx_http_idem_ctx_t *ctx = data;
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, pc->log, 0, "idem: set session");
+
+    return ctx->original_set_session(pc, ctx->peer_data);
+}
+
+
+static void
+ngx_http_idem_save_session(ngx_peer_connection_t *pc, void *data)
+{
+    ngx_http_idem_ctx_t *ctx = data;
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, pc->log, 0, "idem: save session");
+
+    ctx->original_save_session(pc, ctx->peer_data);
+}
+
+#endif
+
+
 static ngx_uint_t
 ngx_http_idem_may_retry(ngx_http_idem_ctx_t *ctx, ngx_http_upstream_t *u)
 {
+    ngx_uint_t                 n;
     ngx_http_request_t        *r;
     ngx_http_idem_loc_conf_t  *ilcf;
 
@@ -308,12 +421,14 @@ ngx_http_idem_may_retry(ngx_http_idem_ctx_t *ctx, ngx_http_upstream_t *u)
         return 0;
     }
 
+    n = ctx->attempt - ctx->first_attempt + 1;
+
     if (ilcf->idempotent) {
-        if (ctx->attempt >= ilcf->retry_attempts) {
+        if (n >= ilcf->retry_attempts) {
             return 0;
         }
 
-    } else if (!ilcf->retry_unsent || ctx->attempt >= 2 || u->request_sent) {
+    } else if (!ilcf->retry_unsent || n >= 2 || u->request_sent) {
         return 0;
     }
 
@@ -327,7 +442,9 @@ ngx_http_idem_may_retry(ngx_http_idem_ctx_t *ctx, ngx_http_upstream_t *u)
         return 0;
     }
 
-    return 1;
+    /* the upstream's retry budget, shared by all workers (storm.c) */
+
+    return ngx_http_idem_storm_retry(ctx);
 }
 
 
@@ -341,7 +458,7 @@ ngx_http_idem_backoff(ngx_http_idem_ctx_t *ctx)
     ngx_http_idem_loc_conf_t  *ilcf;
 
     ilcf = ctx->conf;
-    k = ctx->attempt - 1;
+    k = ctx->attempt - ctx->first_attempt;
 
     cap = ilcf->retry_backoff;
 
@@ -394,11 +511,13 @@ ngx_http_idem_prepare_attempt(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
 
 /*
- * Waits "delay" before connecting, without blocking: the chosen peer gets
- * a socket that is neither connected nor watched yet (an unconnected
- * socket reports ready at once), nginx arms its connect timer (stretched
- * past the delay) and waits for a write event that only our timer makes
- * happen.
+ * Waits "delay" before connecting, without blocking.  nginx needs a
+ * connection when get returns NGX_AGAIN: it gets a stand-in, a socket that
+ * is neither bound, connected nor watched, whose connect timer nginx arms
+ * (stretched past the delay).  When the delay is over, nginx's own
+ * ngx_event_connect_peer() makes the real connection (proxy_bind,
+ * transparent, socket keepalive, rcvbuf, event registration for every
+ * event method) and it takes the stand-in's place.
  */
 
 static ngx_int_t
@@ -444,34 +563,12 @@ ngx_http_idem_delay_connect(ngx_peer_connection_t *pc,
         return NGX_ERROR;
     }
 
-    if (ngx_nonblocking(s) == -1) {
-        ngx_log_error(NGX_LOG_ALERT, pc->log, ngx_socket_errno,
-                      ngx_nonblocking_n " failed");
-        ngx_close_connection(c);
-        return NGX_ERROR;
-    }
-
-    if (pc->local
-        && bind(s, pc->local->sockaddr, pc->local->socklen) == -1)
-    {
-        ngx_log_error(NGX_LOG_CRIT, pc->log, ngx_socket_errno,
-                      "bind(%V) failed", &pc->local->name);
-        ngx_close_connection(c);
-        return NGX_ERROR;
-    }
-
     c->type = SOCK_STREAM;
     c->recv = ngx_recv;
     c->send = ngx_send;
     c->recv_chain = ngx_recv_chain;
     c->send_chain = ngx_send_chain;
     c->sendfile = 1;
-
-    if (pc->sockaddr->sa_family == AF_UNIX) {
-        c->tcp_nopush = NGX_TCP_NOPUSH_DISABLED;
-        c->tcp_nodelay = NGX_TCP_NODELAY_DISABLED;
-    }
-
     c->log_error = pc->log_error;
     c->read->log = pc->log;
     c->write->log = pc->log;
@@ -495,12 +592,20 @@ ngx_http_idem_delay_connect(ngx_peer_connection_t *pc,
 }
 
 
+/* the peer was chosen before the backoff: ngx_event_connect_peer's get */
+
+static ngx_int_t
+ngx_http_idem_chosen_peer(ngx_peer_connection_t *pc, void *data)
+{
+    return NGX_OK;
+}
+
+
 static void
 ngx_http_idem_backoff_handler(ngx_event_t *ev)
 {
-    int                     rc;
-    ngx_err_t               err;
-    ngx_connection_t       *c;
+    ngx_int_t               rc;
+    ngx_connection_t       *c, *stand_in;
     ngx_http_upstream_t    *u;
     ngx_http_idem_ctx_t    *ctx;
     ngx_peer_connection_t  *pc;
@@ -508,10 +613,14 @@ ngx_http_idem_backoff_handler(ngx_event_t *ev)
     ctx = ev->data;
     u = ctx->request->upstream;
     pc = &u->peer;
-    c = pc->connection;
+    stand_in = pc->connection;
 
-    if (c == NULL) {
+    if (stand_in == NULL) {
         return;
+    }
+
+    if (stand_in->write->timer_set) {
+        ngx_del_timer(stand_in->write);
     }
 
     if (ctx->expire_after_backoff) {
@@ -520,46 +629,67 @@ ngx_http_idem_backoff_handler(ngx_event_t *ev)
         goto timedout;
     }
 
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, ev->log, 0,
+                   "idem: backoff over, connecting");
+
     ngx_http_idem_arm_try_timer(ctx);
 
-    if (ngx_add_conn && ngx_add_conn(c) == NGX_ERROR) {
+    pc->get = ngx_http_idem_chosen_peer;
+    pc->connection = NULL;
+
+    rc = ngx_event_connect_peer(pc);
+
+    pc->get = ngx_http_idem_get_peer;
+
+    if (rc != NGX_OK && rc != NGX_AGAIN) {
+
+        /*
+         * The connect failed at once (logged by nginx): the stand-in ends
+         * the attempt, as a timeout, with nothing sent.
+         */
+
+        pc->connection = stand_in;
         goto timedout;
     }
 
-    rc = connect(c->fd, pc->sockaddr, pc->socklen);
+    /* what ngx_http_upstream_connect() set on the stand-in */
 
-    if (c->write->timer_set) {
-        ngx_del_timer(c->write);
+    c = pc->connection;
+
+    c->data = stand_in->data;
+    c->read->handler = stand_in->read->handler;
+    c->write->handler = stand_in->write->handler;
+    c->requests = stand_in->requests;
+    c->sendfile &= stand_in->sendfile;
+
+    if (stand_in->tcp_nopush == NGX_TCP_NOPUSH_DISABLED) {
+        c->tcp_nopush = NGX_TCP_NOPUSH_DISABLED;
     }
 
-    if (rc == 0) {
-        c->write->ready = 1;
-        ngx_add_timer(c->write, ctx->connect_timeout);
+    c->pool = stand_in->pool;
+    stand_in->pool = NULL;
+
+    c->log = stand_in->log;
+    c->pool->log = c->log;
+    c->read->log = c->log;
+    c->write->log = c->log;
+
+    u->writer.connection = c;
+    u->output.sendfile = c->sendfile;
+
+    ngx_close_connection(stand_in);
+
+    ngx_add_timer(c->write, ctx->connect_timeout);
+
+    if (rc == NGX_OK) {
         ngx_post_event(c->write, &ngx_posted_events);
-        return;
     }
 
-    err = ngx_socket_errno;
-
-    if (err == NGX_EINPROGRESS) {
-        ngx_add_timer(c->write, ctx->connect_timeout);
-        return;
-    }
-
-    /*
-     * An immediate failure (seen on unix sockets): its error is not left
-     * in SO_ERROR for nginx to find, so the attempt ends as a timeout,
-     * with nothing sent.
-     */
-
-    ngx_log_error(NGX_LOG_ERR, c->log, err, "connect() to %V failed",
-                  pc->name);
+    return;
 
 timedout:
 
-    if (c->write->timer_set) {
-        ngx_del_timer(c->write);
-    }
+    c = pc->connection;
 
     c->write->timedout = 1;
     ngx_post_event(c->write, &ngx_posted_events);
@@ -590,6 +720,10 @@ ngx_http_idem_process_header(ngx_http_request_t *r)
     }
 
     if (rc == NGX_OK) {
+        if (ctx->grpc) {
+            ngx_http_idem_grpc_retry(r, ctx);
+        }
+
         ngx_http_idem_retry_after(r, ctx);
     }
 
@@ -620,8 +754,11 @@ ngx_http_idem_reinit_request(ngx_http_request_t *r)
 
 /*
  * A 429 or 503 with Retry-After (seconds or an HTTP date): the next attempt
- * waits at least that long; when that would overrun the budget there is no
- * next attempt, and the client gets the upstream's own answer.
+ * waits at least that long.  When that would overrun the budget, or, on a
+ * route without a budget, when it is longer than 10 s and max_backoff,
+ * there is no next attempt: the client gets the upstream's own answer,
+ * Retry-After included, instead of a call parked for minutes (or weeks) on
+ * a socket.
  */
 
 static void
@@ -687,20 +824,107 @@ ngx_http_idem_retry_after(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     delay = (n > NGX_MAX_INT32_VALUE / 1000) ? NGX_MAX_INT32_VALUE
                                               : (ngx_msec_t) n * 1000;
 
+    ngx_http_idem_delay_next(r, ctx, delay);
+}
+
+
+/*
+ * The upstream asks for "delay" ms before the next attempt: the attempt
+ * waits at least that long, or there is none when it would overrun the
+ * budget (the client then gets the upstream's own answer).
+ */
+
+static void
+ngx_http_idem_delay_next(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_msec_t delay)
+{
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem: upstream asks to retry after %M ms", delay);
+
+    /* without a budget, the wait has a cap of its own */
+
+    if (!ctx->has_deadline
+        && delay > ngx_max(ctx->conf->retry_max_backoff,
+                           NGX_HTTP_IDEM_RETRY_AFTER_MAX))
+    {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idem: no further attempt, the upstream's wait of "
+                      "%M ms is longer than a call without a budget may "
+                      "wait", delay);
+        goto last;
+    }
 
     if (ctx->has_deadline
         && (ngx_msec_int_t) delay >= ngx_http_idem_remaining(ctx))
     {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "idem: no further attempt, Retry-After %i s does "
-                      "not fit in the budget", n);
-
-        u->peer.tries = 1;
-        return;
+                      "idem: no further attempt, the upstream's wait of "
+                      "%M ms does not fit in the budget", delay);
+        goto last;
     }
 
     ctx->retry_after = delay;
+    return;
+
+last:
+
+    /* the client gets the upstream's own answer, a gRPC one as it came */
+
+    u->peer.tries = 1;
+
+    if (ctx->grpc_retry_status) {
+        u->headers_in.status_n = NGX_HTTP_OK;
+        ctx->grpc_retry_status = 0;
+    }
+}
+
+
+/*
+ * A gRPC upstream's Trailers-Only UNAVAILABLE (RESOURCE_EXHAUSTED) is the
+ * retry rule's http_503 (http_429): where "on=" lists it and a further
+ * attempt may follow, nginx is shown that status so that it asks the
+ * balancer for the next attempt; grpc-retry-pushback-ms is its
+ * Retry-After (negative: no retry).  The answer that reaches the client
+ * gets its 200 back (grpc.c).
+ */
+
+static void
+ngx_http_idem_grpc_retry(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_uint_t            status, mask;
+    ngx_msec_int_t        delay;
+    ngx_http_upstream_t  *u;
+
+    u = r->upstream;
+    ctx->grpc_retry_status = 0;
+
+    status = ngx_http_idem_grpc_retryable(r, &delay);
+
+    if (status == 0 || u->peer.tries <= 1) {
+        return;
+    }
+
+    mask = (status == NGX_HTTP_SERVICE_UNAVAILABLE)
+           ? NGX_HTTP_UPSTREAM_FT_HTTP_503 : NGX_HTTP_UPSTREAM_FT_HTTP_429;
+
+    if (!(ctx->conf->retry_on & mask)
+        || !(u->conf->next_upstream & mask))
+    {
+        return;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem grpc: retryable grpc-status, seen as %ui", status);
+
+    u->headers_in.status_n = status;
+    ctx->grpc_retry_status = status;
+
+    if (delay >= 0) {
+        ngx_http_idem_delay_next(r, ctx, (ngx_msec_t) delay);
+    }
 }
 

@@ -156,7 +156,7 @@ GET /back
 
 
 
-=== TEST 7: a space is rejected, nothing is forwarded
+=== TEST 7: a space is rejected, nothing is forwarded, no gateway id in the client's header
 --- config
     location /t {
         idem on;
@@ -170,11 +170,12 @@ GET /t
 --- more_headers
 X-Call-Id: a b
 --- error_code: 400
---- response_headers_like
-Content-Type: application/problem\+json
-X-Call-Id: [0-9a-f-]{36}
-X-Trace-Id: [0-9a-f]{32}
+--- response_headers
+Content-Type: application/problem+json
 Cache-Control: no-store
+!X-Call-Id
+--- raw_response_headers_like chomp
+X-Trace-Id: [0-9a-f]{32}\r\n
 --- response_body_like chomp
 ^\{"type":"urn:ngx-idem:problem:invalid-call-id","title":"Invalid call id","status":400,"detail":"header X-Call-Id: byte 0x20 at offset 1 is not allowed","call_id":"[0-9a-f-]{36}"\}$
 --- no_error_log
@@ -197,7 +198,7 @@ GET /back
  "GET /t", "GET /t"]
 --- more_headers eval
 ["X-Call-Id: a/b", "X-Call-Id: caf\xc3\xa9", "X-Call-Id: a\x01b",
- "X-Call-Id: a\tb", "X-Call-Id: ab\x7f", "X-Call-Id: \"ab\"",
+ "X-Call-Id: a\tb", "X-Call-Id: ab\x7f", "X-Call-Id: a\"b\"",
  "X-Call-Id: a%20b", "X-Call-Id: a,b", "X-Call-Id: a+b"]
 --- error_code eval
 [400, 400, 400, 400, 400, 400, 400, 400, 400]
@@ -207,7 +208,7 @@ GET /back
  "byte 0x01 at offset 1 is not allowed",
  "byte 0x09 at offset 1 is not allowed",
  "byte 0x7f at offset 2 is not allowed",
- "byte 0x22 at offset 0 is not allowed",
+ "byte 0x22 at offset 1 is not allowed",
  "byte 0x25 at offset 1 is not allowed",
  "byte 0x2c at offset 1 is not allowed",
  "byte 0x2b at offset 1 is not allowed"]
@@ -395,10 +396,11 @@ GET /t
 ["X-Request-Id: r-1\r\nX-Call-Id: ignored", "X-Request-Id: r 1"]
 --- error_code eval
 [200, 400]
---- response_headers_like eval
-["X-Request-Id: r-1", "X-Request-Id: [0-9a-f-]{36}"]
+--- response_headers eval
+["X-Request-Id: r-1", "!X-Request-Id"]
 --- response_body_like eval
-["seen r-1 \\[ignored\\]", '"detail":"header X-Request-Id: byte 0x20']
+["seen r-1 \\[ignored\\]",
+ '"detail":"header X-Request-Id: byte 0x20.*"call_id":"[0-9a-f-]{36}"']
 --- no_error_log
 [error]
 
@@ -528,5 +530,78 @@ GET /back
 --- response_body_like eval
 ["^v-1 client tr-1\n\$",
  "^[0-9a-f-]{36} gateway [0-9a-f]{32}\n\$"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 23: add_header X-Call-Id in an idem location: the module's id, once
+--- config
+    location /t {
+        idem on;
+        add_header X-Call-Id "forged";
+        add_header X-Trace-Id "forged-trace";
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        echo ok;
+    }
+--- request
+GET /t
+--- more_headers
+X-Call-Id: c-23
+X-Trace-Id: t-23
+--- raw_response_headers_like chomp
+\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: c-23\r\n(?:(?!(?i)x-call-id:).)*\z
+--- response_headers
+X-Call-Id: c-23
+X-Trace-Id: t-23
+--- no_error_log
+[error]
+
+
+
+=== TEST 24: add_header ... always, on the module's own 400 (no call id: the client's was refused) and on an upstream's 502
+--- config
+    location /t {
+        idem on;
+        add_header X-Call-Id "forged" always;
+        add_header x-call-id "forged-lower" always;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        return 502;
+    }
+--- request eval
+["GET /t", "GET /t"]
+--- more_headers eval
+["X-Call-Id: c-24", "X-Call-Id: bad id"]
+--- error_code eval
+[502, 400]
+--- raw_response_headers_like eval
+['\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: c-24\r\n(?:(?!(?i)x-call-id:).)*\z',
+ '\A(?s)(?:(?!(?i)x-call-id:).)*\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 25: add_header with return, and a generated id
+--- config
+    location /t {
+        idem on;
+        add_header X-Call-Id "forged";
+        add_header X-Trace-Id "forged-trace";
+        return 200 "id=$idem_call_id\n";
+    }
+--- request
+GET /t
+--- raw_response_headers_like chomp
+\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: ([0-9a-f-]{36})\r\n(?:(?!(?i)x-call-id:).)*\z
+--- response_headers_like
+X-Call-Id: [0-9a-f-]{36}
+X-Trace-Id: [0-9a-f]{32}
+--- response_body_like chomp
+^id=[0-9a-f-]{36}$
 --- no_error_log
 [error]

@@ -274,3 +274,42 @@ X-Call-Id: pair-1
 X-Trace-Id: chain-1
 --- no_error_log
 [error]
+
+
+
+=== TEST 13: add_header X-Trace-Id (also always): the request's trace id, once
+--- config
+    location /t {
+        idem on;
+        add_header X-Trace-Id "forged-trace" always;
+        return 200 "trace=$idem_trace_id\n";
+    }
+--- request
+GET /t
+--- more_headers
+X-Trace-Id: tr-13
+--- raw_response_headers_like chomp
+\A(?s)(?:(?!(?i)x-trace-id:).)*X-Trace-Id: tr-13\r\n(?:(?!(?i)x-trace-id:).)*\z
+--- response_body
+trace=tr-13
+--- no_error_log
+[error]
+
+
+
+=== TEST 14: a custom trace id header set by add_header is replaced too
+--- config
+    location /t {
+        idem on;
+        idem_trace_id_header X-Request-Trace;
+        add_header X-Request-Trace "forged";
+        return 200 "trace=$idem_trace_id\n";
+    }
+--- request
+GET /t
+--- more_headers
+X-Request-Trace: tr-14
+--- raw_response_headers_like chomp
+\A(?s)(?:(?!(?i)x-request-trace:).)*X-Request-Trace: tr-14\r\n(?:(?!(?i)x-request-trace:).)*\z
+--- no_error_log
+[error]

@@ -98,7 +98,7 @@ http subrequest "/auth
 --- request
 GET /t
 --- raw_response_headers_like chomp
-(?i)X-Call-Id: ([0-9a-f-]{36})\r\n.*X-Auth-Saw: \1/gateway\r\n
+\A(?=.*\r\nX-Call-Id: ([0-9a-f-]{36})\r\n)(?=.*\r\nX-Auth-Saw: \1/gateway\r\n)
 --- response_body_like chomp
 ^back saw [0-9a-f-]{36}$
 --- no_error_log
@@ -298,6 +298,9 @@ X-Call-Id: [0-9a-f-]{36}
         listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
         location / {
             idem on;
+            # the protocol of the request the module saw, not the one
+            # nginx proxies with (HTTP/1.0 before 1.29.7, HTTP/1.1 after)
+            proxy_set_header X-Front $server_protocol;
             proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
         }
     }
@@ -306,7 +309,7 @@ X-Call-Id: [0-9a-f-]{36}
         grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
     }
     location /back {
-        echo "seen $http_x_call_id $http_x_call_id_source $server_protocol";
+        echo "seen $http_x_call_id $http_x_call_id_source $http_x_front";
     }
 --- request eval
 ["GET /t", "GET /t", "GET /t"]
@@ -317,7 +320,7 @@ X-Call-Id: [0-9a-f-]{36}
 --- response_headers_like eval
 ["X-Call-Id: h2-1", "X-Call-Id: [0-9a-f-]{36}", "Content-Type: application/problem\\+json"]
 --- response_body_like eval
-["^seen h2-1 client HTTP/1.0\$", "^seen [0-9a-f-]{36} gateway HTTP/1.0\$",
+["^seen h2-1 client HTTP/2.0\$", "^seen [0-9a-f-]{36} gateway HTTP/2.0\$",
  '"detail":"header X-Call-Id: byte 0x20 at offset 2 is not allowed"']
 --- no_error_log
 [error]

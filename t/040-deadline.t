@@ -406,3 +406,82 @@ GET /t
 X-Seen: grpc-timeout=(?:1[0-9]{3}|2000)m deadline=(?:1[0-9]{3}|2000)
 --- no_error_log
 [error]
+
+
+
+=== TEST 19: a route budget over 99999999 ms goes as grpc-timeout in seconds
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            add_header X-Seen "grpc-timeout=$http_grpc_timeout deadline=$http_x_deadline_ms";
+            return 200 "h2\n";
+        }
+    }
+--- config
+    location /t {
+        idem on;
+        idem_deadline 200000s;
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- request
+GET /t
+--- response_headers_like
+X-Seen: grpc-timeout=(?:199999|200000)S deadline=(?:1999999[0-9]{2}|200000000)
+--- no_error_log
+[error]
+
+
+
+=== TEST 20: a caller's X-Deadline-Ms of 100000000 goes as 99999S, never 9 digits
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            add_header X-Seen "grpc-timeout=$http_grpc_timeout deadline=$http_x_deadline_ms";
+            return 200 "h2\n";
+        }
+    }
+--- config
+    location /t {
+        idem on;
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- request
+GET /t
+--- more_headers
+X-Deadline-Ms: 100000000
+--- response_headers_like
+X-Seen: grpc-timeout=(?:99999|100000)S deadline=(?:999999[0-9]{2}|100000000)
+--- no_error_log
+[error]
+
+
+
+=== TEST 21: the largest budget idem_deadline takes, and 99999999 ms exactly
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            add_header X-Seen "grpc-timeout=$http_grpc_timeout";
+            return 200 "h2\n";
+        }
+    }
+--- config
+    location /max {
+        idem on;
+        idem_deadline 2147483647ms;
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location /edge {
+        idem on;
+        idem_deadline 99999999ms;
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- request eval
+["GET /max", "GET /edge"]
+--- response_headers_like eval
+["X-Seen: grpc-timeout=(?:2147482|2147483)S",
+ "X-Seen: grpc-timeout=999999[0-9]{2}m"]
+--- no_error_log
+[error]

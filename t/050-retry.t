@@ -482,7 +482,7 @@ X-Attempts: 2
     location /t {
         idem on;
         idem_idempotent on;
-        idem_retry 2 backoff=1ms;
+        idem_retry 2 backoff=1ms max_backoff=5s;
         access_log logs/error.log timing;
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/503/1/2;
     }
@@ -557,7 +557,7 @@ TIMING /t 499
 
 
 
-=== TEST 23: after a redirect to a location without "idem on", nginx's own policy
+=== TEST 23: a redirect to a location without "idem on" keeps the call's retry rule
 --- http_config
     upstream two {
         server 127.0.0.1:$TEST_NGINX_BACKEND_PORT;
@@ -574,12 +574,16 @@ TIMING /t 499
         rewrite ^ /status/503/1 break;
         proxy_pass http://two;
     }
---- request
-GET /t
+    location /log {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/log/r23-plain;
+    }
+--- request eval
+["GET /t", "GET /log"]
 --- more_headers
 X-Call-Id: r23-plain
---- error_code: 200
---- response_body_like chomp
-\An=1 [^\n]*\nn=2 attempt=1 [^\n]*\n\z
+--- error_code eval
+[503, 200]
+--- response_body_like eval
+["\\Afailing 1\n\\z", "\\An=1 attempt=1 [^\n]*\n\\z"]
 --- no_error_log
 [error]

@@ -16,6 +16,10 @@
 #   /close/K                 the same, closing without an answer
 #   /sleep/MS/K              the first K requests of a call id sleep MS ms
 #                            before answering 200; later 200 at once
+#   /grpc/CODE/K[/PB]        gRPC, Trailers-Only style: the first K requests
+#                            of a call id answer 200 with "grpc-status: CODE"
+#                            (and "grpc-retry-pushback-ms: PB" when given),
+#                            later 200 with "grpc-status: 0" and the log
 #   /log/ID                  the log of call id ID (200, empty when none)
 
 use strict;
@@ -91,6 +95,16 @@ sub serve {
         }
     } elsif ($uri =~ m{^/sleep/(\d+)/(\d+)}) {
         sleep($1 / 1000) if $n <= $2;
+    } elsif ($uri =~ m{^/grpc/(\d+)/(\d+)(?:/(-?\d+))?}) {
+        my %g = ('Content-Type' => 'application/grpc');
+        if ($n <= $2) {
+            $g{'grpc-status'} = $1;
+            $g{'grpc-message'} = "failing $n";
+            $g{'grpc-retry-pushback-ms'} = $3 if defined $3;
+            return answer($c, 200, \%g, '');
+        }
+        $g{'grpc-status'} = 0;
+        return answer($c, 200, \%g, slurp("$dir/$id"));
     }
 
     answer($c, 200, {}, slurp("$dir/$id"));

@@ -1,46 +1,43 @@
 #!/bin/bash
-# Throughput/latency cost of the module: the same proxy route measured
-# side by side, with and without the module, in one run.
+# What the module costs a gateway, measured side by side in one run.
 #
 #   util/bench.sh          (make bench: builds the module first)
 #
-# It starts, under build/bench/run/ (all temp paths, pid files and logs
-# there):
-#   - a backend: nginx without the module, 1 worker, return 200 "ok\n";
-#   - a redis-server (--save '' --appendonly no, noeviction);
-#   - the gateway: nginx, 1 worker, the module loaded, access_log off, with
-#     locations that proxy to the backend through the same keepalive
-#     upstream:
-#       plain   proxy_pass, proxy_set_header X-Call-Id $request_id
-#       idem    idem on
-#       record  idem on; idem_record on          (idem_redis at http level)
-#       dedupe  idem on; idem_record on; idem_dedupe on; idem_dedupe_scope off
-#     "record" and "dedupe" are probed with nginx -t first and skipped, with
-#     a note, while the module does not know their directives.
-# all on free loopback ports, then runs wrk against each variant,
-# interleaved (a warm-up, then rounds of a,b,c,d,a,b,c,d,...), without an
-# X-Call-Id so that the module generates the ids, and prints the median
-# req/s and p99 latency per variant, their ratios to "plain" and the
-# targets (idem >= 0.97, record >= 0.85 of plain's req/s). The table also
-# goes to build/bench/result.txt. It is a report, not a test: it exits 0
-# whether the targets are met or not (non-zero only when it cannot run).
+# Under build/bench/run/ it starts a backend (nginx without the module,
+# return 200 "ok"), a redis-server, the gateway (nginx with the module,
+# one worker) and the OpenResty peer (nginx with Debian's lua module, one
+# worker), all on free loopback ports.  The gateway proxies to the
+# backend through one keepalive upstream, in these variants:
+#
+#   plain    proxy_pass
+#   hdrs     proxy_pass, plus the same six upstream headers and two answer
+#            headers the module sends, set with proxy_set_header and
+#            add_header: what an operator would write without the module
+#   idem     idem on; idem_deadline 3s
+#   record   idem + idem_record on                  (a new call id per call)
+#   dedupe   idem + idem_dedupe on, scope off        (a new call id per call)
+#   peer     the OpenResty peer: the claim in Lua with SET NX / GET, the
+#            answer stored from a timer (util/bench-peer.lua)
+#                                                    (a new call id per call)
+#
+# CPUs: the gateway's and the peer's worker run alone on the last CPU;
+# wrk, the backend and redis share the others (BENCH_PIN=0: no pinning).
+# After a warm-up, rounds of every variant in turn (interleaved), wrk -t1;
+# the report gives medians over the rounds, the ratios the goals are about
+# (idem/hdrs, record/hdrs, dedupe/peer, record's p99 over plain's), and
+# Redis CPU per call from INFO commandstats (reset before each run: the
+# usec Redis spent on the variant's commands / the calls wrk completed).
+# It is a report, not a test: exit 0 whatever the ratios (non-zero only
+# when it cannot run).  The table also goes to build/bench/result.txt.
 #
 # Environment:
-#   BENCH_ROUNDS=3        measured rounds per variant (median over them)
+#   BENCH_ROUNDS=5        measured rounds per variant (median over them)
 #   BENCH_DURATION=5      seconds per wrk run
 #   BENCH_WARMUP=2        seconds of warm-up per variant (not measured)
-#   BENCH_CONNECTIONS=32  wrk -c (wrk runs with -t1)
-#   BENCH_PIN=0           1: wrk on one CPU, nginx x2 + redis on another
+#   BENCH_CONNECTIONS=32  wrk -c
+#   BENCH_PIN=1           0: leave every process to the scheduler
+#   BENCH_VARIANTS="plain hdrs idem record dedupe peer"
 #   NGINX_BIN=/usr/sbin/nginx
-#
-# CPU pinning (BENCH_PIN): off by default. On a 2-core shared machine,
-# pinning wrk to one core and gateway + backend + redis to the other makes
-# the gateway and backend workers time-slice on a single core (about 60 %
-# of the unpinned req/s), and when a neighbour's work lands on the pinned
-# core the scheduler cannot move ours away. Tried side by side (3 runs
-# each, 5 rounds x 5 s): unpinned, the per-round req/s varied by 5-11 %
-# (coefficient of variation), pinned by 10-20 %. So the three busy
-# processes are left to the scheduler; BENCH_PIN=1 is kept to compare.
 
 set -euo pipefail
 
@@ -51,12 +48,15 @@ run=$bench/run
 result=$bench/result.txt
 module=$root/build/ngx_http_idem_module.so
 nginx=${NGINX_BIN:-/usr/sbin/nginx}
+lua_module=/usr/lib/nginx/modules/ngx_http_lua_module.so
+ndk_module=/usr/lib/nginx/modules/ndk_http_module.so
 
-rounds=${BENCH_ROUNDS:-3}
+rounds=${BENCH_ROUNDS:-5}
 duration=${BENCH_DURATION:-5}
 warmup=${BENCH_WARMUP:-2}
 conns=${BENCH_CONNECTIONS:-32}
-pin=${BENCH_PIN:-0}
+pin=${BENCH_PIN:-1}
+read -r -a variants <<<"${BENCH_VARIANTS:-plain hdrs idem record dedupe peer}"
 
 die() { echo "bench: $*" >&2; exit 1; }
 note() { echo "bench: $*"; }
@@ -67,19 +67,28 @@ done
 if [ "$rounds" -lt 1 ] || [ "$duration" -lt 1 ] || [ "$conns" -lt 1 ]; then
     die "BENCH_ROUNDS, BENCH_DURATION and BENCH_CONNECTIONS must be >= 1"
 fi
+for v in "${variants[@]}"; do
+    case $v in plain|hdrs|idem|record|dedupe|peer) ;;
+        *) die "unknown variant '$v' in BENCH_VARIANTS" ;; esac
+done
 
 [ -x "$nginx" ] || die "no $nginx (make deps)"
 [ -f "$module" ] || die "no $module (run make first)"
 command -v redis-server >/dev/null || die "no redis-server (make deps)"
+command -v redis-cli >/dev/null || die "no redis-cli (make deps)"
 command -v curl >/dev/null || die "no curl (make deps)"
 
-if ! command -v wrk >/dev/null; then
-    note "installing wrk"
+# wrk, and Debian's lua module for the OpenResty peer
+need=()
+command -v wrk >/dev/null || need+=(wrk)
+[ -f "$lua_module" ] || need+=(libnginx-mod-http-lua lua-resty-core)
+if [ "${#need[@]}" -gt 0 ]; then
+    note "installing ${need[*]}"
     sudo=
     [ "$(id -u)" = 0 ] || sudo=sudo
     export DEBIAN_FRONTEND=noninteractive
     $sudo apt-get update -qq
-    $sudo apt-get install -y -qq wrk
+    $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
     command -v wrk >/dev/null || die "wrk is still missing"
 fi
 
@@ -119,25 +128,27 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- CPUs
 
-# allowed CPUs of this process, expanded ("0-2,5" -> "0 1 2 5")
+# the gateway's worker alone on the last allowed CPU, the rest elsewhere
 cpus=()
-if command -v taskset >/dev/null; then
-    list=$(taskset -cp $$ 2>/dev/null | sed 's/.*: *//')
-    for part in ${list//,/ }; do
-        if [[ $part == *-* ]]; then
-            for ((c = ${part%-*}; c <= ${part#*-}; c++)); do cpus+=("$c"); done
-        else
-            cpus+=("$part")
-        fi
-    done
+list=$(taskset -cp $$ 2>/dev/null | sed 's/.*: *//') || list=
+for part in ${list//,/ }; do
+    if [[ $part == *-* ]]; then
+        for ((c = ${part%-*}; c <= ${part#*-}; c++)); do cpus+=("$c"); done
+    else
+        cpus+=("$part")
+    fi
+done
+cpu_gw='' cpu_rest=''
+if [ "$pin" = 1 ] && [ "${#cpus[@]}" -ge 2 ]; then
+    cpu_gw=${cpus[-1]}
+    cpu_rest=$(IFS=,; echo "${cpus[*]:0:${#cpus[@]}-1}")
+    note "pinning: gateway and peer workers on CPU $cpu_gw;" \
+         "wrk, backend and redis on CPU $cpu_rest"
+elif [ "$pin" = 1 ]; then
+    note "fewer than 2 CPUs: no pinning"
 fi
-pin_srv=() pin_wrk=()
-if [ "$pin" = 1 ]; then
-    [ "${#cpus[@]}" -ge 2 ] || die "BENCH_PIN=1 needs taskset and 2 CPUs"
-    pin_srv=(taskset -c "${cpus[0]}")
-    pin_wrk=(taskset -c "${cpus[1]}")
-    note "pinning: nginx + redis on CPU ${cpus[0]}, wrk on CPU ${cpus[1]}"
-fi
+pin_rest=()
+[ -z "$cpu_rest" ] || pin_rest=(taskset -c "$cpu_rest")
 
 # ---------------------------------------------------------------- ports
 
@@ -173,6 +184,7 @@ free_port() {
 backend_port=$(free_port)
 redis_port=$(free_port)
 gateway_port=$(free_port)
+peer_port=$(free_port)
 
 # ---------------------------------------------------------------- helpers
 
@@ -208,14 +220,15 @@ redis_cmd() {
     fi
 }
 
-start_nginx() {    # name conf: start nginx in the foreground of a job
-    local name=$1 conf=$2 out
-    if ! out=$("${pin_srv[@]}" "$nginx" -t -q -p "$run/$name/" -c "$conf" \
+start_nginx() {    # name conf cpu: start nginx in the foreground of a job
+    local name=$1 conf=$2 cpu=$3 out pin=()
+    [ -z "$cpu" ] || pin=(taskset -c "$cpu")
+    if ! out=$("$nginx" -t -q -p "$run/$name/" -c "$conf" \
                 -e "$run/$name/error.log" 2>&1); then
         echo "$out" >&2
         die "$name: nginx -t failed on $conf"
     fi
-    "${pin_srv[@]}" "$nginx" -p "$run/$name/" -c "$conf" \
+    "${pin[@]}" "$nginx" -p "$run/$name/" -c "$conf" \
         -e "$run/$name/error.log" -g 'daemon off;' &
     pids+=($!)
 }
@@ -249,12 +262,12 @@ $(temp_paths "$run/backend")
     }
 }
 EOF
-start_nginx backend "$run/backend/nginx.conf"
+start_nginx backend "$run/backend/nginx.conf" "$cpu_rest"
 
 # ---------------------------------------------------------------- redis
 
 mkdir -p "$run/redis"
-"${pin_srv[@]}" redis-server --bind 127.0.0.1 --port "$redis_port" \
+"${pin_rest[@]}" redis-server --bind 127.0.0.1 --port "$redis_port" \
     --save '' --appendonly no --maxmemory-policy noeviction \
     --dir "$run/redis" --pidfile "$run/redis/redis.pid" \
     --logfile "$run/redis/redis.log" --daemonize no &
@@ -262,86 +275,32 @@ pids+=($!)
 
 # ---------------------------------------------------------------- gateway
 
-# which variants this build of the module can run: nginx -t on a small
-# config with the variant's directives
-probe() {    # name http-directives location-directives
-    local d=$run/probe-$1 out
-    mkdir -p "$d"
-    cat > "$d/nginx.conf" <<EOF
-load_module  $module;
-pid          $d/nginx.pid;
-error_log    $d/error.log;
-events { }
-http {
-$(temp_paths "$d")
-    $2
-    server {
-        listen  127.0.0.1:$gateway_port;
-        location / {
-            $3
-            return 200;
-        }
+common_http() {    # the http{} lines the gateway and the peer share
+    cat <<EOF
+$(temp_paths "$1")
+    access_log          off;
+    keepalive_timeout   65;
+    keepalive_requests  1000000;
+
+    upstream backend {
+        server              127.0.0.1:$backend_port;
+        keepalive           32;
+        keepalive_requests  1000000;
     }
-}
 EOF
-    if out=$("$nginx" -t -q -p "$d/" -c "$d/nginx.conf" -e "$d/error.log" 2>&1)
-    then
-        return 0
-    fi
-    probe_error=$(echo "$out" | grep -m1 'emerg' \
-                  | sed 's/^.*\[emerg\] //; s/ in [^ ]*:[0-9]*$//')
-    [ -n "$probe_error" ] || probe_error=$(echo "$out" | head -1)
-    return 1
 }
 
-variants=(plain idem)
-declare -A skipped=()
-
-record_http="idem_redis 127.0.0.1:$redis_port;"
-probe idem "" "idem on;" \
-    || die "the module does not accept 'idem on': $probe_error"
-if probe record "$record_http" "idem on; idem_record on;"; then
-    variants+=(record)
-else
-    skipped[record]="skipped: idem_record/idem_redis not accepted ($probe_error)"
-    note "record: ${skipped[record]}"
-fi
-if probe dedupe "$record_http" \
-        "idem on; idem_record on; idem_dedupe on; idem_dedupe_scope off;"; then
-    variants+=(dedupe)
-else
-    skipped[dedupe]="skipped: idem_dedupe/idem_dedupe_scope not accepted ($probe_error)"
-    note "dedupe: ${skipped[dedupe]}"
-fi
-
-redis_line=
-if [ -n "${skipped[record]:-}" ] && [ -n "${skipped[dedupe]:-}" ]; then
-    redis_line="# (idem_redis: no variant uses it with this build)"
-else
-    redis_line=$record_http
-fi
-loc_record='' loc_dedupe=''
-[[ " ${variants[*]} " == *" record "* ]] && loc_record="
-        location /record {
-            idem         on;
-            idem_record  on;
-            proxy_pass   http://backend;
-        }"
-[[ " ${variants[*]} " == *" dedupe "* ]] && loc_dedupe="
-
-        location /dedupe {
-            idem               on;
-            idem_record        on;
-            idem_dedupe        on;
-            idem_dedupe_scope  off;
-            proxy_pass         http://backend;
-        }"
+# worker_cpu_affinity's mask: the highest CPU leftmost
+affinity=
+[ -z "$cpu_gw" ] \
+    || affinity="worker_cpu_affinity  1$(printf '%*s' "$cpu_gw" '' | tr ' ' 0);"
 
 mkdir -p "$run/gateway"
 cat > "$run/gateway/nginx.conf" <<EOF
-# bench gateway: the same proxy route with and without the module
+# bench gateway: one route, with and without the module
 load_module       $module;
 worker_processes  1;
+$affinity
 pid               $run/gateway/nginx.pid;
 error_log         $run/gateway/error.log warn;
 
@@ -350,18 +309,9 @@ events {
 }
 
 http {
-$(temp_paths "$run/gateway")
-    access_log          off;
-    keepalive_timeout   65;
-    keepalive_requests  1000000;
+$(common_http "$run/gateway")
 
-    $redis_line
-
-    upstream backend {
-        server              127.0.0.1:$backend_port;
-        keepalive           32;
-        keepalive_requests  1000000;
-    }
+    idem_redis  127.0.0.1:$redis_port;
 
     server {
         listen  127.0.0.1:$gateway_port;
@@ -370,22 +320,88 @@ $(temp_paths "$run/gateway")
         proxy_set_header    Connection "";
 
         location /plain {
-            # a location's own proxy_set_header replaces the inherited ones
+            proxy_pass  http://backend;
+        }
+
+        # what the module sends, written with nginx's own directives
+        location /hdrs {
             proxy_set_header  Connection "";
             proxy_set_header  X-Call-Id \$request_id;
+            proxy_set_header  X-Trace-Id \$request_id;
+            proxy_set_header  X-Call-Id-Source gateway;
+            proxy_set_header  X-Call-Attempt 1;
+            proxy_set_header  traceparent "00-\$request_id-0123456789abcdef-01";
+            proxy_set_header  X-Deadline-Ms 3000;
+            add_header        X-Call-Id \$request_id;
+            add_header        X-Trace-Id \$request_id;
             proxy_pass        http://backend;
         }
 
         location /idem {
-            idem        on;
-            proxy_pass  http://backend;
+            idem           on;
+            idem_deadline  3s;
+            proxy_pass     http://backend;
         }
-$loc_record$loc_dedupe
+
+        location /record {
+            idem           on;
+            idem_deadline  3s;
+            idem_record    on;
+            proxy_pass     http://backend;
+        }
+
+        location /dedupe {
+            idem                  on;
+            idem_deadline         3s;
+            idem_call_id_missing  reject;
+            idem_dedupe           on;
+            idem_dedupe_scope     off;
+            proxy_pass            http://backend;
+        }
     }
 }
 EOF
 
-# redis first: the gateway may connect to it at start
+# ---------------------------------------------------------------- peer
+
+mkdir -p "$run/peer"
+cat > "$run/peer/nginx.conf" <<EOF
+# bench peer: duplicate suppression in OpenResty-style Lua
+load_module       $ndk_module;
+load_module       $lua_module;
+worker_processes  1;
+$affinity
+pid               $run/peer/nginx.pid;
+error_log         $run/peer/error.log warn;
+
+events {
+    worker_connections  4096;
+}
+
+http {
+$(common_http "$run/peer")
+
+    lua_package_path  "$root/util/?.lua;;";
+
+    server {
+        listen  127.0.0.1:$peer_port;
+
+        proxy_http_version  1.1;
+        proxy_set_header    Connection "";
+
+        location /peer {
+            set  \$bench_redis  $redis_port;
+
+            access_by_lua_block       { require("bench-peer").claim() }
+            body_filter_by_lua_block  { require("bench-peer").body() }
+            log_by_lua_block          { require("bench-peer").log() }
+
+            proxy_pass  http://backend;
+        }
+    }
+}
+EOF
+
 for _ in $(seq 50); do
     [ "$(redis_cmd PING)" = PONG ] && break
     sleep 0.1
@@ -396,43 +412,72 @@ done
 wait_http "http://127.0.0.1:$backend_port/" \
     || { tail -5 "$run/backend/error.log" >&2; die "backend did not start"; }
 
-start_nginx gateway "$run/gateway/nginx.conf"
+start_nginx gateway "$run/gateway/nginx.conf" ""
 gateway_pid=${pids[-1]}
+start_nginx peer "$run/peer/nginx.conf" ""
+peer_pid=${pids[-1]}
 
-# every variant answers 200 "ok" through the gateway; the module's ones
-# hand a generated X-Call-Id back
-for v in "${variants[@]}"; do
-    url=http://127.0.0.1:$gateway_port/$v
-    wait_http "$url" \
-        || { tail -5 "$run/gateway/error.log" >&2; die "$v: $url is not 200"; }
-    resp=$(curl -si "$url")
-    [[ $resp == *$'\r\n\r\nok' ]] || die "$v: unexpected answer: $resp"
-    if [ "$v" != plain ] && ! grep -qi '^x-call-id:' <<<"$resp"; then
-        die "$v: no X-Call-Id in the answer, is the module on? $resp"
+url_of() {
+    if [ "$1" = peer ]; then
+        echo "http://127.0.0.1:$peer_port/peer"
+    else
+        echo "http://127.0.0.1:$gateway_port/$1"
     fi
+}
+
+newid() {    # the variants that get a new call id on every call
+    case $1 in record|dedupe|peer) return 0 ;; esac
+    return 1
+}
+
+# every variant answers 200 "ok"; the module's hand a call id back; a
+# duplicate of a deduped call is a replay
+for v in "${variants[@]}"; do
+    url=$(url_of "$v")
+    hdr=()
+    newid "$v" && hdr=(-H "X-Call-Id: probe-$v")
+    for _ in $(seq 50); do
+        [ "$(curl -s -o /dev/null -w '%{http_code}' "${hdr[@]}" "$url")" \
+            = 200 ] && break
+        sleep 0.1
+    done
+    resp=$(curl -si "${hdr[@]}" "$url")
+    [[ $resp == *$'\r\n\r\nok' ]] || die "$v: unexpected answer: $resp"
+    case $v in
+        plain|peer) ;;
+        *) grep -qi '^x-call-id:' <<<"$resp" \
+               || die "$v: no X-Call-Id in the answer: $resp" ;;
+    esac
+    case $v in
+        dedupe|peer) grep -qi '^idempotent-replayed: true' <<<"$resp" \
+               || die "$v: the duplicate was not replayed: $resp" ;;
+    esac
 done
 
-note "backend 127.0.0.1:$backend_port, redis 127.0.0.1:$redis_port," \
-     "gateway 127.0.0.1:$gateway_port; variants: ${variants[*]}"
-[ "${#pin_srv[@]}" -gt 0 ] || note "no CPU pinning (BENCH_PIN=1 to pin)"
+note "backend :$backend_port, redis :$redis_port, gateway :$gateway_port," \
+     "peer :$peer_port; variants: ${variants[*]}"
 
 # ---------------------------------------------------------------- wrk
 
 mkdir -p "$run/wrk"
-wrk_run() {    # variant seconds outfile
-    "${pin_wrk[@]}" wrk -t1 -c"$conns" -d"$2"s --latency \
-        "http://127.0.0.1:$gateway_port/$1" > "$3" 2>&1 &
+wrk_run() {    # variant seconds outfile tag
+    local v=$1 args=() p
+    newid "$v" && args=(-s "$root/util/bench-newid.lua" -- "$4")
+    "${pin_rest[@]}" wrk -t1 -c"$conns" -d"$2"s --latency "$(url_of "$v")" \
+        "${args[@]}" > "$3" 2>&1 &
     pids+=($!)
-    wait "${pids[-1]}" || { cat "$3" >&2; die "wrk failed on $1"; }
+    wait "${pids[-1]}" || { cat "$3" >&2; die "wrk failed on $v"; }
     unset 'pids[-1]'
-    kill -0 "$gateway_pid" 2>/dev/null \
-        || { tail -5 "$run/gateway/error.log" >&2; die "the gateway died"; }
+    for p in "$gateway_pid" "$peer_pid"; do
+        kill -0 "$p" 2>/dev/null || die "a gateway died (build/bench/run)"
+    done
 }
 
-# wrk output -> "req/s p99-ms non-2xx socket-errors"
+# wrk output -> "req/s p99-ms non-2xx socket-errors requests"
 wrk_parse() {
     awk '
         /^Requests\/sec:/ { rps = $2 }
+        / requests in / { reqs = $1 }
         $1 == "99%" {
             v = $2; u = v; sub(/^[0-9.]+/, "", u); sub(/[a-z]+$/, "", v)
             p99 = (u == "us") ? v / 1000 : (u == "ms") ? v : \
@@ -446,17 +491,31 @@ wrk_parse() {
         END {
             if (rps == "") rps = -1
             if (p99 == "") p99 = -1
-            printf "%s %s %d %d\n", rps, p99, non2xx, sockerr
+            printf "%s %s %d %d %d\n", rps, p99, non2xx, sockerr, reqs
         }' "$1"
+}
+
+# INFO commandstats -> "usec calls", summed over every command but the
+# bench's own (INFO, CONFIG)
+redis_usec() {
+    redis_cmd INFO commandstats | tr -d '\r' | awk -F'[:=,]' '
+        /^cmdstat_/ && $1 !~ /^cmdstat_(info|config)$/ {
+            for (i = 2; i < NF; i += 2) {
+                if ($i == "calls") c += $(i + 1)
+                if ($i == "usec") u += $(i + 1)
+            }
+        }
+        END { printf "%d %d\n", u, c }'
 }
 
 total=$(( ${#variants[@]} * (warmup + rounds * duration) ))
 note "${#variants[@]} variants: ${warmup}s warm-up each, then $rounds" \
      "round(s) of ${duration}s, wrk -t1 -c$conns (about ${total}s)"
 
+tag=b$(date +%s)
 if [ "$warmup" -gt 0 ]; then
     for v in "${variants[@]}"; do
-        wrk_run "$v" "$warmup" "$run/wrk/$v-warmup.txt"
+        wrk_run "$v" "$warmup" "$run/wrk/$v-warmup.txt" "$tag-w-$v"
     done
 fi
 
@@ -464,9 +523,14 @@ for ((r = 1; r <= rounds; r++)); do
     line="round $r:"
     for v in "${variants[@]}"; do
         out=$run/wrk/$v-$r.txt
-        wrk_run "$v" "$duration" "$out"
-        read -r rps p99 non2xx sockerr < <(wrk_parse "$out")
-        echo "$v $r $rps $p99 $non2xx $sockerr" >> "$run/wrk/all.txt"
+        redis_cmd CONFIG RESETSTAT >/dev/null
+        wrk_run "$v" "$duration" "$out" "$tag-$r-$v"
+        # the writes of the last calls land a moment after wrk stops
+        sleep 0.2
+        read -r rps p99 non2xx sockerr reqs < <(wrk_parse "$out")
+        read -r rusec rcalls < <(redis_usec)
+        echo "$v $r $rps $p99 $non2xx $sockerr $reqs $rusec $rcalls" \
+            >> "$run/wrk/all.txt"
         line="$line $v $rps/s p99 ${p99}ms"
         [ "$non2xx" = 0 ] && [ "$sockerr" = 0 ] \
             || line="$line (non-2xx $non2xx, socket errors $sockerr)"
@@ -484,79 +548,75 @@ median() {
               else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 
-gw_alerts=$(grep -c '\[alert\]\|\[crit\]\|\[emerg\]' "$run/gateway/error.log" \
-            2>/dev/null || true)
-keys=
-if [[ " ${variants[*]} " == *" record "* ]]; then
-    keys=$(redis_cmd DBSIZE || true)
-fi
+col() {    # variant column: the median of that column over the rounds
+    awk -v v="$1" -v c="$2" '$1 == v { print $c }' "$run/wrk/all.txt" \
+        | median
+}
+
+declare -A rps=() p99=()
+for v in "${variants[@]}"; do
+    rps[$v]=$(col "$v" 3)
+    p99[$v]=$(col "$v" 4)
+done
+
+ratio() {    # a b: a/b of the medians, or "-" when one is missing
+    if [ -z "${rps[$1]:-}" ] || [ -z "${rps[$2]:-}" ]; then
+        echo -
+        return
+    fi
+    awk -v a="${rps[$1]}" -v b="${rps[$2]}" \
+        'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else print "-" }'
+}
+
+alerts=$(cat "$run/gateway/error.log" "$run/peer/error.log" 2>/dev/null \
+         | grep -c '\[alert\]\|\[crit\]\|\[emerg\]\|\[error\]' || true)
 
 {
     echo "ngx_http_idem_module benchmark  $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-    echo "nginx $("$nginx" -v 2>&1 | sed 's/.*nginx\///'), wrk -t1 -c$conns," \
-         "$rounds round(s) x ${duration}s per variant, interleaved," \
-         "median over rounds; $(nproc) CPUs," \
-         "pinning $([ "$pin" = 1 ] && echo "on (wrk CPU ${cpus[1]}, servers CPU ${cpus[0]})" || echo off)"
+    echo "nginx $("$nginx" -v 2>&1 | sed 's/.*nginx\///')," \
+         "$(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo \
+                           | sed 's/.*: //'))"
+    echo "wrk -t1 -c$conns, $rounds round(s) x ${duration}s per variant," \
+         "interleaved, medians over rounds;" \
+         "$([ -n "$cpu_gw" ] && echo "gateway worker alone on CPU $cpu_gw" \
+            || echo "no CPU pinning")"
     echo
-    printf '%-8s %10s %8s %10s %10s %8s  %s\n' \
-        variant "req/s" "p99 ms" "req/s/a" "p99/a" "spread" "errors"
-
-    plain_rps='' plain_p99=''
-    declare -A ratio=()
-    for v in plain idem record dedupe; do
-        if [ -n "${skipped[$v]:-}" ]; then
-            printf '%-8s %s\n' "$v" "${skipped[$v]}"
-            continue
-        fi
-        rps=$(awk -v v="$v" '$1 == v { print $3 }' "$run/wrk/all.txt" | median)
-        p99=$(awk -v v="$v" '$1 == v { print $4 }' "$run/wrk/all.txt" | median)
-        # (max - min) / median of the rounds' req/s: the noise, to weigh
-        # the ratios against
-        spread=$(awk -v v="$v" -v m="$rps" '$1 == v {
+    printf '%-7s %9s %7s %7s %7s %7s %9s %9s  %s\n' variant "req/s" \
+        "p99 ms" "/plain" "/hdrs" spread "redis us" "cmd/call" errors
+    for v in "${variants[@]}"; do
+        spread=$(awk -v v="$v" -v m="${rps[$v]}" '$1 == v {
                      if (lo == "" || $3 < lo) lo = $3; if ($3 > hi) hi = $3 }
                  END { printf "%.0f%%", (m > 0 ? 100 * (hi - lo) / m : 0) }' \
                  "$run/wrk/all.txt")
         errs=$(awk -v v="$v" '$1 == v { n += $5; s += $6 }
-               END { printf "non-2xx %d, socket %d", n, s }' "$run/wrk/all.txt")
-        bad=$(awk -v v="$v" '$1 == v && ($5 + $6 > 0 || $3 < 0 || $4 < 0)' \
-              "$run/wrk/all.txt")
-        [ -z "$bad" ] || errs="$errs  INVALID"
-        if [ "$v" = plain ]; then plain_rps=$rps plain_p99=$p99; fi
-        read -r rr pr < <(awk -v r="$rps" -v p="$p99" \
-            -v ar="$plain_rps" -v ap="$plain_p99" \
-            'BEGIN { printf "%.3f %.3f\n", (ar > 0 ? r / ar : 0),
-                                            (ap > 0 ? p / ap : 0) }')
-        [ -z "$bad" ] && ratio[$v]=$rr
-        printf '%-8s %10.1f %8.2f %10s %10s %8s  %s\n' "$v" "$rps" "$p99" \
-            "$rr" "$pr" "$spread" "$errs"
+               END { if (n + s) printf "non-2xx %d, socket %d", n, s }' \
+               "$run/wrk/all.txt")
+        # Redis per call: median over rounds of usec (commands) / calls
+        rus=- rcc=-
+        if newid "$v"; then
+            rus=$(awk -v v="$v" '$1 == v && $7 > 0 { printf "%.2f\n", $8 / $7 }' \
+                  "$run/wrk/all.txt" | median)
+            rcc=$(awk -v v="$v" '$1 == v && $7 > 0 { printf "%.2f\n", $9 / $7 }' \
+                  "$run/wrk/all.txt" | median)
+        fi
+        printf '%-7s %9.0f %7.2f %7s %7s %7s %9s %9s  %s\n' "$v" \
+            "${rps[$v]}" "${p99[$v]}" "$(ratio "$v" plain)" \
+            "$(ratio "$v" hdrs)" "$spread" "$rus" "$rcc" "$errs"
     done
     echo
-    echo "targets (issue): req/s ratio to plain"
-    bad_plain=
-    [ -n "${ratio[plain]:-}" ] || bad_plain=1
-    for t in "idem 0.97" "record 0.85"; do
-        read -r v min <<<"$t"
-        if [ -n "${skipped[$v]:-}" ]; then
-            verdict="not measured (variant skipped)"
-        elif [ -n "$bad_plain" ] || [ -z "${ratio[$v]:-}" ]; then
-            verdict="not judged (errors in the run)"
-        elif awk -v r="${ratio[$v]}" -v m="$min" 'BEGIN { exit !(r >= m) }'; then
-            verdict="met (${ratio[$v]})"
-        else
-            verdict="NOT met (${ratio[$v]})"
-        fi
-        printf '  %-9s >= %s  %s\n' "$v/a" "$min" "$verdict"
-    done
-    [ -z "${ratio[dedupe]:-}" ] || echo "  dedupe/a: ${ratio[dedupe]} (no target)"
-    if [ -n "$keys" ]; then
-        echo "redis keys after the run: $keys"
+    echo "goals (req/s ratios of the medians):"
+    echo "  idem / hdrs    >= 0.95   $(ratio idem hdrs)"
+    echo "  record / hdrs  >= 0.75   $(ratio record hdrs)"
+    echo "  dedupe / peer  >= 2      $(ratio dedupe peer)"
+    if [ -n "${p99[record]:-}" ] && [ -n "${p99[plain]:-}" ]; then
+        echo "  record p99 <= plain p99 + 1 ms   $(awk \
+             -v a="${p99[record]}" -v b="${p99[plain]}" \
+             'BEGIN { printf "%+.2f ms", a - b }')"
     fi
-    if [ "${gw_alerts:-0}" != 0 ]; then
-        echo "gateway error.log: $gw_alerts alert/crit/emerg line(s):" \
-             "build/bench/run/gateway/error.log"
-    fi
-    echo "noise: shared 2-core machine; a ratio is only meaningful when its" \
-         "distance from 1 is well above the spread column (round-to-round" \
-         "(max-min)/median of req/s); more rounds (BENCH_ROUNDS) narrow it." \
+    echo "  redis us per call: record <= 4.5, dedupe <= 10"
+    [ "${alerts:-0}" = 0 ] \
+        || echo "error logs: $alerts error/alert line(s) under build/bench/run"
+    echo "noise: a ratio means something only when its distance from 1 is" \
+         "well above the spread column ((max-min)/median of the rounds)." \
          "Per-round numbers: build/bench/run/wrk/all.txt"
 } | tee "$result"

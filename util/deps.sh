@@ -3,9 +3,17 @@
 # and nothing when they are all there already.
 set -e
 
-pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev redis-server
+pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev zlib1g-dev redis-server
       libnginx-mod-http-echo perl libtest-base-perl libtest-longstring-perl
-      libhttp-message-perl curl"
+      libhttp-message-perl curl python3-grpcio"
+
+# nginx's own tests (make nginx-tests) load every dynamic module nginx -V
+# names; these are not in the nginx package
+if [ -n "$NGINX_TESTS" ]; then
+    pkgs="$pkgs libnginx-mod-http-geoip libnginx-mod-http-image-filter
+          libnginx-mod-http-perl libnginx-mod-http-xslt-filter
+          libnginx-mod-mail libnginx-mod-stream libnginx-mod-stream-geoip"
+fi
 
 if [ -n "$TEST_NGINX_USE_VALGRIND" ]; then
     pkgs="$pkgs valgrind"

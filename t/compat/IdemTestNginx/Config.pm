@@ -15,7 +15,8 @@ use IO::Socket::INET ();
 our @EXPORT = qw(
     $NginxBinary $ServerAddr $ServerName $ServerPort $ServRoot
     $LoadModules $NoShuffle $LogLevel $Timeout $UseValgrind $NoClean
-    $Randomize $Workers $WorkerConnections $MasterProcess $NoRootLocation
+    $Randomize $EventType $Workers $WorkerConnections $MasterProcess
+    $NoRootLocation
     $RepeatEach $NoLongString $CheckAccumErrLog @EnvToNginx
     log_dir err_log_file html_dir conf_dir conf_file pid_file
     default_timeout parse_time expand_env free_port
@@ -33,6 +34,7 @@ our $Timeout     = $ENV{TEST_NGINX_TIMEOUT} || 3;
 our $UseValgrind = $ENV{TEST_NGINX_USE_VALGRIND};
 our $NoClean     = $ENV{TEST_NGINX_NO_CLEAN};
 our $Randomize   = $ENV{TEST_NGINX_RANDOMIZE};
+our $EventType   = $ENV{TEST_NGINX_EVENT_TYPE};    # "use" in events {}
 
 our $Workers           = 1;
 our $WorkerConnections = 64;

@@ -105,6 +105,7 @@ sub write_config {
         }
 _EOC_
     my $user = $> == 0 ? "user root;\n" : '';
+    my $events = $EventType ? "    use $EventType;\n" : '';
 
     write_file(conf_file(), <<"_EOC_");
 worker_processes  $Workers;
@@ -142,7 +143,7 @@ $root_location    }
 
 events {
     worker_connections  $WorkerConnections;
-}
+$events}
 
 $user
 _EOC_

@@ -1,0 +1,212 @@
+# The retry budget and the breaker are the upstream's, not a worker's: two
+# workers (reuseport spreads the calls over both) spend one budget and see
+# one breaker; a reload keeps both (the zone is adopted), also when the new
+# configuration adds an upstream.
+#
+# Plain Test::More: this needs a master process, two workers and a reload,
+# which is outside the Test::Nginx format.
+
+use strict;
+use warnings;
+use Test::More;
+use IO::Socket::INET;
+use File::Path qw(make_path remove_tree);
+use Time::HiRes qw(sleep);
+use Cwd qw(abs_path);
+
+my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
+my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
+my $port = ($ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984)
+           + 120;
+my $sr = "$root/t/servroot-storm-$port";
+my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
+
+remove_tree($sr);
+make_path("$sr/conf", "$sr/logs");
+
+sub write_conf {
+    my ($extra) = @_;
+
+    my $load = join '', map { "load_module $_;\n" } @modules;
+    my $user = $> == 0 ? "user root;\n" : '';
+
+    open my $fh, '>', "$sr/conf/nginx.conf" or die $!;
+    print $fh <<"CONF";
+${load}${user}worker_processes 2;
+master_process on;
+daemon on;
+error_log $sr/logs/error.log info;
+pid $sr/logs/nginx.pid;
+events { worker_connections 256; }
+http {
+    access_log off;
+    client_body_temp_path $sr/client_body_temp;
+    proxy_temp_path $sr/proxy_temp;
+    fastcgi_temp_path $sr/fastcgi_temp;
+    uwsgi_temp_path $sr/uwsgi_temp;
+    scgi_temp_path $sr/scgi_temp;
+    upstream budget {
+        server 127.0.0.1:$port;
+    }
+    upstream brk {
+        server 127.0.0.1:$port;
+    }
+    $extra
+    server {
+        listen 127.0.0.1:$port reuseport;
+        add_header X-Worker \$pid always;
+        location /t {
+            idem on;
+            idem_idempotent on;
+            idem_retry 3 backoff=1ms;
+            idem_retry_budget ratio=0 min=1 window=30s;
+            add_header X-Attempts \$idem_attempts always;
+            add_header X-Worker \$pid always;
+            proxy_pass http://budget/fail;
+        }
+        location /b/ {
+            idem on;
+            idem_breaker failures=50% min_calls=2 open=30s;
+            add_header X-Attempts \$idem_attempts always;
+            add_header X-Worker \$pid always;
+            proxy_pass http://brk/code/;
+        }
+        location /fail {
+            return 503;
+        }
+        location /code/ok {
+            return 200 "ok\\n";
+        }
+        location /code/fail {
+            return 503;
+        }
+        location /metrics {
+            idem_metrics;
+        }
+    }
+}
+CONF
+    close $fh;
+}
+
+sub call {
+    my ($path) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+                                  Timeout => 10) or return {};
+    print $s "GET $path HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    local $/;
+    my $res = <$s> // '';
+    my ($head, $body) = split /\r\n\r\n/, $res, 2;
+    $head //= '';
+    my %r = (body => $body // '');
+    ($r{code}) = $head =~ m{^HTTP/1\.\d (\d+)};
+    ($r{attempts}) = $head =~ m{^X-Attempts: (\d+)}mi;
+    ($r{worker}) = $head =~ m{^X-Worker: (\d+)}mi;
+    ($r{retry_after}) = $head =~ m{^Retry-After: (\d+)}mi;
+    return \%r;
+}
+
+sub metric {
+    my ($name) = @_;
+    my $m = call('/metrics')->{body} // '';
+    return $m =~ /^\Q$name\E (\d+)$/m ? $1 : undef;
+}
+
+write_conf('');
+
+is(system("$nginx -p $sr/ -c $sr/conf/nginx.conf -e $sr/logs/error.log"), 0,
+   'nginx starts') or BAIL_OUT('nginx does not start');
+
+for (1 .. 50) {
+    last if IO::Socket::INET->new("127.0.0.1:$port");
+    sleep 0.1;
+}
+
+my $master = do { local (@ARGV, $/) = "$sr/logs/nginx.pid"; <> };
+chomp $master;
+
+# one budget: 1 retry per second x 30 s = 30 retries, for both workers
+
+my (%workers, $retries, $ones);
+for (1 .. 40) {
+    my $r = call('/t');
+    $workers{$r->{worker}}++ if $r->{worker};
+    $retries += ($r->{attempts} // 1) - 1;
+    $ones++ if ($r->{attempts} // 0) == 1;
+}
+
+cmp_ok(scalar keys %workers, '>=', 2, 'both workers served calls')
+    or diag explain \%workers;
+is($retries, 30, 'the two workers made 30 retries together, not 30 each');
+is($ones, 25, '25 calls got no retry');
+is(metric('idem_retry_budget_exhausted_total{upstream="budget"}'), 25,
+   'idem_retry_budget_exhausted_total counts the 25 refusals');
+
+# one breaker: two failures open it for every worker
+
+is(call('/b/fail')->{code}, 503, 'a failure');
+is(call('/b/fail')->{code}, 503, 'a second failure opens the breaker');
+
+my (%refusing, $sent);
+for (1 .. 12) {
+    my $r = call('/b/ok');
+    $sent++ if ($r->{attempts} // 0) != 0 || $r->{code} != 503;
+    $refusing{$r->{worker}}++
+        if $r->{worker} && $r->{body} =~ /upstream-unavailable/;
+}
+
+ok(!$sent, 'no call went through the open breaker');
+cmp_ok(scalar keys %refusing, '>=', 2, 'both workers refused calls')
+    or diag explain \%refusing;
+
+# a reload: the zone is adopted, the budget and the breaker carry on
+
+my %old = (%workers, %refusing);
+
+sub reload {
+    ok(kill('HUP', $master), 'reload');
+
+    # until only new workers answer
+    for (1 .. 100) {
+        sleep 0.1;
+        my %seen;
+        $seen{call('/metrics')->{worker} // 0}++ for 1 .. 6;
+        last unless grep { $old{$_} } keys %seen;
+    }
+}
+
+reload();
+
+my $r = call('/b/ok');
+is($r->{code}, 503, 'after the reload the breaker is still open');
+like($r->{body}, qr/upstream-unavailable/, '... and answers the call itself');
+cmp_ok($r->{retry_after}, '>', 20, '... with the time it has left');
+
+$r = call('/t');
+is($r->{attempts}, 1, 'after the reload the budget is still spent');
+cmp_ok(metric('idem_retry_budget_exhausted_total{upstream="budget"}'),
+       '>=', 26, 'the counter carried on');
+
+# a reload that adds an upstream keeps the zone too
+
+$old{$_}++ for map { call('/metrics')->{worker} // 0 } 1 .. 6;
+write_conf("upstream more { server 127.0.0.1:$port; }");
+reload();
+
+$r = call('/b/ok');
+is($r->{code}, 503, 'a new upstream: the breaker is still open');
+like($r->{body}, qr/upstream-unavailable/, '... answered by the gateway');
+is(metric('idem_breaker_state{upstream="more"}'), 0,
+   'the new upstream has its own, closed breaker');
+
+kill 'QUIT', $master;
+for (1 .. 100) {
+    last unless kill 0, $master;
+    sleep 0.1;
+}
+
+my $log = do { local (@ARGV, $/) = "$sr/logs/error.log"; <> };
+unlike($log, qr/\[(?:alert|crit|emerg)\]|exited on signal/,
+       'no alert, no crash in the error log');
+
+done_testing();

@@ -1,0 +1,225 @@
+# A reload that fails leaves the running configuration, and the workers
+# the master forks later, as they were: their counters are those of the
+# configuration in use, never of the one that failed (issue 9, defect 4).
+#
+#   1. idem_metrics in use; a reload fails on a directive after it; the
+#      worker ends and the master forks another: it still counts, and
+#      /metrics answers.
+#   2. no idem_metrics in use; a reload that adds it fails at a "listen" on
+#      a port already taken (its zone is created, then freed); the worker
+#      ends and the master forks another: its first calls must not crash
+#      it.
+#
+# Plain Test::More: this needs a master process and signals to it, which is
+# outside the Test::Nginx format.
+
+use strict;
+use warnings;
+use Test::More;
+use IO::Socket::INET;
+use File::Path qw(make_path remove_tree);
+use Time::HiRes qw(sleep);
+use Cwd qw(abs_path);
+
+my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
+my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
+my $port = ($ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984)
+           + 75;
+my $taken = $port + 1;
+my $sr = "$root/t/servroot-reload-$port";
+my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
+
+remove_tree($sr);
+make_path("$sr/conf", "$sr/logs");
+
+my $load = join '', map { "load_module $_;\n" } @modules;
+my $user = $> == 0 ? "user root;\n" : '';
+
+sub conf {
+    my (%o) = @_;
+
+    my $metrics = $o{metrics} ? "location /metrics { idem_metrics; }" : '';
+    my $extra = $o{extra} || '';
+
+    open my $fh, '>', "$sr/conf/nginx.conf" or die $!;
+    print $fh <<"CONF";
+${load}${user}worker_processes 1;
+master_process on;
+daemon on;
+error_log $sr/logs/error.log info;
+pid $sr/logs/nginx.pid;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path $sr/client_body_temp;
+    proxy_temp_path $sr/proxy_temp;
+    fastcgi_temp_path $sr/fastcgi_temp;
+    uwsgi_temp_path $sr/uwsgi_temp;
+    scgi_temp_path $sr/scgi_temp;
+    server {
+        listen 127.0.0.1:$port;
+        location /t {
+            idem on;
+            idem_call_id_missing reject;
+            return 200 "id=\$idem_call_id\\n";
+        }
+        $metrics
+    }
+    $extra
+}
+CONF
+    close $fh;
+}
+
+sub get {
+    my ($uri, $headers) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+                                  Timeout => 5) or return '';
+    print $s "GET $uri HTTP/1.0\r\nHost: localhost\r\n"
+             . ($headers || '') . "\r\n";
+    local $/;
+    my $res = <$s>;
+    return $res // '';
+}
+
+sub log_text {
+    return do { local (@ARGV, $/) = "$sr/logs/error.log"; <> } // '';
+}
+
+sub wait_log {
+    my ($re, $from) = @_;
+    for (1 .. 100) {
+        return 1 if substr(log_text(), $from) =~ $re;
+        sleep 0.1;
+    }
+    return 0;
+}
+
+sub master_pid {
+    my $pid = do { local (@ARGV, $/) = "$sr/logs/nginx.pid"; <> } // '';
+    chomp $pid;
+    return $pid;
+}
+
+# the worker: the master's only child
+sub worker_pid {
+    my ($master) = @_;
+    my $children = do {
+        local (@ARGV, $/) = "/proc/$master/task/$master/children"; <>
+    } // '';
+    my ($pid) = $children =~ /(\d+)/;
+    return $pid;
+}
+
+# reload to the current conf, which must fail with $emerg in the log
+sub failed_reload {
+    my ($master, $emerg, $what) = @_;
+    my $from = length log_text();
+    kill 'HUP', $master;
+    ok(wait_log($emerg, $from), "$what: the reload fails");
+    sleep 0.2;
+}
+
+# end the worker (TERM: it exits, and the master, not told to stop, forks
+# another one) and wait for the new one
+sub respawn {
+    my ($master, $what) = @_;
+    my $old = worker_pid($master);
+    ok($old && kill('TERM', $old), "$what: worker $old ended");
+    my $new;
+    for (1 .. 100) {
+        $new = worker_pid($master);
+        last if $new && $new != $old;
+        sleep 0.1;
+    }
+    ok($new && $new != $old, "$what: the master forked worker "
+                             . ($new // 'none'));
+    for (1 .. 50) {
+        last if IO::Socket::INET->new("127.0.0.1:$port");
+        sleep 0.1;
+    }
+    return $new;
+}
+
+# 1. idem_metrics in use, a reload that fails after it was parsed
+
+conf(metrics => 1);
+is(system("$nginx -p $sr/ -c $sr/conf/nginx.conf -e $sr/logs/error.log"), 0,
+   'nginx starts') or BAIL_OUT('nginx does not start');
+
+for (1 .. 50) {
+    last if IO::Socket::INET->new("127.0.0.1:$port");
+    sleep 0.1;
+}
+
+my $master = master_pid();
+
+END {
+    # a BAIL_OUT or a die leaves no nginx behind
+    if ($master && kill 0, $master) {
+        kill 'QUIT', $master;
+        for (1 .. 50) { last unless kill 0, $master; sleep 0.1 }
+        kill 'KILL', $master if kill 0, $master;
+    }
+}
+
+like(get('/t', "X-Call-Id: r-1\r\n"), qr{^HTTP/1\.1 200 .*id=r-1}s,
+     'a call');
+like(get('/metrics'), qr/^idem_calls_total 1$/m, 'counted');
+
+conf(metrics => 1, extra => 'idem_no_such_directive on;');
+failed_reload($master, qr/\[emerg\].*unknown directive "idem_no_such/,
+              'bad directive');
+
+my $worker = respawn($master, 'bad directive');
+
+like(get('/t', "X-Call-Id: r-2\r\n"), qr{^HTTP/1\.1 200 .*id=r-2}s,
+     'bad directive: the new worker answers a call');
+like(get('/metrics'), qr{^HTTP/1\.1 200 .*^idem_calls_total 2$}ms,
+     'bad directive: it still counts, and shows the counters');
+ok(kill(0, $worker), 'bad directive: the worker is alive');
+
+# 2. no idem_metrics in use, a reload that adds it and fails at "listen"
+
+conf(metrics => 0);
+my $from = length log_text();
+kill 'HUP', $master;
+ok(wait_log(qr/reconfiguring/, $from), 'reload without idem_metrics');
+
+for (1 .. 50) {
+    last if get('/metrics') =~ m{^HTTP/1\.1 404 };
+    sleep 0.1;
+}
+like(get('/metrics'), qr{^HTTP/1\.1 404 }, 'no idem_metrics in use');
+
+my $blocker = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$taken",
+                                    Listen => 1, ReuseAddr => 1)
+    or BAIL_OUT("cannot listen on $taken: $!");
+
+conf(metrics => 1,
+     extra => "server { listen 127.0.0.1:$taken; return 204; }");
+failed_reload($master, qr/still could not bind\(\)/, 'port taken');
+
+close $blocker;
+
+$worker = respawn($master, 'port taken');
+
+for my $n (3 .. 5) {
+    like(get('/t', "X-Call-Id: r-$n\r\n"), qr{^HTTP/1\.1 200 .*id=r-$n}s,
+         "port taken: call $n answered");
+}
+like(get('/t'), qr{^HTTP/1\.1 400 .*missing-call-id}s,
+     'port taken: a rejection (counted where counters exist) answered');
+ok(kill(0, $worker), 'port taken: the worker is alive');
+
+kill 'QUIT', $master;
+for (1 .. 100) {
+    last unless kill 0, $master;
+    sleep 0.1;
+}
+
+my $log = log_text();
+unlike($log, qr/exited on signal|\[alert\]|\[crit\]/,
+       'no worker crashed, no alert');
+
+done_testing();

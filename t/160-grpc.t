@@ -1,0 +1,568 @@
+# gRPC requests (Content-Type application/grpc): the module's own answers
+# are gRPC statuses (Trailers-Only), records follow grpc-status, gRPC's
+# UNAVAILABLE is retried on idempotent routes.  The test client reaches the
+# gateway through nginx's own gRPC client (grpc_pass), the gateway listens
+# HTTP/2 and passes to a "service" that nginx plays with add_trailer, or
+# that proxies to util/backend.pl's /grpc/ paths.  A real gRPC client
+# library: t/165-grpc-client.t.
+
+use Test::Nginx::Socket 'no_plan';
+
+no_long_string();
+no_shuffle();
+check_accum_error_log();
+run_tests();
+
+__DATA__
+
+=== TEST 1: an invalid call id is INVALID_ARGUMENT (3), Trailers-Only, nothing forwarded
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location / {
+            return 200 "reached";
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- request
+POST /g/svc/Call
+x
+--- more_headers
+Content-Type: application/grpc
+X-Call-Id: bad id
+--- error_code: 200
+--- response_headers
+Content-Type: application/grpc
+grpc-status: 3
+grpc-message: Invalid call id: header X-Call-Id: byte 0x20 at offset 3 is not allowed
+!X-Call-Id
+--- response_body
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: a budget spent before the first attempt is DEADLINE_EXCEEDED (4); a gRPC content type with a suffix counts
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location / {
+            return 200 "reached";
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- request
+POST /g/svc/Call
+x
+--- more_headers
+Content-Type: application/grpc+proto
+X-Call-Id: g-2
+X-Deadline-Ms: 0
+--- error_code: 200
+--- response_headers
+Content-Type: application/grpc
+grpc-status: 4
+grpc-message: Deadline exceeded: the call's budget was spent before the first attempt
+X-Call-Id: g-2
+--- response_body
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: the same answers stay HTTP problems for requests that are not gRPC
+--- config
+    location /t {
+        idem on;
+        return 200 "reached";
+    }
+--- request
+POST /t
+x
+--- more_headers
+Content-Type: application/grpc-web
+X-Call-Id: bad id
+--- error_code: 400
+--- response_headers
+Content-Type: application/problem+json
+!grpc-status
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: nginx's own 502 and 504 on a gRPC call are UNAVAILABLE (14) and DEADLINE_EXCEEDED (4)
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location /g/dead/ {
+            idem on;
+            grpc_pass grpc://127.0.0.1:1;
+        }
+        location /g/slow/ {
+            idem on;
+            idem_deadline 300ms;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location / {
+            echo_sleep 2;
+            echo reached;
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- request eval
+["POST /g/dead/Call\nx", "POST /g/slow/Call\nx"]
+--- more_headers eval
+["Content-Type: application/grpc\nX-Call-Id: g-4a",
+ "Content-Type: application/grpc\nX-Call-Id: g-4b"]
+--- error_code eval
+[200, 200]
+--- response_headers eval
+["Content-Type: application/grpc\ngrpc-status: 14\ngrpc-message: Upstream unavailable\nX-Call-Id: g-4a",
+ "Content-Type: application/grpc\ngrpc-status: 4\ngrpc-message: Deadline exceeded\nX-Call-Id: g-4b"]
+--- response_body eval
+["", ""]
+--- no_error_log
+[alert]
+--- timeout: 5
+
+
+
+=== TEST 5: dedupe: another message is FAILED_PRECONDITION (9), a replay keeps the service's grpc-status
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_call_id_missing reject;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location / {
+            add_header grpc-status 0;
+            return 200 "pong";
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /g/svc/Call\nm1", "POST /g/svc/Call\nm1", "POST /g/svc/Call\nm2"]
+--- more_headers eval
+["Content-Type: application/grpc\nX-Call-Id: g-5",
+ "Content-Type: application/grpc\nX-Call-Id: g-5",
+ "Content-Type: application/grpc\nX-Call-Id: g-5"]
+--- error_code eval
+[200, 200, 200]
+--- response_headers eval
+["grpc-status: 0\n!Idempotent-Replayed",
+ "grpc-status: 0\nIdempotent-Replayed: true",
+ "grpc-status: 9\nContent-Type: application/grpc\ngrpc-message: Call id reused: this call id was used with another method, URI or body"]
+--- response_body eval
+["pong", "pong", ""]
+--- no_error_log
+[error]
+
+
+
+=== TEST 5b: dedupe: a duplicate while the first runs is ABORTED (10)
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    log_format dup 'DUP $upstream_status "$upstream_http_grpc_status" "$upstream_http_content_type"';
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location / {
+            echo_sleep 0.8;
+            echo pong;
+        }
+    }
+--- config
+    location /pair {
+        echo_location_async /first;
+        echo_sleep 0.3;
+        echo_location_async /second;
+    }
+    location /first {
+        rewrite ^ /g/svc/Call break;
+        grpc_set_header X-Call-Id g-5b;
+        grpc_set_header Content-Type application/grpc;
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location /second {
+        rewrite ^ /g/svc/Call break;
+        grpc_set_header X-Call-Id g-5b;
+        grpc_set_header Content-Type application/grpc;
+        log_subrequest on;
+        access_log logs/error.log dup;
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request
+GET /pair
+--- response_body_like chomp
+\Apong\n\z
+--- error_log
+DUP 200 "10" "application/grpc"
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: dedupe with Redis unreachable is UNAVAILABLE (14) with grpc-retry-pushback-ms
+--- http_config
+    idem_redis 127.0.0.1:1 timeout=200ms;
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_call_id_missing reject;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location / {
+            return 200 "reached";
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- request
+POST /g/svc/Call
+x
+--- more_headers
+Content-Type: application/grpc
+X-Call-Id: g-6
+--- error_code: 200
+--- response_headers
+Content-Type: application/grpc
+grpc-status: 14
+grpc-retry-pushback-ms: 1000
+!Retry-After
+--- response_body
+--- no_error_log
+[alert]
+
+
+
+=== TEST 7: records follow grpc-status: 0 SUCCESS, INTERNAL FAILED, DEADLINE_EXCEEDED and CANCELLED UNKNOWN; each attempt shows its grpc-status
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_record on;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location /g/svc/Ok {
+            add_trailer grpc-status 0;
+            return 200 "pong";
+        }
+        location /g/svc/Internal {
+            add_trailer grpc-status 13;
+            add_trailer grpc-message boom;
+            return 200 "x";
+        }
+        location /g/svc/Deadline {
+            add_trailer grpc-status 4;
+            return 200 "x";
+        }
+        location /g/svc/Cancelled {
+            add_header grpc-status 1;
+            return 200;
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location /calls/ {
+        idem on;
+        idem_status;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /g/svc/Ok\nx", "POST /g/svc/Internal\nx", "POST /g/svc/Deadline\nx",
+ "POST /g/svc/Cancelled\nx",
+ "GET /calls/g-7a", "GET /calls/g-7b", "GET /calls/g-7c", "GET /calls/g-7d"]
+--- more_headers eval
+["Content-Type: application/grpc\nX-Call-Id: g-7a",
+ "Content-Type: application/grpc\nX-Call-Id: g-7b",
+ "Content-Type: application/grpc\nX-Call-Id: g-7c",
+ "Content-Type: application/grpc\nX-Call-Id: g-7d",
+ "", "", "", ""]
+--- response_body_like eval
+["pong", "x", "x", "",
+ '"state":"SUCCESS".*"outcome":"ok".*"grpc_status":0\}',
+ '"state":"FAILED".*"outcome":"ok".*"grpc_status":13\}',
+ '"state":"UNKNOWN".*"grpc_status":4\}',
+ '"state":"UNKNOWN".*"grpc_status":1\}']
+--- wait: 0.3
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: idempotent route: a Trailers-Only UNAVAILABLE is retried with the same call id
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_idempotent on;
+            idem_retry 3 backoff=10ms;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location /g/svc/Flaky {
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/grpc/14/1;
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /g/svc/Flaky\nx", "GET /log/g-8"]
+--- more_headers eval
+["Content-Type: application/grpc\nX-Call-Id: g-8", ""]
+--- error_code eval
+[200, 200]
+--- response_headers eval
+["grpc-status: 0", ""]
+--- response_body_like eval
+['\An=1 attempt=1 .*\nn=2 attempt=2 ', '\An=1 attempt=1 [^\n]*\nn=2 attempt=2 [^\n]*\n\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: no retry on a route not marked idempotent, nor after a negative grpc-retry-pushback-ms; the client gets the service's status
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location /g/svc/Plain {
+            idem on;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+        location /g/svc/Pushback {
+            idem on;
+            idem_idempotent on;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location /g/svc/Plain {
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/grpc/14/1;
+        }
+        location /g/svc/Pushback {
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/grpc/14/1/-1;
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /g/svc/Plain\nx", "POST /g/svc/Pushback\nx", "GET /log/g-9a",
+ "GET /log/g-9b"]
+--- more_headers eval
+["Content-Type: application/grpc\nX-Call-Id: g-9a",
+ "Content-Type: application/grpc\nX-Call-Id: g-9b", "", ""]
+--- error_code eval
+[200, 200, 200, 200]
+--- response_headers eval
+["grpc-status: 14\ngrpc-message: failing 1",
+ "grpc-status: 14\ngrpc-message: failing 1", "", ""]
+--- response_body_like eval
+['\A\z', '\A\z', '\An=1 [^\n]*\n\z', '\An=1 [^\n]*\n\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: a retryable status with a pushback: the next attempt waits for it
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_idempotent on;
+            idem_retry 3 backoff=1ms max_backoff=1ms;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+            add_header X-Took $upstream_response_time always;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location /g/svc/Push {
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/grpc/14/1/400;
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- request
+POST /g/svc/Push
+x
+--- more_headers
+Content-Type: application/grpc
+X-Call-Id: g-10
+--- error_code: 200
+--- response_headers
+grpc-status: 0
+--- response_headers_like
+X-Took: 0\.\d+, 0\.[4-9]\d*
+--- no_error_log
+[error]
+
+
+
+=== TEST 11: a replay of a gRPC answer sends its trailers again (grpc-status 0 in the trailers, not only the message)
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    log_format trl 'TRAILER "$upstream_trailer_grpc_status" "$upstream_trailer_grpc_message" "$upstream_http_idempotent_replayed"';
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location / {
+            add_trailer grpc-status 0;
+            add_trailer grpc-message "all%20good";
+            return 200 "pong";
+        }
+    }
+--- config
+    location /pair {
+        echo_location /call;
+        echo_location /call;
+    }
+    location /call {
+        rewrite ^ /g/svc/Call break;
+        grpc_set_header X-Call-Id g-11;
+        grpc_set_header Content-Type application/grpc;
+        log_subrequest on;
+        access_log logs/error.log trl;
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request
+GET /pair
+--- response_body chomp
+pongpong
+--- error_log
+TRAILER "0" "all%20good" "-"
+TRAILER "0" "all%20good" "true"
+--- no_error_log
+[error]
+
+
+
+=== TEST 12: a pushback longer than a call without a budget may wait: no retry, the service's own answer (HTTP 200, grpc-status 14)
+--- http_config
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_idempotent on;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location /g/svc/Long {
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/grpc/14/1/20000;
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /g/svc/Long\nx", "GET /log/g-12"]
+--- more_headers eval
+["Content-Type: application/grpc\nX-Call-Id: g-12", ""]
+--- error_code eval
+[200, 200]
+--- response_headers eval
+["grpc-status: 14\ngrpc-retry-pushback-ms: 20000", ""]
+--- response_body_like eval
+['\A\z', '\An=1 [^\n]*\n\z']
+--- error_log
+is longer than a call without a budget may wait
+--- no_error_log
+[error]
