@@ -31,8 +31,13 @@ static ngx_log_t  ngx_http_idem_fuzz_log;
 static ngx_http_idem_counters_t  ngx_http_idem_fuzz_counters;
 
 __attribute__((weak)) ngx_module_t  ngx_http_idem_module;
-__attribute__((weak)) ngx_http_idem_counters_t  *ngx_http_idem_counters =
-    &ngx_http_idem_fuzz_counters;
+
+
+__attribute__((weak)) ngx_http_idem_counters_t *
+ngx_http_idem_counters(void)
+{
+    return &ngx_http_idem_fuzz_counters;
+}
 
 
 void
@@ -119,6 +124,9 @@ ngx_http_idem_fuzz_init(ngx_http_idem_fuzz_t *fz, const uint8_t *data,
         != NGX_OK
         || ngx_list_init(&r->headers_out.headers, pool, 2,
                          sizeof(ngx_table_elt_t))
+           != NGX_OK
+        || ngx_list_init(&r->headers_out.trailers, pool, 2,
+                         sizeof(ngx_table_elt_t))
            != NGX_OK)
     {
         return NGX_ERROR;
@@ -145,6 +153,7 @@ ngx_http_idem_fuzz_init(ngx_http_idem_fuzz_t *fz, const uint8_t *data,
     ngx_str_set(&fz->ilcf->call_id_prefix, "gw");
     ngx_str_set(&fz->imcf->node_id, "fuzz-node");
     ngx_str_set(&fz->imcf->key_prefix, "idem:");
+    fz->imcf->record_max_executions = NGX_HTTP_IDEM_RECORD_MAX_EXECUTIONS;
 
     fz->ctx->request = r;
     fz->ctx->conf = fz->ilcf;
@@ -324,6 +333,64 @@ ngx_http_idem_fuzz_id_valid(ngx_str_t *id, size_t max)
             || id->data[i] == '\0')
         {
             return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+/*
+ * RFC 8941's String, read independently of the module: 0 when the value
+ * is not one (no opening quote, a byte outside %x20-7E, an escape of
+ * other than DQUOTE or "\\", no closing quote); 1 when it is one alone,
+ * trailing SP or HTAB allowed; 2 when something follows the string (its
+ * parameters are the module's to judge).  "content" gets the string's
+ * content, unescaped (room for value->len bytes).
+ */
+
+ngx_uint_t
+ngx_http_idem_fuzz_sf_string(ngx_str_t *value, ngx_str_t *content)
+{
+    size_t  i, n;
+
+    if (value->len == 0 || value->data[0] != '"') {
+        return 0;
+    }
+
+    n = 0;
+
+    for (i = 1; i < value->len; i++) {
+
+        if (value->data[i] == '"') {
+            break;
+        }
+
+        if (value->data[i] == '\\') {
+            if (i + 1 == value->len
+                || (value->data[i + 1] != '"' && value->data[i + 1] != '\\'))
+            {
+                return 0;
+            }
+
+            i++;
+
+        } else if (value->data[i] < 0x20 || value->data[i] > 0x7e) {
+            return 0;
+        }
+
+        content->data[n++] = value->data[i];
+    }
+
+    if (i == value->len) {
+        return 0;
+    }
+
+    content->len = n;
+
+    for (i++; i < value->len; i++) {
+        if (value->data[i] != ' ' && value->data[i] != '\t') {
+            return 2;
         }
     }
 
@@ -747,4 +814,87 @@ ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
 {
     ngx_http_idem_fuzz_unreached("ngx_http_idem_store_hset");
     return NGX_DECLINED;
+}
+
+
+__attribute__((weak)) ngx_uint_t
+ngx_http_idem_grpc_request(ngx_http_request_t *r)
+{
+    return 0;
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_grpc_trailers_only(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_uint_t status, ngx_str_t *type,
+    ngx_str_t *title, ngx_str_t *detail)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_grpc_trailers_only");
+    return NGX_ERROR;
+}
+
+
+__attribute__((weak)) ngx_uint_t
+ngx_http_idem_grpc_retryable(ngx_http_request_t *r, ngx_msec_int_t *delay)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_grpc_retryable");
+    return 0;
+}
+
+
+__attribute__((weak)) u_char *
+ngx_http_idem_grpc_timeout(u_char *p, ngx_msec_t ms)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_grpc_timeout");
+    return p;
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_parse_sf_string(ngx_str_t *value, ngx_str_t *content,
+    u_char *err, size_t size)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_parse_sf_string");
+    return NGX_ERROR;
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_record_parse(ngx_pool_t *pool, ngx_str_t *elts, ngx_uint_t n,
+    uint64_t now, ngx_http_idem_record_t *rec)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_record_parse");
+    return NGX_ERROR;
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_storm_admit(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_http_upstream_srv_conf_t *us)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_storm_admit");
+    return NGX_ERROR;
+}
+
+
+__attribute__((weak)) void
+ngx_http_idem_storm_attempt(ngx_http_idem_ctx_t *ctx)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_storm_attempt");
+}
+
+
+__attribute__((weak)) ngx_uint_t
+ngx_http_idem_storm_retry(ngx_http_idem_ctx_t *ctx)
+{
+    /* no retry budget, no breaker: every retry is allowed */
+    return 1;
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_new_round(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_new_round");
+    return NGX_ERROR;
 }

@@ -16,6 +16,8 @@
 
 
 #include "ngx_http_idem_module.h"
+#include "ngx_http_idem_record.h"
+#include "ngx_http_idem_round.h"
 
 
 /* the module index in the fake configuration arrays */
@@ -79,6 +81,7 @@ ngx_int_t ngx_http_idem_fuzz_names(ngx_http_idem_fuzz_t *fz);
 
 ngx_uint_t ngx_http_idem_fuzz_json(u_char *p, size_t len);
 ngx_uint_t ngx_http_idem_fuzz_id_valid(ngx_str_t *id, size_t max);
+ngx_uint_t ngx_http_idem_fuzz_sf_string(ngx_str_t *value, ngx_str_t *content);
 
 
 #endif /* _NGX_HTTP_IDEM_FUZZ_H_INCLUDED_ */

@@ -5,10 +5,12 @@
  * replayed, must give the client what the owner's gave.
  *
  * Input: a flags byte.  Bit 0 clear: the rest is a stored answer, replayed
- * (bit 1: to a HEAD request).  Bit 0 set: the rest is an upstream's answer
- * to keep: a status line ("NNN reason"), a Content-Type line, header lines
- * ("name: value") up to an empty line, then the body, cut in up to three
- * buffers at the next two bytes.
+ * (bit 1: to a HEAD request); its "~name: value" lines are the first
+ * answer's trailers (gRPC's grpc-status).  Bit 0 set: the rest is an
+ * upstream's answer to keep: a status line ("NNN reason"), a Content-Type
+ * line, header lines ("name: value", "\tname: value" a trailer) up to an
+ * empty line, then the body, cut in up to three buffers at the next two
+ * bytes.
  */
 
 
@@ -83,7 +85,9 @@ ngx_http_idem_fuzz_replay(ngx_http_idem_fuzz_t *fz, ngx_str_t *answer)
     u_char              *p, *last, *eol, *colon;
     off_t                length;
     ngx_int_t            rc;
+    ngx_int_t            trailers;
     ngx_uint_t           valid, status;
+    ngx_list_part_t     *part;
     ngx_http_request_t  *r;
 
     r = fz->request;
@@ -98,6 +102,7 @@ ngx_http_idem_fuzz_replay(ngx_http_idem_fuzz_t *fz, ngx_str_t *answer)
 
     status = valid ? (ngx_uint_t) ngx_atoi(p, 3) : 0;
     length = -1;
+    trailers = 0;
 
     for (p = valid ? eol + 1 : last; p < last && *p != '\n'; p = eol + 1) {
         eol = memchr(p, '\n', last - p);
@@ -108,6 +113,11 @@ ngx_http_idem_fuzz_replay(ngx_http_idem_fuzz_t *fz, ngx_str_t *answer)
         {
             valid = 0;
             break;
+        }
+
+        if (*p == '~') {
+            trailers++;
+            continue;
         }
 
         if (colon - p == 14 && ngx_strncasecmp(p, (u_char *) "Content-Length",
@@ -142,8 +152,19 @@ ngx_http_idem_fuzz_replay(ngx_http_idem_fuzz_t *fz, ngx_str_t *answer)
     ngx_http_idem_fuzz_assert(last == p
                               || ngx_memcmp(ngx_http_idem_fuzz_answer.body.data,
                                             p, last - p) == 0);
+    for (part = &r->headers_out.trailers.part; part; part = part->next) {
+        trailers -= part->nelts;
+    }
+
+    ngx_http_idem_fuzz_assert(trailers == 0);
+    ngx_http_idem_fuzz_assert((r->expect_trailers != 0)
+                              == (r->headers_out.trailers.part.nelts != 0));
+
+    /* with trailers, no length: as the first answer came */
+
     ngx_http_idem_fuzz_assert(r->headers_out.content_length_n
-                              == (length >= 0 ? length : last - p));
+                              == (r->expect_trailers ? -1
+                                  : (length >= 0 ? length : last - p)));
 }
 
 
@@ -212,6 +233,20 @@ ngx_http_idem_fuzz_keep(ngx_http_idem_fuzz_t *fz,
         }
 
         *colon = '\0';
+
+        if (line.data[0] == '\t' && colon > line.data + 1) {
+
+            /* a trailer of the answer, known when it ends */
+
+            if (ngx_http_idem_fuzz_header(fz, &r->headers_out.trailers,
+                                          (char *) line.data + 1, &value)
+                != NGX_OK)
+            {
+                ngx_http_idem_fuzz_abort("no memory");
+            }
+
+            continue;
+        }
 
         if (ngx_http_idem_fuzz_header(fz, &r->headers_out.headers,
                                       (char *) line.data, &value)
@@ -355,6 +390,33 @@ ngx_http_idem_fuzz_keep(ngx_http_idem_fuzz_t *fz,
     ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_next(&part2, &j, 0)
                               == NULL);
 
+    /* the trailers, in their order */
+
+    part = &r->headers_out.trailers.part;
+    part2 = &fz2.request->headers_out.trailers.part;
+    i = 0;
+    j = 0;
+
+    for ( ;; ) {
+        h = ngx_http_idem_fuzz_next(&part, &i, 0);
+        h2 = ngx_http_idem_fuzz_next(&part2, &j, 0);
+
+        if (h == NULL) {
+            ngx_http_idem_fuzz_assert(h2 == NULL);
+            break;
+        }
+
+        ngx_http_idem_fuzz_assert(h2 != NULL);
+        ngx_http_idem_fuzz_assert(h->key.len == h2->key.len
+                                  && ngx_memcmp(h->key.data, h2->key.data,
+                                                h->key.len) == 0);
+        ngx_http_idem_fuzz_assert(h->value.len == h2->value.len
+                                  && (h->value.len == 0
+                                      || ngx_memcmp(h->value.data,
+                                                    h2->value.data,
+                                                    h->value.len) == 0));
+    }
+
     /* the body */
 
     ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.body.len
@@ -378,7 +440,8 @@ ngx_http_idem_fuzz_kept(ngx_table_elt_t *h)
         "Connection", "Keep-Alive", "Proxy-Authenticate",
         "Proxy-Authorization", "Proxy-Connection", "TE", "Trailer",
         "Transfer-Encoding", "Upgrade", "Content-Length", "Content-Type",
-        "Idempotent-Replayed", "X-Call-Id", "X-Trace-Id", NULL
+        "Idempotent-Replayed", "Set-Cookie", "Set-Cookie2", "X-Call-Id",
+        "X-Trace-Id", NULL
     };
 
     if (h->hash == 0) {

@@ -6,8 +6,13 @@
  * let through, the headers the upstream gets: the module's own, once, and
  * none of the client's copies of them.
  *
+ * A call id that opens with a quote is an RFC 8941 String (Idempotency-Key
+ * form): its content is checked against an independent reading of the
+ * String, and the id is that content, the header echoed as sent.
+ *
  * Input: a flags byte (bit 0: idem_call_id_missing reject, bit 1: the
- * prefixed generator, bits 2-3: which idem_call_id_pattern), a byte of
+ * prefixed generator, bits 2-3: which idem_call_id_pattern, bit 4:
+ * idem_call_id_form string), a byte of
  * idem_call_id_max_length (0: 128), then request headers, one a line: the
  * line's first byte picks the name, the rest is the value.
  */
@@ -51,13 +56,15 @@ static pcre2_code  *ngx_http_idem_fuzz_re[NGX_HTTP_IDEM_FUZZ_PATTERNS];
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    int                          err;
+    int                          perr;
     size_t                       max;
     u_char                      *tp;
     PCRE2_SIZE                   off;
     ngx_int_t                    rc;
-    ngx_str_t                    line, value, *cv, *tv, *pv;
-    ngx_uint_t                   flags, i, pattern, call_ok, trace_ok;
+    u_char                       err[64];
+    ngx_str_t                    line, value, *cv, *tv, *pv, *id;
+    ngx_str_t                    content, mcontent;
+    ngx_uint_t                   flags, i, pattern, call_ok, trace_ok, sf;
     ngx_uint_t                   ncall, ntrace, nparent;
     ngx_uint_t                   before[NGX_HTTP_IDEM_FUZZ_NAMES];
     pcre2_match_data            *md;
@@ -70,7 +77,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (ngx_http_idem_fuzz_re[i] == NULL) {
             ngx_http_idem_fuzz_re[i] = pcre2_compile(
                 (PCRE2_SPTR) ngx_http_idem_fuzz_patterns[i],
-                PCRE2_ZERO_TERMINATED, 0, &err, &off, NULL);
+                PCRE2_ZERO_TERMINATED, 0, &perr, &off, NULL);
 
             if (ngx_http_idem_fuzz_re[i] == NULL) {
                 ngx_http_idem_fuzz_abort("pcre2_compile");
@@ -93,6 +100,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                  ? NGX_HTTP_IDEM_GENERATOR_PREFIXED
                                  : NGX_HTTP_IDEM_GENERATOR_UUID;
     fz.ilcf->call_id_max_length = max ? max : 128;
+    fz.ilcf->call_id_form = (flags & 16) ? NGX_HTTP_IDEM_FORM_STRING
+                                         : NGX_HTTP_IDEM_FORM_TOKEN;
 
     pattern = (flags >> 2) & 3;
     fz.ilcf->call_id_pattern = ngx_http_idem_fuzz_re[pattern];
@@ -158,9 +167,42 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_http_idem_fuzz_assert(in.trace_id_count == ntrace);
     ngx_http_idem_fuzz_assert(in.traceparent_count == nparent);
 
+    /* the id itself: the value, or the content of a String */
+
+    id = cv;
+    sf = 0;
+
+    if (cv != NULL && cv->len && cv->data[0] == '"') {
+        content.data = ngx_pnalloc(fz.pool, cv->len);
+        mcontent.data = ngx_pnalloc(fz.pool, cv->len);
+
+        if (content.data == NULL || mcontent.data == NULL) {
+            ngx_http_idem_fuzz_abort("no memory");
+        }
+
+        sf = ngx_http_idem_fuzz_sf_string(cv, &content);
+        rc = ngx_http_idem_parse_sf_string(cv, &mcontent, err, sizeof(err));
+
+        ngx_http_idem_fuzz_assert(rc == NGX_OK || rc == NGX_DECLINED);
+        ngx_http_idem_fuzz_assert(sf != 0 || rc == NGX_DECLINED);
+        ngx_http_idem_fuzz_assert(sf != 1 || rc == NGX_OK);
+
+        if (rc == NGX_OK) {
+            ngx_http_idem_fuzz_assert(mcontent.len == content.len
+                                      && ngx_memcmp(mcontent.data,
+                                                    content.data,
+                                                    content.len) == 0);
+            id = &content;
+
+        } else {
+            ngx_http_idem_fuzz_assert(ngx_strlen(err) < sizeof(err));
+            id = NULL;
+        }
+    }
+
     call_ok = (ncall == 0 && !(flags & 1))
-              || (ncall == 1
-                  && ngx_http_idem_fuzz_id_valid(cv,
+              || (ncall == 1 && id != NULL
+                  && ngx_http_idem_fuzz_id_valid(id,
                                             fz.ilcf->call_id_max_length));
 
     if (call_ok && ncall == 1 && pattern) {
@@ -170,8 +212,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             ngx_http_idem_fuzz_abort("no memory");
         }
 
-        call_ok = pcre2_match(ngx_http_idem_fuzz_re[pattern], cv->data,
-                              cv->len, 0, 0, md, NULL) >= 0;
+        call_ok = pcre2_match(ngx_http_idem_fuzz_re[pattern], id->data,
+                              id->len, 0, 0, md, NULL) >= 0;
 
         pcre2_match_data_free(md);
     }
@@ -194,14 +236,34 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (call_ok && ncall == 1) {
         ngx_http_idem_fuzz_assert(fz.ctx->source
                                   == NGX_HTTP_IDEM_SOURCE_CLIENT);
-        ngx_http_idem_fuzz_assert(fz.ctx->call_id.data == cv->data
-                                  && fz.ctx->call_id.len == cv->len);
+        ngx_http_idem_fuzz_assert(fz.ctx->call_id.len == id->len
+                                  && ngx_memcmp(fz.ctx->call_id.data,
+                                                id->data, id->len) == 0);
+        ngx_http_idem_fuzz_assert(fz.ctx->call_id_echo.data == cv->data
+                                  && fz.ctx->call_id_echo.len == cv->len);
 
     } else {
         ngx_http_idem_fuzz_assert(fz.ctx->source
                                   == NGX_HTTP_IDEM_SOURCE_GATEWAY);
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_id_valid(
                                       &fz.ctx->call_id, 255));
+
+        /* a generated id goes out bare, or as a String (quoted) */
+
+        if (flags & 16) {
+            ngx_http_idem_fuzz_assert(
+                fz.ctx->call_id_echo.len == fz.ctx->call_id.len + 2
+                && fz.ctx->call_id_echo.data[0] == '"'
+                && ngx_memcmp(fz.ctx->call_id_echo.data + 1,
+                              fz.ctx->call_id.data, fz.ctx->call_id.len) == 0
+                && fz.ctx->call_id_echo.data[fz.ctx->call_id.len + 1] == '"');
+
+        } else {
+            ngx_http_idem_fuzz_assert(
+                fz.ctx->call_id_echo.len == fz.ctx->call_id.len
+                && ngx_memcmp(fz.ctx->call_id_echo.data, fz.ctx->call_id.data,
+                              fz.ctx->call_id.len) == 0);
+        }
     }
 
     /* the trace id: the client's, the traceparent's, or a new one */
@@ -292,9 +354,9 @@ ngx_http_idem_fuzz_upstream(ngx_http_idem_fuzz_t *fz,
 
     h = ngx_http_idem_fuzz_find(r, "X-Call-Id", &n);
     ngx_http_idem_fuzz_assert(n == 1
-                              && h->value.len == fz->ctx->call_id.len
+                              && h->value.len == fz->ctx->call_id_echo.len
                               && ngx_memcmp(h->value.data,
-                                            fz->ctx->call_id.data,
+                                            fz->ctx->call_id_echo.data,
                                             h->value.len) == 0);
 
     h = ngx_http_idem_fuzz_find(r, "X-Trace-Id", &n);

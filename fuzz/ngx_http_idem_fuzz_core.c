@@ -47,6 +47,12 @@ ngx_queue_t                ngx_posted_events;
 ngx_event_actions_t        ngx_event_actions;
 ngx_os_io_t                ngx_io;
 
+static ngx_log_t           ngx_http_idem_fuzz_cycle_log;
+static ngx_cycle_t         ngx_http_idem_fuzz_cycle = {
+    .log = &ngx_http_idem_fuzz_cycle_log
+};
+volatile ngx_cycle_t      *ngx_cycle = &ngx_http_idem_fuzz_cycle;
+
 ngx_module_t               ngx_http_module;
 ngx_module_t               ngx_http_core_module;
 ngx_module_t               ngx_http_upstream_module;
@@ -1225,6 +1231,14 @@ ngx_http_upstream_get_round_robin_peer(ngx_peer_connection_t *pc,
     void *data)
 {
     ngx_http_idem_fuzz_unreached("ngx_http_upstream_get_round_robin_peer");
+    return NGX_ERROR;
+}
+
+
+ngx_int_t
+ngx_event_connect_peer(ngx_peer_connection_t *pc)
+{
+    ngx_http_idem_fuzz_unreached("ngx_event_connect_peer");
     return NGX_ERROR;
 }
 
