@@ -480,6 +480,21 @@ ngx_memn2cmp(u_char *s1, u_char *s2, size_t n1, size_t n2)
 
 
 ngx_uint_t
+ngx_hash_key(u_char *data, size_t len)
+{
+    ngx_uint_t  i, key;
+
+    key = 0;
+
+    for (i = 0; i < len; i++) {
+        key = ngx_hash(key, data[i]);
+    }
+
+    return key;
+}
+
+
+ngx_uint_t
 ngx_hash_strlow(u_char *dst, u_char *src, size_t n)
 {
     ngx_uint_t  key;

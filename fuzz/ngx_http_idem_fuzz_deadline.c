@@ -2,7 +2,8 @@
 /*
  * Fuzz target: the budget a client sends (X-Deadline-Ms, grpc-timeout),
  * from the walk over the request headers to the call's deadline, and the
- * 400 problem+json a bad value gets.
+ * 400 problem+json a bad value gets; and the grpc-timeout the module
+ * sends upstream for what is left (it must read back as at most that).
  *
  * Input: three bytes of the route's idem_deadline in ms (0: off), then
  * request headers, one a line: the line's first byte picks the name, the
@@ -19,6 +20,7 @@
 
 static ngx_int_t ngx_http_idem_fuzz_ms(ngx_str_t *v, ngx_msec_t *ms);
 static ngx_int_t ngx_http_idem_fuzz_grpc(ngx_str_t *v, ngx_msec_t *ms);
+static void ngx_http_idem_fuzz_outbound(ngx_msec_t ms);
 
 
 static char  *ngx_http_idem_fuzz_names_in[] = {
@@ -154,6 +156,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ngx_http_idem_fuzz_assert(ok != NGX_OK || ms == budget);
     }
 
+    /* outbound: what is left, in gRPC's form, never more, at most 9 bytes */
+
+    ngx_http_idem_fuzz_outbound(budget);
+    ngx_http_idem_fuzz_outbound(fz.ilcf->deadline << 8);
+
     /* a refused budget: 400, problem+json that parses */
 
     if (rc == NGX_DECLINED) {
@@ -259,4 +266,58 @@ ngx_http_idem_fuzz_grpc(ngx_str_t *v, ngx_msec_t *ms)
     *ms = (ngx_msec_t) ngx_min(n, (uint64_t) NGX_MAX_INT32_VALUE);
 
     return NGX_OK;
+}
+
+
+/*
+ * The outbound grpc-timeout for "ms" left: it reads back, by the module's
+ * parser and this file's, as at most "ms", and less by under one unit
+ */
+
+static void
+ngx_http_idem_fuzz_outbound(ngx_msec_t ms)
+{
+    u_char      *buf, *p;
+    uint64_t     unit;
+    ngx_str_t    v;
+    ngx_msec_t   back, mine;
+
+    ms = ngx_min(ms, (ngx_msec_t) NGX_MAX_INT32_VALUE);
+
+    /* exactly its room: a byte past it is reported */
+
+    buf = malloc(NGX_HTTP_IDEM_GRPC_TIMEOUT_LEN);
+    if (buf == NULL) {
+        ngx_http_idem_fuzz_abort("no memory");
+    }
+
+    p = ngx_http_idem_grpc_timeout(buf, ms);
+
+    v.data = buf;
+    v.len = p - buf;
+
+    ngx_http_idem_fuzz_assert(v.len >= 2
+                              && v.len <= NGX_HTTP_IDEM_GRPC_TIMEOUT_LEN);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_parse_grpc_timeout(&v, &back)
+                              == NGX_OK);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_grpc(&v, &mine) == NGX_OK);
+    ngx_http_idem_fuzz_assert(back == mine && back <= ms);
+
+    switch (buf[v.len - 1]) {
+    case 'm':
+        unit = 1;
+        break;
+    case 'S':
+        unit = 1000;
+        break;
+    case 'M':
+        unit = 60000;
+        break;
+    default:
+        unit = 3600000;
+    }
+
+    ngx_http_idem_fuzz_assert(ms - back < unit);
+
+    free(buf);
 }

@@ -1,17 +1,25 @@
 
 /*
- * Fuzz target: the record parser behind the status endpoint and the 409
- * bodies, ngx_http_idem_status_json(): a record's fields, as the store
- * gives them, to JSON.  It is the one function this file calls, so that
- * a rewrite of the parser only needs the call below re-pointed.
+ * Fuzz target: the status endpoint, from the URI to the answer.  The call
+ * id is taken from the URI's last segment (a String form, "abc", is the
+ * id abc) and checked; a bad one is a 400 problem+json.  A good one is
+ * read from the store; the store's reply (Redis's time, then the record's
+ * fields and values) goes through the record parser to the JSON answer,
+ * which must parse, or to a 404 or a 503.
  *
- * Input: strings, each a length byte (255: two bytes of length follow)
- * and its bytes: Redis's time (unix ms, in decimal), then the record's
- * fields and values, in turns.
+ * Input: a byte of idem_record_max_executions (0: the default), a byte of
+ * idem_call_id_max_length (0: 128), the URI up to a line feed, then
+ * strings, each a length byte (255: two bytes of length follow) and its
+ * bytes: Redis's time (unix ms, in decimal; none: the store did not
+ * answer), then the record's fields and values, in turns.
  */
 
 
 #include "ngx_http_idem_status.c"
+#include "ngx_http_idem_record_parse.c"
+#include "ngx_http_idem_call_id.c"
+#include "ngx_http_idem_problem.c"
+#include "ngx_http_idem_headers.c"
 
 #include "ngx_http_idem_fuzz.h"
 
@@ -19,23 +27,110 @@
 #define NGX_HTTP_IDEM_FUZZ_FIELDS  512
 
 
+static ngx_http_idem_store_read_pt  ngx_http_idem_fuzz_handler;
+static void                        *ngx_http_idem_fuzz_data;
+static ngx_http_idem_store_op_t    *ngx_http_idem_fuzz_op;
+static ngx_str_t                    ngx_http_idem_fuzz_read_key;
+
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    off_t                        now;
+    u_char                      *p;
     ngx_int_t                    rc;
-    ngx_str_t                    id, time, out, *elts;
-    ngx_uint_t                   n;
+    ngx_str_t                    uri, id, content, *elts;
+    ngx_uint_t                   n, max, valid, sf, status;
     ngx_http_idem_fuzz_t         fz;
     ngx_http_idem_fuzz_input_t   input;
+    ngx_http_idem_status_ctx_t  *sctx;
 
     if (ngx_http_idem_fuzz_init(&fz, data, size, &input) != NGX_OK) {
         ngx_http_idem_fuzz_abort("init");
     }
 
-    ngx_http_idem_fuzz_string(&input, &time);
+    ngx_http_idem_fuzz_names(&fz);
 
-    now = ngx_atoof(time.data, time.len);
+    ngx_http_idem_fuzz_handler = NULL;
+    ngx_http_idem_fuzz_data = NULL;
+    ngx_http_idem_fuzz_op = NULL;
+
+    max = ngx_http_idem_fuzz_byte(&input);
+    fz.imcf->record_max_executions = max ? max
+                                     : NGX_HTTP_IDEM_RECORD_MAX_EXECUTIONS;
+
+    max = ngx_http_idem_fuzz_byte(&input);
+    fz.ilcf->call_id_max_length = max ? max : 128;
+    fz.ilcf->status = 1;
+
+    ngx_http_idem_fuzz_line(&input, &uri);
+    fz.request->uri = uri;
+
+    /* what the id is: the URI's last segment, a String's content */
+
+    for (p = uri.data + uri.len; p > uri.data && p[-1] != '/'; p--) {
+        /* void */
+    }
+
+    id.data = p;
+    id.len = uri.data + uri.len - p;
+
+    content.data = ngx_pnalloc(fz.pool, id.len);
+    if (content.data == NULL) {
+        ngx_http_idem_fuzz_abort("no memory");
+    }
+
+    sf = ngx_http_idem_fuzz_sf_string(&id, &content);
+
+    if (sf == 1) {
+        id = content;
+    }
+
+    valid = ngx_http_idem_fuzz_id_valid(&id, fz.ilcf->call_id_max_length);
+
+    rc = ngx_http_idem_status_handler(fz.request);
+
+    if (sf == 2 && rc == NGX_DONE) {
+
+        /* parameters after the String: the module's parser judges them */
+
+        ngx_http_idem_fuzz_assert(
+            ngx_http_idem_fuzz_id_valid(&content,
+                                        fz.ilcf->call_id_max_length));
+        id = content;
+        valid = 1;
+    }
+
+    if (!valid) {
+        ngx_http_idem_fuzz_assert(rc == NGX_OK);
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.status
+                                  == NGX_HTTP_BAD_REQUEST);
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_json(
+                                      ngx_http_idem_fuzz_answer.body.data,
+                                      ngx_http_idem_fuzz_answer.body.len));
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_handler == NULL);
+
+        ngx_http_idem_fuzz_done(&fz);
+        return 0;
+    }
+
+    /* a good id is read, under its key */
+
+    ngx_http_idem_fuzz_assert(rc == NGX_DONE);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_handler != NULL);
+    ngx_http_idem_fuzz_assert(!ngx_http_idem_fuzz_answer.header_sent);
+
+    sctx = ngx_http_idem_fuzz_data;
+
+    ngx_http_idem_fuzz_assert(sctx->id.len == id.len
+                              && ngx_memcmp(sctx->id.data, id.data, id.len)
+                                 == 0);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_read_key.len
+                              == sizeof("idem:c:{}") - 1 + id.len
+                              && ngx_memcmp(ngx_http_idem_fuzz_read_key.data
+                                            + sizeof("idem:c:{") - 1,
+                                            id.data, id.len) == 0);
+
+    /* the store's reply */
 
     elts = ngx_palloc(fz.pool, NGX_HTTP_IDEM_FUZZ_FIELDS * sizeof(ngx_str_t));
     if (elts == NULL) {
@@ -47,20 +142,78 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ngx_http_idem_fuzz_string(&input, &elts[n]);
     }
 
-    ngx_str_set(&id, "order-1234");
+    ngx_http_idem_fuzz_handler(ngx_http_idem_fuzz_data,
+                               n ? NGX_OK : NGX_ERROR, elts, n);
 
-    rc = ngx_http_idem_status_json(fz.request, &id,
-                                   now > 0 ? (uint64_t) now : 0, elts, n,
-                                   &out);
+    status = ngx_http_idem_fuzz_answer.status;
 
-    ngx_http_idem_fuzz_assert(rc == NGX_OK || rc == NGX_DECLINED);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.header_sent);
+    ngx_http_idem_fuzz_assert(status == NGX_HTTP_OK
+                              || status == NGX_HTTP_NOT_FOUND
+                              || status == NGX_HTTP_SERVICE_UNAVAILABLE);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.finalized == NGX_OK);
 
-    if (rc == NGX_OK && !ngx_http_idem_fuzz_json(out.data, out.len)) {
-        fprintf(stderr, "not JSON: %.*s\n", (int) out.len, out.data);
+    if (n == 0 || ngx_atoi(elts[0].data, elts[0].len) == NGX_ERROR) {
+        ngx_http_idem_fuzz_assert(status == NGX_HTTP_SERVICE_UNAVAILABLE);
+
+    } else if (n == 1) {
+        ngx_http_idem_fuzz_assert(status == NGX_HTTP_NOT_FOUND);
+    }
+
+    if (!ngx_http_idem_fuzz_json(ngx_http_idem_fuzz_answer.body.data,
+                                 ngx_http_idem_fuzz_answer.body.len))
+    {
+        fprintf(stderr, "not JSON: %.*s\n",
+                (int) ngx_http_idem_fuzz_answer.body.len,
+                ngx_http_idem_fuzz_answer.body.data);
         ngx_http_idem_fuzz_abort("check failed: the record's JSON");
     }
 
     ngx_http_idem_fuzz_done(&fz);
 
     return 0;
+}
+
+
+/* the store: a read is kept, answered by the target */
+
+ngx_http_idem_store_op_t *
+ngx_http_idem_store_read(ngx_uint_t argc, ngx_str_t *argv,
+    ngx_http_idem_store_read_pt handler, void *data, ngx_msec_t timeout)
+{
+    static u_char  op;
+
+    ngx_http_idem_fuzz_assert(argc == 4);
+
+    ngx_http_idem_fuzz_handler = handler;
+    ngx_http_idem_fuzz_data = data;
+    ngx_http_idem_fuzz_read_key = argv[3];
+    ngx_http_idem_fuzz_op = (ngx_http_idem_store_op_t *) &op;
+
+    return ngx_http_idem_fuzz_op;
+}
+
+
+void
+ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op)
+{
+    /* the request went before the reply: not in this target */
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_store_cancel");
+}
+
+
+/* the key of an id with "idem_dedupe_scope off" (dedupe.c's rule) */
+
+ngx_int_t
+ngx_http_idem_key(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
+    ngx_str_t *id, ngx_str_t *key)
+{
+    key->data = ngx_pnalloc(r->pool, sizeof("idem:c:{}") - 1 + id->len);
+    if (key->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    key->len = ngx_sprintf(key->data, "idem:c:{%V}", id) - key->data;
+
+    return NGX_OK;
 }
