@@ -39,7 +39,7 @@ NGINX       ?=
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 8
 FUZZ_TARGETS ?= call_id deadline retry_after answer record status \
-                redis_reply
+                redis_reply redis_cluster
 FUZZ_BUILD   := $(BUILD)/fuzz
 FUZZ_COMMON  := fuzz/ngx_http_idem_fuzz.c fuzz/ngx_http_idem_fuzz_core.c
 FUZZ_CFLAGS  := -g -O1 -fno-omit-frame-pointer \

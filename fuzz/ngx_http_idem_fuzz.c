@@ -7,6 +7,7 @@
 
 
 #include "ngx_http_idem_fuzz.h"
+#include "ngx_http_idem_redis.h"
 
 
 #define NGX_HTTP_IDEM_FUZZ_JSON_DEPTH  32
@@ -896,5 +897,65 @@ __attribute__((weak)) ngx_int_t
 ngx_http_idem_new_round(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
     ngx_http_idem_fuzz_unreached("ngx_http_idem_new_round");
+    return NGX_ERROR;
+}
+
+
+/* the Redis store's cluster and sentinel parts (redis_cluster target) */
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_redis_cluster_init(ngx_http_idem_redis_t *rd,
+    ngx_cycle_t *cycle)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_redis_cluster_init");
+    return NGX_ERROR;
+}
+
+
+__attribute__((weak)) void
+ngx_http_idem_redis_cluster_exit(ngx_http_idem_redis_t *rd)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_redis_cluster_exit");
+}
+
+
+__attribute__((weak)) ngx_http_idem_redis_node_t *
+ngx_http_idem_redis_cluster_route(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_redis_cluster_route");
+    return NULL;
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, redisReply *reply)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_redis_cluster_redirect");
+    return NGX_ERROR;
+}
+
+
+__attribute__((weak)) ngx_uint_t
+ngx_http_idem_redis_cluster_slot(u_char *key, size_t len)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_redis_cluster_slot");
+    return 0;
+}
+
+
+__attribute__((weak)) void
+ngx_http_idem_redis_cluster_stale(ngx_http_idem_redis_t *rd)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_redis_cluster_stale");
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,
+    ngx_cycle_t *cycle)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_redis_sentinel_init");
     return NGX_ERROR;
 }

@@ -207,6 +207,13 @@ ngx_alloc(size_t size, ngx_log_t *log)
 }
 
 
+void *
+ngx_calloc(size_t size, ngx_log_t *log)
+{
+    return calloc(1, size ? size : 1);
+}
+
+
 ngx_buf_t *
 ngx_create_temp_buf(ngx_pool_t *pool, size_t size)
 {
@@ -1194,19 +1201,67 @@ ngx_slab_calloc(ngx_slab_pool_t *pool, size_t size)
 }
 
 
+/*
+ * What nginx's reads: four decimal octets of at most 255 separated by
+ * dots, nothing else; INADDR_NONE otherwise.
+ */
+
 in_addr_t
 ngx_inet_addr(u_char *text, size_t len)
 {
-    ngx_http_idem_fuzz_unreached("ngx_inet_addr");
-    return INADDR_NONE;
+    u_char      *p;
+    in_addr_t    addr;
+    ngx_uint_t   octet, dots;
+
+    addr = 0;
+    octet = 0;
+    dots = 0;
+
+    for (p = text; p < text + len; p++) {
+
+        if (*p >= '0' && *p <= '9') {
+            octet = octet * 10 + (*p - '0');
+
+            if (octet > 255) {
+                return INADDR_NONE;
+            }
+
+            continue;
+        }
+
+        if (*p == '.') {
+            addr = (addr << 8) + octet;
+            octet = 0;
+            dots++;
+            continue;
+        }
+
+        return INADDR_NONE;
+    }
+
+    if (dots != 3) {
+        return INADDR_NONE;
+    }
+
+    return htonl((addr << 8) + octet);
 }
 
+
+/* an approximation: libc's inet_pton() on a copy of the text */
 
 ngx_int_t
 ngx_inet6_addr(u_char *p, size_t len, u_char *addr)
 {
-    ngx_http_idem_fuzz_unreached("ngx_inet6_addr");
-    return NGX_ERROR;
+    char  text[64];
+
+    if (len == 0 || len >= sizeof(text) || memchr(p, '\0', len) != NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memcpy(text, p, len);
+    text[len] = '\0';
+
+    return inet_pton(AF_INET6, text, addr) == 1 ? NGX_OK : NGX_ERROR;
 }
 
 

@@ -16,6 +16,7 @@
 #include "ngx_http_idem_redis.c"
 #include "ngx_http_idem_dedupe.c"
 #include "ngx_http_idem_status.c"
+#include "ngx_http_idem_record_parse.c"
 #include "ngx_http_idem_answer.c"
 #include "ngx_http_idem_problem.c"
 #include "ngx_http_idem_headers.c"
@@ -43,6 +44,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_http_idem_status_ctx_t  *sctx;
     ngx_http_idem_store_conf_t   conf;
     ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t   node;
     ngx_log_t                   *log;
 
     if (ngx_http_idem_fuzz_init(&fz, data, size, &input) != NGX_OK) {
@@ -117,9 +119,17 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     rd->conf = &conf;
     rd->log = log;
-    rd->state = NGX_HTTP_IDEM_REDIS_UP;
+    ngx_str_set(&rd->name, "127.0.0.1:6379");
     rd->started = 1;
     rd->stats.pending = 1;
+
+    /* its one node, up: the reply came on it */
+
+    ngx_memzero(&node, sizeof(ngx_http_idem_redis_node_t));
+    node.rd = rd;
+    node.state = NGX_HTTP_IDEM_REDIS_UP;
+    node.name = rd->name;
+    rd->node = &node;
 
     /* the last error line: long ago (an error reply is logged at once) */
     rd->reported = (flags & 8) ? ngx_current_msec - 5000 : ngx_current_msec;
@@ -134,7 +144,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rd->report_ev.cancelable = 1;
 
     ngx_memzero(&ac, sizeof(redisAsyncContext));
-    ac.data = &ngx_http_idem_redis;
+    ac.data = &node;
 
     op = ngx_alloc(sizeof(ngx_http_idem_store_op_t), NULL);
     if (op == NULL) {
@@ -176,9 +186,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         op->data = fz.ctx;
     }
 
-    /* the op is freed by read_done, whatever the reply */
+    /* the op is freed by op_done, whatever the reply */
 
-    ngx_http_idem_redis_read_done(&ac, (flags & 4) ? NULL : reply, op);
+    ngx_http_idem_redis_op_done(&ac, (flags & 4) ? NULL : reply, op);
 
     freeReplyObject(reply);
 
