@@ -37,7 +37,7 @@ NGINX       ?=
 
 # libFuzzer targets (fuzz/): clang with ASan and UBSan, seeds in fuzz/corpus
 FUZZ_CC      ?= clang
-FUZZ_SECONDS ?= 8
+FUZZ_SECONDS ?= 6
 FUZZ_TARGETS ?= call_id deadline retry_after answer record status \
                 redis_reply redis_cluster
 FUZZ_BUILD   := $(BUILD)/fuzz

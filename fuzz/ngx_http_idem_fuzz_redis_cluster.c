@@ -200,8 +200,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 /*
  * CLUSTER SLOTS, read again here: each entry [start, end, [ip, port ...]
- * ...] that is whole, in range and names an IP gives its slots to that
- * node (a later entry wins); an empty ip is the node asked.  Nodes are
+ * ...] that is whole, in range and names an IP and a port gives its slots
+ * to that node (a later entry wins); an empty ip is the node asked.  Nodes are
  * made as they are named, up to the store's limit.
  */
 
@@ -255,7 +255,9 @@ ngx_http_idem_fuzz_slots(ngx_http_idem_redis_t *rd, redisReply *reply)
                 || m->element[1]->type != REDIS_REPLY_INTEGER
                 || e->element[0]->integer < 0
                 || e->element[0]->integer > e->element[1]->integer
-                || e->element[1]->integer >= NGX_HTTP_IDEM_CLUSTER_SLOTS)
+                || e->element[1]->integer >= NGX_HTTP_IDEM_CLUSTER_SLOTS
+                || m->element[1]->integer < 1
+                || m->element[1]->integer > 65535)
             {
                 continue;
             }

@@ -9,7 +9,7 @@ set -e
 cd "$(dirname "$0")/.."
 
 bin=${FUZZ_BUILD:-build/fuzz}
-seconds=${FUZZ_SECONDS:-8}
+seconds=${FUZZ_SECONDS:-6}
 
 if [ -n "$FUZZ_RUNS" ]; then
     limit="-runs=$FUZZ_RUNS"
@@ -23,6 +23,8 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 mkdir -p "$bin/findings"
 
 status=0
+passed=0
+failed=0
 
 for t in "$@"; do
     mkdir -p "$bin/corpus/$t"
@@ -35,13 +37,17 @@ for t in "$@"; do
         runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
         secs=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log")
         cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
-        printf "%-12s ok: %s runs in %s s, %s\n" "$t" "$runs" "$secs" "$cov"
+        printf "%-13s ok: %s runs in %s s, %s\n" "$t" "$runs" "$secs" "$cov"
+        passed=$((passed + 1))
     else
         echo "$t: FAILED (log: $log, input: $bin/findings/$t-*)"
         grep -A40 -m1 -E 'ERROR: |runtime error|ngx_idem fuzz:' "$log" \
             | head -60
         status=1
+        failed=$((failed + 1))
     fi
 done
+
+echo "fuzz: $passed passed, $failed failed"
 
 exit $status
