@@ -2,7 +2,7 @@
 /*
  * What the fuzz targets share: a request made by hand (pool, connection,
  * log, configuration arrays, module ctx), a reader over the fuzz input,
- * and checks of what the module sends (ngx_http_idem_fuzz_stubs.c).
+ * and checks of what the module sends (ngx_http_idem_fuzz.c).
  *
  * A target includes the module's .c files it fuzzes, so that their static
  * functions are reachable; nginx's own functions are replaced by the stubs,

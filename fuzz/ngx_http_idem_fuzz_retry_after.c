@@ -244,9 +244,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                       < ngx_http_idem_remaining(fz.ctx));
 
         } else {
-            ngx_http_idem_fuzz_assert(fz.ctx->retry_after
-                                      <= ngx_max(fz.ilcf->retry_max_backoff,
-                                                 NGX_HTTP_IDEM_RETRY_AFTER_MAX));
+            ngx_http_idem_fuzz_assert(
+                fz.ctx->retry_after
+                <= ngx_max(fz.ilcf->retry_max_backoff,
+                           NGX_HTTP_IDEM_RETRY_AFTER_MAX));
         }
     }
 
