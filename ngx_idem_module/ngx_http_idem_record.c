@@ -354,6 +354,12 @@ ngx_http_idem_attempt_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     a->start_ms = ngx_http_idem_unix_ms();
     a->outcome = NGX_HTTP_IDEM_OUTCOME_NONE;
 
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem attempt %ui of \"%V\" starts, %i ms left",
+                   a->n, &ctx->call_id,
+                   ctx->has_deadline ? (ngx_int_t) ngx_http_idem_remaining(ctx)
+                                     : (ngx_int_t) -1);
+
     if (ctx->traceparent_h != NULL) {
         ngx_memcpy(a->span_id, ctx->traceparent_h->value.data + 36,
                    NGX_HTTP_IDEM_SPAN_ID_LEN);
@@ -422,6 +428,11 @@ ngx_http_idem_attempt_end(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     } else {
         a->outcome = NGX_HTTP_IDEM_OUTCOME_ERROR_AFTER_SEND;
     }
+
+    ngx_log_debug5(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem attempt %ui ends: outcome %ui, status %ui, "
+                   "sent %ui, %M ms", a->n, a->outcome, a->status,
+                   (ngx_uint_t) a->sent, a->duration);
 }
 
 
@@ -431,6 +442,12 @@ void
 ngx_http_idem_record_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
     ctx->final_state = ngx_http_idem_final_state(r, ctx);
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem call \"%V\" ends %V after %ui attempts",
+                   &ctx->call_id,
+                   ngx_http_idem_state_name(ctx->final_state),
+                   ctx->attempts ? ctx->attempts->nelts : 0);
 
     if (!ctx->record) {
         return;
@@ -968,17 +985,6 @@ ngx_http_idem_record_uri(ngx_http_request_t *r, ngx_str_t *uri)
     if (q != NULL) {
         uri->len = q - uri->data;
     }
-}
-
-
-uint64_t
-ngx_http_idem_unix_ms(void)
-{
-    ngx_time_t  *tp;
-
-    tp = ngx_timeofday();
-
-    return (uint64_t) tp->sec * 1000 + tp->msec;
 }
 
 
