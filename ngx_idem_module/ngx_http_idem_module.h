@@ -438,6 +438,8 @@ void ngx_http_idem_timers_cleanup(ngx_http_idem_ctx_t *ctx);
 ngx_int_t ngx_http_idem_upstream_init(ngx_conf_t *cf);
 
 /* ngx_http_idem_record.c */
+ngx_int_t ngx_http_idem_record_key(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key);
 ngx_int_t ngx_http_idem_record_start(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 ngx_int_t ngx_http_idem_attempt_start(ngx_http_request_t *r,
@@ -463,8 +465,6 @@ char *ngx_http_idem_record_max_executions(ngx_conf_t *cf,
 void ngx_http_idem_record_exit_process(void);
 
 /* ngx_http_idem_dedupe.c */
-ngx_int_t ngx_http_idem_key(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key);
 ngx_int_t ngx_http_idem_dedupe(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 void ngx_http_idem_dedupe_cleanup(ngx_http_idem_ctx_t *ctx);

@@ -198,6 +198,56 @@ static ngx_str_t  ngx_http_idem_outcomes[] = {
 
 
 /*
+ * "<prefix>c:{<id>}", or "<prefix>s:{<hex SHA-256 of the scope>:<id>}"
+ * where the location has a scope: the raw scope (a credential, often)
+ * never reaches the store.  NGX_DECLINED: the scope's value is empty.
+ */
+
+ngx_int_t
+ngx_http_idem_record_key(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key)
+{
+    u_char                      hex[NGX_HTTP_IDEM_SHA256_HEX_LEN];
+    ngx_str_t                   scope;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    key->len = imcf->key_prefix.len + sizeof("s:{:}") - 1 + id->len
+               + (ilcf->dedupe_scope ? NGX_HTTP_IDEM_SHA256_HEX_LEN : 0);
+
+    key->data = ngx_pnalloc(r->pool, key->len);
+    if (key->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ilcf->dedupe_scope == NULL) {
+        key->len = ngx_sprintf(key->data, "%Vc:{%V}", &imcf->key_prefix, id)
+                   - key->data;
+        return NGX_OK;
+    }
+
+    if (ngx_http_complex_value(r, ilcf->dedupe_scope, &scope) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (scope.len == 0) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_idem_sha256_hex(hex, &scope, 1) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    key->len = ngx_sprintf(key->data, "%Vs:{%*s:%V}", &imcf->key_prefix,
+                           (size_t) NGX_HTTP_IDEM_SHA256_HEX_LEN, hex, id)
+               - key->data;
+
+    return NGX_OK;
+}
+
+
+/*
  * After access checks: this execution of the call is recorded.  The
  * arrival is written at the end of this turn of the event loop, so that a
  * call whose first attempt starts at once costs one write, not two.
@@ -243,7 +293,7 @@ ngx_http_idem_record_prepare(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
-    rc = ngx_http_idem_key(r, ilcf, &ctx->call_id, &key);
+    rc = ngx_http_idem_record_key(r, ilcf, &ctx->call_id, &key);
     if (rc != NGX_OK) {
         return rc;
     }

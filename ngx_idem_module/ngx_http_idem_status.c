@@ -150,7 +150,7 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 
     /* under the caller's scope, where the location has one */
 
-    rc = ngx_http_idem_key(r, ilcf, &id, &argv[3]);
+    rc = ngx_http_idem_record_key(r, ilcf, &id, &argv[3]);
 
     if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
