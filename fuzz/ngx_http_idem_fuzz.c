@@ -8,6 +8,7 @@
 
 #include "ngx_http_idem_fuzz.h"
 #include "ngx_http_idem_redis.h"
+#include "ngx_http_idem_util.h"
 
 
 #define NGX_HTTP_IDEM_FUZZ_JSON_DEPTH  32
@@ -659,8 +660,8 @@ ngx_http_idem_sent(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
 __attribute__((weak)) void
 ngx_http_idem_problem_set(ngx_http_request_t *r,
-    ngx_http_idem_problem_t *problem, ngx_uint_t status, char *type,
-    char *title, ngx_str_t *header, char *reason)
+    ngx_http_idem_problem_t *problem, ngx_http_idem_problem_e id,
+    ngx_str_t *header, char *reason)
 {
     ngx_http_idem_fuzz_unreached("ngx_http_idem_problem_set");
 }
@@ -710,10 +711,10 @@ ngx_http_idem_check_charset(ngx_str_t *value)
 
 
 __attribute__((weak)) ngx_int_t
-ngx_http_idem_key(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
-    ngx_str_t *id, ngx_str_t *key)
+ngx_http_idem_record_key(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key)
 {
-    ngx_http_idem_fuzz_unreached("ngx_http_idem_key");
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_record_key");
     return NGX_ERROR;
 }
 
@@ -958,4 +959,19 @@ ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,
 {
     ngx_http_idem_fuzz_unreached("ngx_http_idem_redis_sentinel_init");
     return NGX_ERROR;
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_send_response(ngx_http_request_t *r, ngx_uint_t status,
+    char *content_type, ngx_str_t *body)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_send_response");
+    return NGX_ERROR;
+}
+
+
+__attribute__((weak)) void
+ngx_http_idem_problem_count(ngx_http_idem_problem_t *problem)
+{
 }

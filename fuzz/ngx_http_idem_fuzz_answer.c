@@ -16,6 +16,7 @@
 
 #include "ngx_http_idem_answer.c"
 #include "ngx_http_idem_headers.c"
+#include "ngx_http_idem_util.c"
 
 #include "ngx_http_idem_fuzz.h"
 

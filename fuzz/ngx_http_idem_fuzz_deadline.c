@@ -13,6 +13,7 @@
 
 #include "ngx_http_idem_deadline.c"
 #include "ngx_http_idem_headers.c"
+#include "ngx_http_idem_util.c"
 #include "ngx_http_idem_problem.c"
 
 #include "ngx_http_idem_fuzz.h"

@@ -20,6 +20,7 @@
 #include "ngx_http_idem_call_id.c"
 #include "ngx_http_idem_problem.c"
 #include "ngx_http_idem_headers.c"
+#include "ngx_http_idem_util.c"
 
 #include "ngx_http_idem_fuzz.h"
 
@@ -202,11 +203,11 @@ ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op)
 }
 
 
-/* the key of an id with "idem_dedupe_scope off" (dedupe.c's rule) */
+/* the key of an id with "idem_dedupe_scope off" (record.c's rule) */
 
 ngx_int_t
-ngx_http_idem_key(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
-    ngx_str_t *id, ngx_str_t *key)
+ngx_http_idem_record_key(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key)
 {
     key->data = ngx_pnalloc(r->pool, sizeof("idem:c:{}") - 1 + id->len);
     if (key->data == NULL) {
