@@ -86,6 +86,9 @@
 
 #define NGX_HTTP_IDEM_SHA256_HEX_LEN     64
 
+/* idem_unknown_stream's default maxlen */
+#define NGX_HTTP_IDEM_STREAM_MAXLEN      100000
+
 /*
  * Lua shared by the claim (dedupe.c) and the status read (status.c): "now"
  * by Redis's clock, unix ms, and fields(out), which appends the record's
@@ -183,6 +186,8 @@ typedef struct {
     ngx_http_idem_storm_conf_t  storm;      /* retry budget, breaker */
 
     ngx_flag_t                record;
+    ngx_str_t                 unknown_stream;   /* its name, empty: off */
+    ngx_uint_t                unknown_stream_maxlen;
 
     ngx_flag_t                dedupe;
     ngx_http_complex_value_t *dedupe_scope;  /* NULL: off (one scope) */
@@ -338,6 +343,7 @@ typedef struct {
     ngx_atomic_t              retries;
     ngx_atomic_t              record_writes;
     ngx_atomic_t              record_drops;
+    ngx_atomic_t              unknown_stream_drops;
     ngx_atomic_t              status_found;
     ngx_atomic_t              status_not_found;
     ngx_atomic_t              status_unknown;
@@ -430,6 +436,8 @@ void ngx_http_idem_attempt_end(ngx_http_request_t *r,
 void ngx_http_idem_record_finish(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 ngx_str_t *ngx_http_idem_state_name(ngx_uint_t state);
+ngx_str_t *ngx_http_idem_outcome_name(ngx_http_request_t *r,
+    ngx_http_idem_attempt_t *a);
 ngx_uint_t ngx_http_idem_sent(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t *unanswered);
 ngx_int_t ngx_http_idem_record_prepare(ngx_http_request_t *r,
@@ -445,6 +453,12 @@ ngx_uint_t ngx_http_idem_current_state(ngx_http_request_t *r,
 char *ngx_http_idem_record_max_executions(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 void ngx_http_idem_record_exit_process(void);
+
+/* ngx_http_idem_stream.c */
+char *ngx_http_idem_unknown_stream(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+void ngx_http_idem_stream_final(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_uint_t ok);
 
 /* ngx_http_idem_dedupe.c */
 ngx_int_t ngx_http_idem_key(ngx_http_request_t *r,
