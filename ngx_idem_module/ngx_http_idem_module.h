@@ -460,6 +460,15 @@ char *ngx_http_idem_unknown_stream(ngx_conf_t *cf, ngx_command_t *cmd,
 void ngx_http_idem_stream_final(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_uint_t ok);
 
+/* ngx_http_idem_timeline.c */
+ngx_uint_t ngx_http_idem_timeline_wanted(ngx_http_request_t *r);
+ngx_int_t ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
+    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
+ngx_int_t ngx_http_idem_timeline_answer(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_uint_t status, ngx_str_t *out);
+ngx_int_t ngx_http_idem_timeline_headers(ngx_http_request_t *r,
+    ngx_uint_t html);
+
 /* ngx_http_idem_dedupe.c */
 ngx_int_t ngx_http_idem_key(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key);
