@@ -7,7 +7,8 @@
 #                 once with both modules from ../shared/nginx-src into
 #                 build/nginx-1.30.4/ (NGINX=stable, NGINX=mainline: the
 #                 newest there); skipped with a message without that folder
-#   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios)
+#   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios);
+#                 dedupe on one Redis vs a 3-master Redis Cluster
 #   make storm    a retry storm: attempts with no budget, a budget, a breaker
 #   make nginx-tests NGINX_TESTS=/path/to/nginx-tests
 #                 nginx's own suite, without and with "idem on"
@@ -85,6 +86,7 @@ endif
 # dedupe and an OpenResty peer (util/bench.sh says how)
 bench: deps $(MODULE)
 	@util/bench.sh
+	@util/bench-cluster.sh
 
 # an upstream that answers 503 to all: what the budget and the breaker save
 storm: deps $(MODULE)

@@ -376,8 +376,9 @@ typedef struct {
     } while (0)
 
 
-/* ngx_http_idem_module.c */
+/* ngx_http_idem_ctx.c */
 ngx_http_idem_ctx_t *ngx_http_idem_get_ctx(ngx_http_request_t *r);
+ngx_http_idem_ctx_t *ngx_http_idem_create_ctx(ngx_http_request_t *r);
 
 /* ngx_http_idem_call_id.c */
 ngx_int_t ngx_http_idem_resolve_ids(ngx_http_request_t *r,

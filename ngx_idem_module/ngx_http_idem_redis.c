@@ -1,14 +1,19 @@
 
 /*
- * The record store on Redis: one asynchronous hiredis connection per worker
- * process, driven by nginx's event loop (ngx_http_idem_redis_adapter.c).
+ * The record store on Redis: asynchronous hiredis connections ("nodes")
+ * of one worker process, driven by nginx's event loop
+ * (ngx_http_idem_redis_adapter.c).  One Redis is one node; with Sentinel
+ * the node is the master the sentinels name
+ * (ngx_http_idem_redis_sentinel.c); in a cluster there is a node per
+ * master and each command goes to its key's slot
+ * (ngx_http_idem_redis_cluster.c).
  *
- * The connection is down, connecting or up; commands are taken only when
- * it is up, and never more than max_pending at a time (hiredis' output
- * buffer has no bound of its own).  On connect, AUTH and SELECT are
- * pipelined ahead of anything else.
- * A lost or failed connection is tried again after 100 ms, doubling up to
- * 5 s, on a cancelable timer.
+ * A node is down, connecting or up; commands are taken only when it is
+ * up, and never more than max_pending at a time in the whole store
+ * (hiredis' output buffer has no bound of its own).  On connect, AUTH and
+ * SELECT are pipelined ahead of anything else.  A lost or failed
+ * connection is tried again after 100 ms, doubling up to 5 s, on a
+ * cancelable timer.
  *
  * While commands are outstanding a non-cancelable timer is armed: a worker
  * that is shutting down (reload, QUIT) stays until their replies came, or
@@ -25,19 +30,15 @@
 #include <ngx_event.h>
 
 #include "ngx_http_idem_store.h"
+#include "ngx_http_idem_redis.h"
 #include "ngx_http_idem_redis_adapter.h"
 
-
-#define NGX_HTTP_IDEM_REDIS_DOWN             0
-#define NGX_HTTP_IDEM_REDIS_CONNECTING       1
-#define NGX_HTTP_IDEM_REDIS_UP               2
 
 /* "idem_redis" defaults */
 #define NGX_HTTP_IDEM_REDIS_CONNECT_TIMEOUT  1000
 #define NGX_HTTP_IDEM_REDIS_TIMEOUT          1000
 #define NGX_HTTP_IDEM_REDIS_MAX_PENDING      10000
 
-#define NGX_HTTP_IDEM_REDIS_BACKOFF_MIN      100
 #define NGX_HTTP_IDEM_REDIS_BACKOFF_MAX      5000
 
 /* at most one error line a second for what requests run into */
@@ -51,113 +52,60 @@
 /* command arguments kept on the stack */
 #define NGX_HTTP_IDEM_REDIS_ARGS             16
 
-#define NGX_HTTP_IDEM_REDIS_ERRSTR_LEN       128
-
 /* handshake replies, told apart by their privdata */
 #define NGX_HTTP_IDEM_REDIS_AUTH             0
 #define NGX_HTTP_IDEM_REDIS_SELECT           1
 
-
-/* the store's own counters, per worker */
-typedef struct {
-    ngx_uint_t                 sent;           /* commands written */
-    ngx_uint_t                 failed;         /* error replies */
-    ngx_uint_t                 dropped;        /* not sent: store down/full */
-    ngx_uint_t                 connects;       /* successful connects */
-    ngx_uint_t                 pending;        /* outstanding now */
-} ngx_http_idem_store_stats_t;
-
-
-/* a read: malloc()ed, it outlives the request that asked for it */
-struct ngx_http_idem_store_op_s {
-    ngx_http_idem_store_read_pt      handler;
-    void                            *data;
-    ngx_event_t                      timeout;
-    unsigned                         done:1;   /* answered or cancelled */
-};
-
-
-/* the store of this worker process */
-typedef struct {
-    ngx_http_idem_store_conf_t      *conf;
-    ngx_log_t                       *log;
-    redisAsyncContext               *ac;
-
-    ngx_uint_t                       state;
-    ngx_msec_t                       backoff;      /* the next delay */
-    ngx_msec_t                       retry_in;     /* the delay armed */
-    ngx_uint_t                       attempts;     /* failures in a row */
-    ngx_msec_t                       drain_start;
-    ngx_msec_t                       conn_logged;  /* connect errors */
-
-    ngx_event_t                      connect_ev;   /* connect timeout */
-    ngx_event_t                      reconnect_ev;
-    ngx_event_t                      pending_ev;
-    ngx_event_t                      report_ev;
-
-    /* counted since the last report line */
-    ngx_msec_t                       reported;
-    ngx_uint_t                       down;
-    ngx_uint_t                       full;
-    ngx_uint_t                       errors;
-    ngx_uint_t                       timedout;
-    ngx_uint_t                       lost;
-    size_t                           errstr_len;
-    u_char                           errstr[NGX_HTTP_IDEM_REDIS_ERRSTR_LEN];
-
-    ngx_http_idem_store_stats_t      stats;
-
-    unsigned                         started:1;
-    unsigned                         closing:1;    /* exit_process */
-    unsigned                         dropping:1;   /* we free the context */
-    unsigned                         draining:1;   /* exiting, pending */
-    unsigned                         failing:1;    /* not up since a loss */
-} ngx_http_idem_redis_t;
+/* a command without a key: any node of a cluster */
+#define NGX_HTTP_IDEM_REDIS_ANY_SLOT         16384
 
 
 static ngx_int_t ngx_http_idem_redis_parse_addr(ngx_conf_t *cf,
-    ngx_command_t *cmd, ngx_str_t *addr, ngx_http_idem_store_conf_t *conf);
+    ngx_command_t *cmd, ngx_str_t *addr, ngx_http_idem_store_addr_t *a,
+    ngx_uint_t ip_only);
+static ngx_int_t ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf,
+    ngx_command_t *cmd, ngx_str_t *value,
+    ngx_http_idem_store_conf_t *conf);
 static ngx_int_t ngx_http_idem_redis_parse_msec(ngx_str_t *value,
     size_t skip, ngx_msec_t *msec);
 
-static void ngx_http_idem_redis_connect(ngx_http_idem_redis_t *rd);
-static void ngx_http_idem_redis_connect_failed(ngx_http_idem_redis_t *rd,
-    const char *err);
-static void ngx_http_idem_redis_retry(ngx_http_idem_redis_t *rd);
-static ngx_uint_t ngx_http_idem_redis_conn_level(ngx_http_idem_redis_t *rd);
+static void ngx_http_idem_redis_connect_failed(
+    ngx_http_idem_redis_node_t *node, const char *err);
+static void ngx_http_idem_redis_retry(ngx_http_idem_redis_node_t *node);
+static ngx_uint_t ngx_http_idem_redis_conn_level(
+    ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_connected(const redisAsyncContext *ac,
     int status);
 static void ngx_http_idem_redis_disconnected(const redisAsyncContext *ac,
     int status);
 static void ngx_http_idem_redis_connect_timeout(ngx_event_t *ev);
 static void ngx_http_idem_redis_reconnect(ngx_event_t *ev);
-static void ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd);
+static void ngx_http_idem_redis_free_all(ngx_http_idem_redis_t *rd);
 
-static ngx_int_t ngx_http_idem_redis_command(ngx_http_idem_redis_t *rd,
-    redisCallbackFn *fn, void *privdata, ngx_uint_t argc, const char **argv,
-    size_t *lens);
 static const char **ngx_http_idem_redis_argv(ngx_http_idem_redis_t *rd,
     ngx_uint_t n, const char **args_buf, size_t *lens_buf, size_t **lens);
 static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
     void *r, void *privdata);
 static void ngx_http_idem_redis_written(redisAsyncContext *ac, void *r,
     void *privdata);
-static void ngx_http_idem_redis_read_done(redisAsyncContext *ac, void *r,
-    void *privdata);
+static ngx_http_idem_store_op_t *ngx_http_idem_redis_op_create(
+    ngx_http_idem_redis_t *rd, ngx_uint_t argc, ngx_str_t *first,
+    ngx_str_t *argv);
+static ngx_int_t ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op);
 static void ngx_http_idem_redis_answer(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op, redisReply *reply);
 static void ngx_http_idem_redis_read_timeout(ngx_event_t *ev);
 
-static ngx_int_t ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd);
-static void ngx_http_idem_redis_answered(ngx_http_idem_redis_t *rd);
+static ngx_int_t ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_redis_node_t *node);
+static void ngx_http_idem_redis_answered(ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd,
     redisReply *reply);
 static void ngx_http_idem_redis_pending_add(ngx_http_idem_redis_t *rd);
-static void ngx_http_idem_redis_pending_done(ngx_http_idem_redis_t *rd);
 static void ngx_http_idem_redis_pending_handler(ngx_event_t *ev);
-static void ngx_http_idem_redis_report_later(ngx_http_idem_redis_t *rd);
-static void ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd);
 static void ngx_http_idem_redis_report_handler(ngx_event_t *ev);
+static void ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd);
 
 
 static ngx_http_idem_redis_t  ngx_http_idem_redis;
@@ -166,15 +114,18 @@ static ngx_http_idem_redis_t  ngx_http_idem_redis;
 /*
  * idem_redis ADDR [db=N] [password=S] [connect_timeout=T] [timeout=T]
  *            [max_pending=N]
+ * idem_redis cluster ADDR ... [password=S] [connect_timeout=T] ...
+ * idem_redis sentinel=NAME ADDR ... [sentinel_password=S] [db=N] ...
  */
 
 char *
 ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_http_idem_store_conf_t *conf)
 {
-    ngx_int_t    n;
-    ngx_str_t   *value;
-    ngx_uint_t   i;
+    ngx_int_t                    n;
+    ngx_str_t                   *value;
+    ngx_uint_t                   i;
+    ngx_http_idem_store_addr_t   a;
 
     if (conf->addr.data != NULL) {
         return "is duplicate";
@@ -182,20 +133,57 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
 
     value = cf->args->elts;
 
-    if (ngx_http_idem_redis_parse_addr(cf, cmd, &value[1], conf) != NGX_OK) {
-        return NGX_CONF_ERROR;
-    }
-
     conf->addr = value[1];
     conf->db = 0;
     ngx_str_null(&conf->password);
+    ngx_str_null(&conf->sentinel_password);
     conf->connect_timeout = NGX_HTTP_IDEM_REDIS_CONNECT_TIMEOUT;
     conf->timeout = NGX_HTTP_IDEM_REDIS_TIMEOUT;
     conf->max_pending = NGX_HTTP_IDEM_REDIS_MAX_PENDING;
 
+    if (value[1].len == 7 && ngx_strncmp(value[1].data, "cluster", 7) == 0) {
+        conf->mode = NGX_HTTP_IDEM_STORE_CLUSTER;
+
+    } else if (value[1].len > 9
+               && ngx_strncmp(value[1].data, "sentinel=", 9) == 0)
+    {
+        conf->mode = NGX_HTTP_IDEM_STORE_SENTINEL;
+        conf->master_name.data = value[1].data + 9;
+        conf->master_name.len = value[1].len - 9;
+
+    } else {
+        conf->mode = NGX_HTTP_IDEM_STORE_SINGLE;
+
+        if (ngx_http_idem_redis_parse_addr(cf, cmd, &value[1], &a, 0)
+            != NGX_OK)
+        {
+            return NGX_CONF_ERROR;
+        }
+
+        conf->host = a.host;
+        conf->port = a.port;
+        conf->unix_path = a.unix_path;
+    }
+
+    if (conf->mode != NGX_HTTP_IDEM_STORE_SINGLE
+        && ngx_http_idem_redis_parse_seeds(cf, cmd, value, conf) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
     for (i = 2; i < cf->args->nelts; i++) {
 
-        if (ngx_strncmp(value[i].data, "db=", 3) == 0) {
+        if (conf->mode != NGX_HTTP_IDEM_STORE_SINGLE
+            && ngx_strlchr(value[i].data, value[i].data + value[i].len, '=')
+               == NULL)
+        {
+            /* a seed, parsed above */
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "db=", 3) == 0
+            && conf->mode != NGX_HTTP_IDEM_STORE_CLUSTER)
+        {
             n = ngx_atoi(value[i].data + 3, value[i].len - 3);
             if (n == NGX_ERROR || n > NGX_MAX_INT32_VALUE) {
                 goto invalid;
@@ -212,6 +200,18 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
 
             conf->password.data = value[i].data + 9;
             conf->password.len = value[i].len - 9;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "sentinel_password=", 18) == 0
+            && conf->mode == NGX_HTTP_IDEM_STORE_SENTINEL)
+        {
+            if (value[i].len == 18) {
+                goto invalid;
+            }
+
+            conf->sentinel_password.data = value[i].data + 18;
+            conf->sentinel_password.len = value[i].len - 18;
             continue;
         }
 
@@ -261,14 +261,68 @@ invalid:
 }
 
 
+/* cluster nodes or sentinels: the arguments without "=", IPs only */
+
+static ngx_int_t
+ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *value, ngx_http_idem_store_conf_t *conf)
+{
+    ngx_uint_t                   i;
+    ngx_http_idem_store_addr_t  *a;
+
+    conf->seeds = ngx_array_create(cf->pool, 4,
+                                   sizeof(ngx_http_idem_store_addr_t));
+    if (conf->seeds == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 2; i < cf->args->nelts; i++) {
+
+        if (ngx_strlchr(value[i].data, value[i].data + value[i].len, '=')
+            != NULL)
+        {
+            continue;
+        }
+
+        if (conf->seeds->nelts == NGX_HTTP_IDEM_REDIS_MAX_NODES / 2) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "too many addresses in \"%V\" directive",
+                               &cmd->name);
+            return NGX_ERROR;
+        }
+
+        a = ngx_array_push(conf->seeds);
+        if (a == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_idem_redis_parse_addr(cf, cmd, &value[i], a, 1)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (conf->seeds->nelts == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V %V\" needs at least one IP address and port",
+                           &cmd->name, &value[1]);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
 /*
- * "IPv4:port", "[IPv6]:port" or "unix:/path".  Host names are refused:
- * hiredis would resolve them with a blocking getaddrinfo() in the worker.
+ * "IPv4:port", "[IPv6]:port" or "unix:/path" (not for cluster nodes and
+ * sentinels).  Host names are refused: hiredis would resolve them with a
+ * blocking getaddrinfo() in the worker.
  */
 
 static ngx_int_t
 ngx_http_idem_redis_parse_addr(ngx_conf_t *cf, ngx_command_t *cmd,
-    ngx_str_t *addr, ngx_http_idem_store_conf_t *conf)
+    ngx_str_t *addr, ngx_http_idem_store_addr_t *a, ngx_uint_t ip_only)
 {
     u_char              *p, *last;
     ngx_int_t            port;
@@ -278,22 +332,26 @@ ngx_http_idem_redis_parse_addr(ngx_conf_t *cf, ngx_command_t *cmd,
     u_char               inaddr6[16];
 #endif
 
+    ngx_memzero(a, sizeof(ngx_http_idem_store_addr_t));
+
+    a->addr = *addr;
+
     if (addr->len >= 5 && ngx_strncmp(addr->data, "unix:", 5) == 0) {
 
         host.data = addr->data + 5;
         host.len = addr->len - 5;
 
-        if (host.len == 0 || host.len >= sizeof(saun->sun_path)) {
+        if (ip_only || host.len == 0 || host.len >= sizeof(saun->sun_path)) {
             goto invalid;
         }
 
-        conf->unix_path.data = ngx_pnalloc(cf->pool, host.len + 1);
-        if (conf->unix_path.data == NULL) {
+        a->unix_path.data = ngx_pnalloc(cf->pool, host.len + 1);
+        if (a->unix_path.data == NULL) {
             return NGX_ERROR;
         }
 
-        ngx_cpystrn(conf->unix_path.data, host.data, host.len + 1);
-        conf->unix_path.len = host.len;
+        ngx_cpystrn(a->unix_path.data, host.data, host.len + 1);
+        a->unix_path.len = host.len;
 
         return NGX_OK;
     }
@@ -342,14 +400,14 @@ ngx_http_idem_redis_parse_addr(ngx_conf_t *cf, ngx_command_t *cmd,
         goto invalid;
     }
 
-    conf->host.data = ngx_pnalloc(cf->pool, host.len + 1);
-    if (conf->host.data == NULL) {
+    a->host.data = ngx_pnalloc(cf->pool, host.len + 1);
+    if (a->host.data == NULL) {
         return NGX_ERROR;
     }
 
-    ngx_cpystrn(conf->host.data, host.data, host.len + 1);
-    conf->host.len = host.len;
-    conf->port = port;
+    ngx_cpystrn(a->host.data, host.data, host.len + 1);
+    a->host.len = host.len;
+    a->port = port;
 
     return NGX_OK;
 
@@ -357,8 +415,8 @@ invalid:
 
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                        "invalid value \"%V\" in \"%V\" directive, "
-                       "it must be an IP address and port, or unix:/path",
-                       addr, &cmd->name);
+                       "it must be an IP address and port%s",
+                       addr, &cmd->name, ip_only ? "" : ", or unix:/path");
 
     return NGX_ERROR;
 }
@@ -389,7 +447,8 @@ ngx_int_t
 ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
     ngx_http_idem_store_conf_t *conf)
 {
-    ngx_http_idem_redis_t  *rd;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
 
     if (conf == NULL || conf->addr.data == NULL) {
         return NGX_OK;
@@ -414,17 +473,7 @@ ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
     rd->started = 1;
     rd->conf = conf;
     rd->log = cycle->log;
-    rd->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
-
-    rd->connect_ev.handler = ngx_http_idem_redis_connect_timeout;
-    rd->connect_ev.data = rd;
-    rd->connect_ev.log = cycle->log;
-    rd->connect_ev.cancelable = 1;
-
-    rd->reconnect_ev.handler = ngx_http_idem_redis_reconnect;
-    rd->reconnect_ev.data = rd;
-    rd->reconnect_ev.log = cycle->log;
-    rd->reconnect_ev.cancelable = 1;
+    rd->name = conf->addr;
 
     /* cancelable only while nothing is outstanding */
 
@@ -438,7 +487,38 @@ ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
     rd->report_ev.log = cycle->log;
     rd->report_ev.cancelable = 1;
 
-    ngx_http_idem_redis_connect(rd);
+    switch (conf->mode) {
+
+    case NGX_HTTP_IDEM_STORE_CLUSTER:
+        return ngx_http_idem_redis_cluster_init(rd, cycle);
+
+    case NGX_HTTP_IDEM_STORE_SENTINEL:
+        return ngx_http_idem_redis_sentinel_init(rd, cycle);
+
+    default:
+        break;
+    }
+
+    node = ngx_http_idem_redis_node_create(rd, NGX_HTTP_IDEM_REDIS_DATA);
+    if (node == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (conf->unix_path.len == 0) {
+        ngx_http_idem_redis_node_set_addr(node, conf->host.data,
+                                          conf->host.len, conf->port);
+    }
+
+    /* messages name it as written */
+
+    node->name = conf->addr;
+    node->unix_path = conf->unix_path;
+    node->password = conf->password;
+    node->db = conf->db;
+
+    rd->node = node;
+
+    ngx_http_idem_redis_node_connect(node);
 
     return NGX_OK;
 }
@@ -453,7 +533,7 @@ ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
 void
 ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
 {
-    redisAsyncContext      *ac;
+    ngx_uint_t              i;
     ngx_http_idem_redis_t  *rd;
 
     rd = &ngx_http_idem_redis;
@@ -463,14 +543,6 @@ ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
     }
 
     rd->closing = 1;
-
-    if (rd->connect_ev.timer_set) {
-        ngx_del_timer(&rd->connect_ev);
-    }
-
-    if (rd->reconnect_ev.timer_set) {
-        ngx_del_timer(&rd->reconnect_ev);
-    }
 
     if (rd->pending_ev.timer_set) {
         ngx_del_timer(&rd->pending_ev);
@@ -482,55 +554,152 @@ ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
 
     ngx_http_idem_redis_report(rd);
 
-    ac = rd->ac;
-
-    if (ac != NULL) {
-        rd->ac = NULL;
-        rd->state = NGX_HTTP_IDEM_REDIS_DOWN;
-
-        redisAsyncFree(ac);
+    if (rd->cluster) {
+        ngx_http_idem_redis_cluster_exit(rd);
     }
+
+    /* a sentinel's connection is one of the nodes */
+
+    for (i = 0; i < rd->nnodes; i++) {
+        ngx_http_idem_redis_node_close(rd->nodes[i]);
+    }
+
+    /* every callback has run: nothing refers to the nodes any more */
+
+    for (i = 0; i < rd->nnodes; i++) {
+        ngx_free(rd->nodes[i]);
+    }
+
+    rd->nnodes = 0;
+    rd->node = NULL;
 }
 
 
-static void
-ngx_http_idem_redis_connect(ngx_http_idem_redis_t *rd)
+/* a connection of this worker's store; it lives as long as the process */
+
+ngx_http_idem_redis_node_t *
+ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
 {
-    redisAsyncContext           *ac;
-    ngx_http_idem_store_conf_t  *conf;
+    ngx_http_idem_redis_node_t  *node;
 
-    conf = rd->conf;
+    if (rd->nnodes == NGX_HTTP_IDEM_REDIS_MAX_NODES) {
+        ngx_log_error(NGX_LOG_ERR, rd->log, 0,
+                      "idem: redis \"%V\": more than %d nodes",
+                      &rd->name, NGX_HTTP_IDEM_REDIS_MAX_NODES);
+        return NULL;
+    }
 
-    if (conf->unix_path.len) {
-        ac = redisAsyncConnectUnix((const char *) conf->unix_path.data);
+    node = ngx_calloc(sizeof(ngx_http_idem_redis_node_t), rd->log);
+    if (node == NULL) {
+        return NULL;
+    }
+
+    node->rd = rd;
+    node->role = role;
+    node->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
+    node->name = rd->name;
+
+    node->connect_ev.handler = ngx_http_idem_redis_connect_timeout;
+    node->connect_ev.data = node;
+    node->connect_ev.log = rd->log;
+    node->connect_ev.cancelable = 1;
+
+    node->reconnect_ev.handler = ngx_http_idem_redis_reconnect;
+    node->reconnect_ev.data = node;
+    node->reconnect_ev.log = rd->log;
+    node->reconnect_ev.cancelable = 1;
+
+    rd->nodes[rd->nnodes++] = node;
+
+    return node;
+}
+
+
+/* an IP (as Redis or a sentinel wrote it) and port; the name follows */
+
+void
+ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
+    u_char *host, size_t len, ngx_int_t port)
+{
+    u_char  *p, *last;
+
+    len = ngx_min(len, NGX_SOCKADDR_STRLEN);
+
+    ngx_memcpy(node->host, host, len);
+    node->host[len] = '\0';
+    node->port = port;
+
+    p = node->name_buf;
+    last = node->name_buf + NGX_HTTP_IDEM_REDIS_NAME_LEN;
+
+    if (ngx_strlchr(host, host + len, ':') != NULL) {
+        p = ngx_slprintf(p, last, "[%*s]:%i", len, host, port);
 
     } else {
-        ac = redisAsyncConnect((const char *) conf->host.data,
-                               (int) conf->port);
+        p = ngx_slprintf(p, last, "%*s:%i", len, host, port);
+    }
+
+    node->name.data = node->name_buf;
+    node->name.len = p - node->name_buf;
+}
+
+
+void
+ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
+{
+    redisAsyncContext      *ac;
+    ngx_http_idem_redis_t  *rd;
+
+    rd = node->rd;
+
+    if (node->ac != NULL || rd->closing
+        || ngx_exiting || ngx_quit || ngx_terminate)
+    {
+        return;
+    }
+
+    if (node->unix_path.len == 0 && node->port == 0) {
+        return;
+    }
+
+    if (node->reconnect_ev.timer_set) {
+        ngx_del_timer(&node->reconnect_ev);
+    }
+
+    node->idle = 0;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: connecting to \"%V\"", &node->name);
+
+    if (node->unix_path.len) {
+        ac = redisAsyncConnectUnix((const char *) node->unix_path.data);
+
+    } else {
+        ac = redisAsyncConnect((const char *) node->host, (int) node->port);
     }
 
     if (ac == NULL) {
-        ngx_http_idem_redis_connect_failed(rd, "out of memory");
+        ngx_http_idem_redis_connect_failed(node, "out of memory");
         return;
     }
 
     if (ac->err) {
-        ngx_http_idem_redis_connect_failed(rd, ac->errstr);
+        ngx_http_idem_redis_connect_failed(node, ac->errstr);
         redisAsyncFree(ac);
         return;
     }
 
-    if (conf->unix_path.len == 0 && redisEnableKeepAlive(&ac->c) != REDIS_OK)
+    if (node->unix_path.len == 0 && redisEnableKeepAlive(&ac->c) != REDIS_OK)
     {
-        ngx_http_idem_redis_connect_failed(rd, ac->c.errstr);
+        ngx_http_idem_redis_connect_failed(node, ac->c.errstr);
         redisAsyncFree(ac);
         return;
     }
 
-    ac->data = rd;
+    ac->data = node;
 
     if (ngx_http_idem_redis_attach(ac, rd->log) != NGX_OK) {
-        ngx_http_idem_redis_connect_failed(rd, "no connection to watch it");
+        ngx_http_idem_redis_connect_failed(node, "no connection to watch it");
         redisAsyncFree(ac);
         return;
     }
@@ -538,54 +707,65 @@ ngx_http_idem_redis_connect(ngx_http_idem_redis_t *rd)
     redisAsyncSetConnectCallback(ac, ngx_http_idem_redis_connected);
     redisAsyncSetDisconnectCallback(ac, ngx_http_idem_redis_disconnected);
 
-    rd->ac = ac;
-    rd->state = NGX_HTTP_IDEM_REDIS_CONNECTING;
+    node->ac = ac;
+    node->state = NGX_HTTP_IDEM_REDIS_CONNECTING;
 
-    ngx_add_timer(&rd->connect_ev, conf->connect_timeout);
+    ngx_add_timer(&node->connect_ev, rd->conf->connect_timeout);
 }
 
 
 static void
-ngx_http_idem_redis_connect_failed(ngx_http_idem_redis_t *rd,
+ngx_http_idem_redis_connect_failed(ngx_http_idem_redis_node_t *node,
     const char *err)
 {
     ngx_uint_t  level;
 
-    rd->attempts++;
+    node->attempts++;
 
-    ngx_http_idem_redis_retry(rd);
+    ngx_http_idem_redis_retry(node);
 
-    level = ngx_http_idem_redis_conn_level(rd);
+    level = ngx_http_idem_redis_conn_level(node);
 
-    if (rd->retry_in) {
-        ngx_log_error(level, rd->log, 0,
+    if (node->retry_in) {
+        ngx_log_error(level, node->rd->log, 0,
                       "idem: redis \"%V\": connect failed: %s, "
                       "next attempt in %M ms",
-                      &rd->conf->addr, err, rd->retry_in);
+                      &node->name, err, node->retry_in);
 
     } else {
-        ngx_log_error(level, rd->log, 0,
+        ngx_log_error(level, node->rd->log, 0,
                       "idem: redis \"%V\": connect failed: %s",
-                      &rd->conf->addr, err);
+                      &node->name, err);
+    }
+
+    if (node->down) {
+        node->down(node);
     }
 }
 
 
 static void
-ngx_http_idem_redis_retry(ngx_http_idem_redis_t *rd)
+ngx_http_idem_redis_retry(ngx_http_idem_redis_node_t *node)
 {
-    rd->retry_in = 0;
-    rd->failing = 1;
+    node->retry_in = 0;
+    node->failing = 1;
 
-    if (rd->closing || ngx_exiting || ngx_quit || ngx_terminate) {
+    if (node->rd->closing || node->idle
+        || ngx_exiting || ngx_quit || ngx_terminate)
+    {
         return;
     }
 
-    rd->retry_in = rd->backoff;
+    node->retry_in = node->backoff;
 
-    ngx_add_timer(&rd->reconnect_ev, rd->backoff);
+    if (node->reconnect_ev.timer_set) {
+        ngx_del_timer(&node->reconnect_ev);
+    }
 
-    rd->backoff = ngx_min(rd->backoff * 2, NGX_HTTP_IDEM_REDIS_BACKOFF_MAX);
+    ngx_add_timer(&node->reconnect_ev, node->backoff);
+
+    node->backoff = ngx_min(node->backoff * 2,
+                            NGX_HTTP_IDEM_REDIS_BACKOFF_MAX);
 }
 
 
@@ -596,15 +776,15 @@ ngx_http_idem_redis_retry(ngx_http_idem_redis_t *rd)
  */
 
 static ngx_uint_t
-ngx_http_idem_redis_conn_level(ngx_http_idem_redis_t *rd)
+ngx_http_idem_redis_conn_level(ngx_http_idem_redis_node_t *node)
 {
-    if (rd->attempts > 1
-        && ngx_current_msec - rd->conn_logged < NGX_HTTP_IDEM_REDIS_REPORT)
+    if (node->attempts > 1
+        && ngx_current_msec - node->conn_logged < NGX_HTTP_IDEM_REDIS_REPORT)
     {
         return NGX_LOG_INFO;
     }
 
-    rd->conn_logged = ngx_current_msec;
+    node->conn_logged = ngx_current_msec;
 
     return NGX_LOG_ERR;
 }
@@ -619,59 +799,64 @@ ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
     const char                  *argv[2];
     redisAsyncContext           *ac;
     ngx_http_idem_redis_t       *rd;
-    ngx_http_idem_store_conf_t  *conf;
+    ngx_http_idem_redis_node_t  *node;
 
     ac = (redisAsyncContext *) c;
-    rd = ac->data;
-    conf = rd->conf;
+    node = ac->data;
+    rd = node->rd;
 
-    if (rd->connect_ev.timer_set) {
-        ngx_del_timer(&rd->connect_ev);
+    if (node->connect_ev.timer_set) {
+        ngx_del_timer(&node->connect_ev);
     }
 
     if (status != REDIS_OK) {
 
         /* hiredis frees the context when this returns */
 
-        rd->ac = NULL;
-        rd->state = NGX_HTTP_IDEM_REDIS_DOWN;
+        node->ac = NULL;
+        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
 
-        ngx_http_idem_redis_connect_failed(rd, c->errstr ? c->errstr : "?");
+        ngx_http_idem_redis_connect_failed(node,
+                                           c->errstr ? c->errstr : "?");
         return;
     }
 
-    rd->state = NGX_HTTP_IDEM_REDIS_UP;
+    node->state = NGX_HTTP_IDEM_REDIS_UP;
     rd->stats.connects++;
 
-    level = rd->failing ? NGX_LOG_NOTICE : NGX_LOG_INFO;
+    level = node->failing ? NGX_LOG_NOTICE : NGX_LOG_INFO;
 
     ngx_log_error(level, rd->log, 0, "idem: redis \"%V\": connected%s",
-                  &conf->addr, rd->failing ? " again" : "");
+                  &node->name, node->failing ? " again" : "");
 
-    rd->failing = 0;
+    node->failing = 0;
 
     /* pipelined: Redis runs them before anything sent after them */
 
-    if (conf->password.len) {
+    if (node->password.len) {
         argv[0] = "AUTH";
         lens[0] = sizeof("AUTH") - 1;
-        argv[1] = (const char *) conf->password.data;
-        lens[1] = conf->password.len;
+        argv[1] = (const char *) node->password.data;
+        lens[1] = node->password.len;
 
-        (void) ngx_http_idem_redis_command(rd,
+        (void) ngx_http_idem_redis_node_command(node,
                               ngx_http_idem_redis_handshake_done,
                               (void *) NGX_HTTP_IDEM_REDIS_AUTH, 2, argv, lens);
     }
 
-    if (conf->db) {
+    if (node->db) {
         argv[0] = "SELECT";
         lens[0] = sizeof("SELECT") - 1;
         argv[1] = (const char *) db;
-        lens[1] = ngx_sprintf(db, "%i", conf->db) - db;
+        lens[1] = ngx_sprintf(db, "%i", node->db) - db;
 
-        (void) ngx_http_idem_redis_command(rd,
+        (void) ngx_http_idem_redis_node_command(node,
                             ngx_http_idem_redis_handshake_done,
                             (void *) NGX_HTTP_IDEM_REDIS_SELECT, 2, argv, lens);
+    }
+
+    if (node->up) {
+        node->up(node);
     }
 }
 
@@ -679,34 +864,36 @@ ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
 static void
 ngx_http_idem_redis_disconnected(const redisAsyncContext *ac, int status)
 {
-    ngx_uint_t              level;
-    ngx_http_idem_redis_t  *rd;
+    ngx_uint_t                   level;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
 
-    rd = ac->data;
+    node = ac->data;
+    rd = node->rd;
 
     /* the replies still expected were answered with NULL already */
 
-    rd->ac = NULL;
-    rd->state = NGX_HTTP_IDEM_REDIS_DOWN;
+    node->ac = NULL;
+    node->state = NGX_HTTP_IDEM_REDIS_DOWN;
 
     if (rd->closing) {
         return;
     }
 
-    if (rd->dropping) {
-        rd->dropping = 0;
+    if (node->dropping) {
+        node->dropping = 0;
 
     } else if (status != REDIS_OK) {
 
         /* a connection that never answered well is one more attempt */
 
-        rd->attempts++;
-        level = ngx_http_idem_redis_conn_level(rd);
+        node->attempts++;
+        level = ngx_http_idem_redis_conn_level(node);
 
         ngx_log_error(level, rd->log, 0,
                       "idem: redis \"%V\": connection lost: %s, "
                       "%ui commands unanswered",
-                      &rd->conf->addr, ac->errstr ? ac->errstr : "?",
+                      &node->name, ac->errstr ? ac->errstr : "?",
                       rd->lost);
 
         /* reported here, not again */
@@ -716,87 +903,166 @@ ngx_http_idem_redis_disconnected(const redisAsyncContext *ac, int status)
     } else {
         ngx_log_error(NGX_LOG_INFO, rd->log, 0,
                       "idem: redis \"%V\": connection closed",
-                      &rd->conf->addr);
+                      &node->name);
     }
 
-    ngx_http_idem_redis_retry(rd);
+    ngx_http_idem_redis_retry(node);
+
+    if (node->down) {
+        node->down(node);
+    }
 }
 
 
 static void
 ngx_http_idem_redis_connect_timeout(ngx_event_t *ev)
 {
-    ngx_http_idem_redis_t *rd = ev->data;
+    ngx_http_idem_redis_node_t *node = ev->data;
 
     u_char              err[64];
     redisAsyncContext  *ac;
 
-    ac = rd->ac;
+    ac = node->ac;
 
-    if (ac == NULL || rd->state != NGX_HTTP_IDEM_REDIS_CONNECTING) {
+    if (ac == NULL || node->state != NGX_HTTP_IDEM_REDIS_CONNECTING) {
         return;
     }
 
     /* not connected: hiredis calls no disconnect callback */
 
-    rd->ac = NULL;
-    rd->state = NGX_HTTP_IDEM_REDIS_DOWN;
+    node->ac = NULL;
+    node->state = NGX_HTTP_IDEM_REDIS_DOWN;
 
     redisAsyncFree(ac);
 
     *ngx_snprintf(err, sizeof(err) - 1, "timed out after %M ms",
-                  rd->conf->connect_timeout) = '\0';
+                  node->rd->conf->connect_timeout) = '\0';
 
-    ngx_http_idem_redis_connect_failed(rd, (const char *) err);
+    ngx_http_idem_redis_connect_failed(node, (const char *) err);
 }
 
 
 static void
 ngx_http_idem_redis_reconnect(ngx_event_t *ev)
 {
-    ngx_http_idem_redis_t *rd = ev->data;
+    ngx_http_idem_redis_node_t *node = ev->data;
 
-    if (rd->closing || rd->ac != NULL
+    if (node->rd->closing || node->ac != NULL
         || ngx_exiting || ngx_quit || ngx_terminate)
     {
         return;
     }
 
-    ngx_http_idem_redis_connect(rd);
+    ngx_http_idem_redis_node_connect(node);
 }
 
 
 /*
- * From a reply callback only: hiredis frees the context when the callback
- * returns, answers what is outstanding with NULL and calls the disconnect
- * callback, which arms the reconnect.
+ * From a reply callback of this node only: hiredis frees the context when
+ * the callback returns, answers what is outstanding with NULL and calls
+ * the disconnect callback, which arms the reconnect.
  */
 
-static void
-ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd)
+void
+ngx_http_idem_redis_node_drop(ngx_http_idem_redis_node_t *node)
 {
-    if (rd->ac == NULL || rd->dropping) {
+    if (node->ac == NULL || node->dropping) {
         return;
     }
 
-    rd->dropping = 1;
-    rd->state = NGX_HTTP_IDEM_REDIS_DOWN;
+    node->dropping = 1;
+    node->state = NGX_HTTP_IDEM_REDIS_DOWN;
 
-    redisAsyncFree(rd->ac);
+    redisAsyncFree(node->ac);
 }
 
 
-static ngx_int_t
-ngx_http_idem_redis_command(ngx_http_idem_redis_t *rd, redisCallbackFn *fn,
-    void *privdata, ngx_uint_t argc, const char **argv, size_t *lens)
+/*
+ * Never from a reply callback of this node: the context is freed now, its
+ * outstanding commands are answered with NULL, and no reconnect is armed
+ * (the caller connects again, elsewhere, or the worker exits).
+ */
+
+void
+ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node)
 {
-    if (rd->state != NGX_HTTP_IDEM_REDIS_UP || rd->ac == NULL) {
+    redisAsyncContext  *ac;
+
+    if (node->connect_ev.timer_set) {
+        ngx_del_timer(&node->connect_ev);
+    }
+
+    if (node->reconnect_ev.timer_set) {
+        ngx_del_timer(&node->reconnect_ev);
+    }
+
+    ac = node->ac;
+
+    if (ac == NULL) {
+        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+        return;
+    }
+
+    node->dropping = 1;
+    node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+
+    redisAsyncFree(ac);
+
+    node->ac = NULL;
+    node->dropping = 0;
+
+    if (node->reconnect_ev.timer_set) {
+        ngx_del_timer(&node->reconnect_ev);
+    }
+
+    node->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
+}
+
+
+/* a timer handler, not a hiredis callback: every context freed now */
+
+static void
+ngx_http_idem_redis_free_all(ngx_http_idem_redis_t *rd)
+{
+    ngx_uint_t                   i;
+    redisAsyncContext           *ac;
+    ngx_http_idem_redis_node_t  *node;
+
+    for (i = 0; i < rd->nnodes; i++) {
+        node = rd->nodes[i];
+        ac = node->ac;
+
+        if (ac == NULL) {
+            continue;
+        }
+
+        node->dropping = 1;
+        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+
+        redisAsyncFree(ac);
+
+        node->ac = NULL;
+        node->dropping = 0;
+    }
+}
+
+
+ngx_int_t
+ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
+    redisCallbackFn *fn, void *privdata, ngx_uint_t argc, const char **argv,
+    size_t *lens)
+{
+    ngx_http_idem_redis_t  *rd;
+
+    rd = node->rd;
+
+    if (node->state != NGX_HTTP_IDEM_REDIS_UP || node->ac == NULL) {
         return NGX_DECLINED;
     }
 
     /* appends to hiredis' output buffer and arms the write event, no I/O */
 
-    if (redisAsyncCommandArgv(rd->ac, fn, privdata, (int) argc, argv, lens)
+    if (redisAsyncCommandArgv(node->ac, fn, privdata, (int) argc, argv, lens)
         != REDIS_OK)
     {
         return NGX_ERROR;
@@ -840,10 +1106,12 @@ ngx_http_idem_redis_handshake_done(redisAsyncContext *ac, void *r,
 {
     redisReply *reply = r;
 
-    ngx_uint_t              level;
-    ngx_http_idem_redis_t  *rd;
+    ngx_uint_t                   level;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
 
-    rd = ac->data;
+    node = ac->data;
+    rd = node->rd;
 
     ngx_http_idem_redis_pending_done(rd);
 
@@ -852,51 +1120,97 @@ ngx_http_idem_redis_handshake_done(redisAsyncContext *ac, void *r,
     }
 
     if (reply->type != REDIS_REPLY_ERROR) {
-        ngx_http_idem_redis_answered(rd);
+        ngx_http_idem_redis_answered(node);
         return;
     }
 
     rd->stats.failed++;
-    rd->attempts++;
+    node->attempts++;
 
     /* ngx_log_error() evaluates its level twice */
 
-    level = ngx_http_idem_redis_conn_level(rd);
+    level = ngx_http_idem_redis_conn_level(node);
 
     ngx_log_error(level, rd->log, 0,
                   "idem: redis \"%V\": %s failed: \"%*s\", "
-                  "closing the connection", &rd->conf->addr,
+                  "closing the connection", &node->name,
                   privdata == (void *) NGX_HTTP_IDEM_REDIS_AUTH
                   ? "AUTH" : "SELECT",
                   reply->len, reply->str);
 
-    ngx_http_idem_redis_drop(rd);
+    ngx_http_idem_redis_node_drop(node);
 }
 
 
 /*
  * HSET of a few fields, then PEXPIRE, side by side in hiredis' buffer: they
- * leave in one write and Redis runs them in order.
+ * leave in one write and Redis runs them in order.  In a cluster each is
+ * an op of its own, kept for a redirect.
  */
 
 ngx_int_t
 ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
     ngx_str_t *argv)
 {
-    size_t                  lens_buf[NGX_HTTP_IDEM_REDIS_ARGS], *lens;
-    ngx_int_t               rc;
-    ngx_uint_t              i, n;
-    const char             *args_buf[NGX_HTTP_IDEM_REDIS_ARGS], **args;
-    ngx_http_idem_redis_t  *rd;
+    size_t                       lens_buf[NGX_HTTP_IDEM_REDIS_ARGS], *lens;
+    ngx_int_t                    rc;
+    ngx_str_t                    cmd[3];
+    ngx_uint_t                   i, n;
+    const char                  *args_buf[NGX_HTTP_IDEM_REDIS_ARGS], **args;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_store_op_t    *op;
+    ngx_http_idem_redis_node_t  *node;
 
     rd = &ngx_http_idem_redis;
 
-    if (!rd->started) {
+    if (!rd->started || rd->closing) {
         rd->stats.dropped++;
         return NGX_DECLINED;
     }
 
-    if (ngx_http_idem_redis_accept(rd) != NGX_OK) {
+    if (rd->cluster) {
+
+        /* both or none: a record must not stay without its expiry */
+
+        if (rd->stats.pending + 2 > rd->conf->max_pending) {
+            rd->stats.dropped++;
+            rd->full++;
+            ngx_http_idem_redis_report_later(rd);
+            return NGX_DECLINED;
+        }
+
+        ngx_str_set(&cmd[0], "HSET");
+        cmd[1] = *key;
+
+        op = ngx_http_idem_redis_op_create(rd, argc + 2, cmd, argv);
+        if (op == NULL) {
+            return NGX_DECLINED;
+        }
+
+        if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
+            ngx_free(op);
+            return NGX_DECLINED;
+        }
+
+        ngx_str_set(&cmd[0], "PEXPIRE");
+        cmd[2] = *ttl;
+
+        op = ngx_http_idem_redis_op_create(rd, 3, cmd, NULL);
+        if (op == NULL) {
+            return NGX_DECLINED;
+        }
+
+        if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
+            ngx_free(op);
+            return NGX_DECLINED;
+        }
+
+        return NGX_OK;
+    }
+
+    node = rd->node;
+
+    if (ngx_http_idem_redis_accept(rd, node) != NGX_OK) {
         return NGX_DECLINED;
     }
 
@@ -918,8 +1232,8 @@ ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
         lens[2 + i] = argv[i].len;
     }
 
-    rc = ngx_http_idem_redis_command(rd, ngx_http_idem_redis_written,
-                                     NULL, argc + 2, args, lens);
+    rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_written,
+                                          NULL, argc + 2, args, lens);
 
     if (rc == NGX_OK) {
         args[0] = "PEXPIRE";
@@ -927,8 +1241,9 @@ ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
         args[2] = (const char *) ttl->data;
         lens[2] = ttl->len;
 
-        rc = ngx_http_idem_redis_command(rd, ngx_http_idem_redis_written,
-                                         NULL, 3, args, lens);
+        rc = ngx_http_idem_redis_node_command(node,
+                                              ngx_http_idem_redis_written,
+                                              NULL, 3, args, lens);
     }
 
     if (args != args_buf) {
@@ -953,9 +1268,11 @@ ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
 {
     redisReply *reply = r;
 
-    ngx_http_idem_redis_t  *rd;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
 
-    rd = ac->data;
+    node = ac->data;
+    rd = node->rd;
 
     ngx_http_idem_redis_pending_done(rd);
 
@@ -973,13 +1290,144 @@ ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
     }
 
     if (reply->type != REDIS_REPLY_ERROR) {
-        ngx_http_idem_redis_answered(rd);
+        ngx_http_idem_redis_answered(node);
         return;
     }
 
     rd->stats.failed++;
 
     ngx_http_idem_redis_error_reply(rd, reply);
+}
+
+
+/*
+ * A cluster's op: the command copied after it (the caller's strings are
+ * gone by the time a MOVED comes back), and its key's slot.  "first" are
+ * the first arguments (command, key, maybe one more), argv the rest.
+ */
+
+static ngx_http_idem_store_op_t *
+ngx_http_idem_redis_op_create(ngx_http_idem_redis_t *rd, ngx_uint_t argc,
+    ngx_str_t *first, ngx_str_t *argv)
+{
+    u_char                    *p;
+    size_t                     size;
+    ngx_str_t                 *a;
+    ngx_uint_t                 i, k, nfirst;
+    ngx_http_idem_store_op_t  *op;
+
+    nfirst = (argv == NULL) ? argc : 2;
+
+    size = sizeof(ngx_http_idem_store_op_t)
+           + argc * (sizeof(char *) + sizeof(size_t));
+
+    for (i = 0; i < argc; i++) {
+        a = (i < nfirst) ? &first[i] : &argv[i - nfirst];
+        size += a->len;
+    }
+
+    op = ngx_alloc(size, rd->log);
+    if (op == NULL) {
+        rd->stats.dropped++;
+        return NULL;
+    }
+
+    ngx_memzero(op, sizeof(ngx_http_idem_store_op_t));
+
+    op->argc = argc;
+    op->argv = (const char **) &op[1];
+    op->lens = (size_t *) &op->argv[argc];
+
+    p = (u_char *) &op->lens[argc];
+
+    for (i = 0; i < argc; i++) {
+        a = (i < nfirst) ? &first[i] : &argv[i - nfirst];
+
+        op->argv[i] = (const char *) p;
+        op->lens[i] = a->len;
+        p = ngx_cpymem(p, a->data, a->len);
+    }
+
+    /* EVAL script numkeys key ...: the first key; else the argument 1 */
+
+    k = 0;
+
+    if (argc >= 4
+        && ((op->lens[0] == 4
+             && ngx_strncasecmp((u_char *) op->argv[0], (u_char *) "EVAL", 4)
+                == 0)
+            || (op->lens[0] == 7
+                && ngx_strncasecmp((u_char *) op->argv[0],
+                                   (u_char *) "EVALSHA", 7)
+                   == 0)))
+    {
+        if (!(op->lens[2] == 1 && op->argv[2][0] == '0')) {
+            k = 3;
+        }
+
+    } else if (argc >= 2) {
+        k = 1;
+    }
+
+    if (k == 0) {
+        op->slot = NGX_HTTP_IDEM_REDIS_ANY_SLOT;
+
+    } else {
+        op->slot = ngx_http_idem_redis_cluster_slot((u_char *) op->argv[k],
+                                                    op->lens[k]);
+    }
+
+    op->timeout.handler = ngx_http_idem_redis_read_timeout;
+    op->timeout.data = op;
+    op->timeout.log = rd->log;
+
+    return op;
+}
+
+
+/* a cluster's op to the node that holds its slot */
+
+static ngx_int_t
+ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op)
+{
+    ngx_int_t                    rc;
+    ngx_http_idem_redis_node_t  *node;
+
+    node = ngx_http_idem_redis_cluster_route(rd, op);
+
+    if (node == NULL || node->state != NGX_HTTP_IDEM_REDIS_UP) {
+
+        /* a failover may have given the slot to another node by now */
+
+        ngx_http_idem_redis_cluster_stale(rd);
+    }
+
+    if (node == NULL) {
+        rd->stats.dropped++;
+        rd->down++;
+        ngx_http_idem_redis_report_later(rd);
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_idem_redis_accept(rd, node) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: %*s for slot %ui",
+                   op->lens[0], op->argv[0], op->slot);
+
+    rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
+                                          op, op->argc, op->argv, op->lens);
+    if (rc != NGX_OK) {
+        rd->stats.dropped++;
+        rd->down++;
+        ngx_http_idem_redis_report_later(rd);
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
 }
 
 
@@ -992,21 +1440,43 @@ ngx_http_idem_store_op_t *
 ngx_http_idem_store_read(ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_idem_store_read_pt handler, void *data, ngx_msec_t timeout)
 {
-    size_t                     lens_buf[NGX_HTTP_IDEM_REDIS_ARGS], *lens;
-    ngx_int_t                  rc;
-    ngx_uint_t                 i;
-    const char                *args_buf[NGX_HTTP_IDEM_REDIS_ARGS], **args;
-    ngx_http_idem_redis_t     *rd;
-    ngx_http_idem_store_op_t  *op;
+    size_t                       lens_buf[NGX_HTTP_IDEM_REDIS_ARGS], *lens;
+    ngx_int_t                    rc;
+    ngx_uint_t                   i;
+    const char                  *args_buf[NGX_HTTP_IDEM_REDIS_ARGS], **args;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_store_op_t    *op;
+    ngx_http_idem_redis_node_t  *node;
 
     rd = &ngx_http_idem_redis;
 
-    if (!rd->started || argc == 0) {
+    if (!rd->started || rd->closing || argc == 0) {
         rd->stats.dropped++;
         return NULL;
     }
 
-    if (ngx_http_idem_redis_accept(rd) != NGX_OK) {
+    if (rd->cluster) {
+        op = ngx_http_idem_redis_op_create(rd, argc, argv, NULL);
+        if (op == NULL) {
+            return NULL;
+        }
+
+        op->handler = handler;
+        op->data = data;
+
+        if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
+            ngx_free(op);
+            return NULL;
+        }
+
+        ngx_add_timer(&op->timeout, timeout ? timeout : rd->conf->timeout);
+
+        return op;
+    }
+
+    node = rd->node;
+
+    if (ngx_http_idem_redis_accept(rd, node) != NGX_OK) {
         return NULL;
     }
 
@@ -1037,8 +1507,8 @@ ngx_http_idem_store_read(ngx_uint_t argc, ngx_str_t *argv,
         lens[i] = argv[i].len;
     }
 
-    rc = ngx_http_idem_redis_command(rd, ngx_http_idem_redis_read_done, op,
-                                     argc, args, lens);
+    rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
+                                          op, argc, args, lens);
 
     if (args != args_buf) {
         ngx_free(args);
@@ -1077,17 +1547,34 @@ ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op)
 }
 
 
-static void
-ngx_http_idem_redis_read_done(redisAsyncContext *ac, void *r, void *privdata)
+/*
+ * The reply to an op.  In a cluster, MOVED and ASK send it again to the
+ * node named, the same op with the same timeout.
+ */
+
+void
+ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
 {
     redisReply                *reply = r;
     ngx_http_idem_store_op_t  *op = privdata;
 
-    ngx_http_idem_redis_t  *rd;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
 
-    rd = ac->data;
+    node = ac->data;
+    rd = node->rd;
 
     ngx_http_idem_redis_pending_done(rd);
+
+    if (reply != NULL
+        && reply->type == REDIS_REPLY_ERROR
+        && rd->cluster != NULL
+        && !op->done
+        && !rd->closing
+        && ngx_http_idem_redis_cluster_redirect(rd, op, reply) == NGX_OK)
+    {
+        return;
+    }
 
     if (op->timeout.timer_set) {
         ngx_del_timer(&op->timeout);
@@ -1107,17 +1594,24 @@ ngx_http_idem_redis_read_done(redisAsyncContext *ac, void *r, void *privdata)
         rd->stats.failed++;
         rd->lost++;
 
-        op->handler(op->data, NGX_ERROR, NULL, 0);
+        if (op->handler) {
+            op->handler(op->data, NGX_ERROR, NULL, 0);
+        }
 
     } else if (reply->type == REDIS_REPLY_ERROR) {
         rd->stats.failed++;
         ngx_http_idem_redis_error_reply(rd, reply);
 
-        op->handler(op->data, NGX_ERROR, NULL, 0);
+        if (op->handler) {
+            op->handler(op->data, NGX_ERROR, NULL, 0);
+        }
 
     } else {
-        ngx_http_idem_redis_answered(rd);
-        ngx_http_idem_redis_answer(rd, op, reply);
+        ngx_http_idem_redis_answered(node);
+
+        if (op->handler) {
+            ngx_http_idem_redis_answer(rd, op, reply);
+        }
     }
 
     ngx_free(op);
@@ -1222,6 +1716,10 @@ ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
 
     rd = &ngx_http_idem_redis;
 
+    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: no reply within the timeout, %ui redirects",
+                   op->redirects);
+
     /* the late reply, or the disconnect, frees the op */
 
     op->done = 1;
@@ -1235,9 +1733,10 @@ ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
 
 
 static ngx_int_t
-ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd)
+ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_redis_node_t *node)
 {
-    if (rd->state != NGX_HTTP_IDEM_REDIS_UP) {
+    if (node == NULL || node->state != NGX_HTTP_IDEM_REDIS_UP) {
         rd->stats.dropped++;
         rd->down++;
         ngx_http_idem_redis_report_later(rd);
@@ -1258,16 +1757,17 @@ ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd)
 /* a reply that is not an error: the connection works */
 
 static void
-ngx_http_idem_redis_answered(ngx_http_idem_redis_t *rd)
+ngx_http_idem_redis_answered(ngx_http_idem_redis_node_t *node)
 {
-    rd->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
-    rd->attempts = 0;
+    node->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
+    node->attempts = 0;
 }
 
 
 /*
- * OOM, READONLY (a replica), MOVED (a cluster), LOADING ...: the
- * store cannot take the command now; counted and reported.
+ * OOM, READONLY (a replica), MOVED (not a cluster, or too many
+ * redirects), CLUSTERDOWN, LOADING ...: the store cannot take the command
+ * now; counted and reported.
  */
 
 static void
@@ -1301,7 +1801,7 @@ ngx_http_idem_redis_pending_add(ngx_http_idem_redis_t *rd)
 }
 
 
-static void
+void
 ngx_http_idem_redis_pending_done(ngx_http_idem_redis_t *rd)
 {
     if (rd->stats.pending) {
@@ -1323,7 +1823,7 @@ ngx_http_idem_redis_pending_done(ngx_http_idem_redis_t *rd)
 
         ngx_log_error(NGX_LOG_INFO, rd->log, 0,
                       "idem: redis \"%V\": nothing outstanding after %M ms",
-                      &rd->conf->addr, ngx_current_msec - rd->drain_start);
+                      &rd->name, ngx_current_msec - rd->drain_start);
     }
 }
 
@@ -1333,8 +1833,7 @@ ngx_http_idem_redis_pending_handler(ngx_event_t *ev)
 {
     ngx_http_idem_redis_t *rd = ev->data;
 
-    redisAsyncContext  *ac;
-    ngx_msec_t          limit;
+    ngx_msec_t  limit;
 
     if (rd->stats.pending == 0 || rd->closing) {
         return;
@@ -1351,7 +1850,7 @@ ngx_http_idem_redis_pending_handler(ngx_event_t *ev)
 
         ngx_log_error(NGX_LOG_NOTICE, rd->log, 0,
                       "idem: redis \"%V\": waiting for %ui replies "
-                      "before exiting", &rd->conf->addr, rd->stats.pending);
+                      "before exiting", &rd->name, rd->stats.pending);
     }
 
     limit = rd->conf->timeout * NGX_HTTP_IDEM_REDIS_DRAIN_TIMEOUTS;
@@ -1363,32 +1862,19 @@ ngx_http_idem_redis_pending_handler(ngx_event_t *ev)
 
     ngx_log_error(NGX_LOG_ERR, rd->log, 0,
                   "idem: redis \"%V\": gave up waiting for %ui replies "
-                  "after %M ms, exiting", &rd->conf->addr,
+                  "after %M ms, exiting", &rd->name,
                   rd->stats.pending, ngx_current_msec - rd->drain_start);
 
     rd->draining = 0;
     ev->cancelable = 1;
 
-    ac = rd->ac;
-
-    if (ac != NULL) {
-
-        /* a timer handler, not a hiredis callback: freed right now */
-
-        rd->dropping = 1;
-        rd->state = NGX_HTTP_IDEM_REDIS_DOWN;
-
-        redisAsyncFree(ac);
-
-        rd->ac = NULL;
-        rd->dropping = 0;
-    }
+    ngx_http_idem_redis_free_all(rd);
 
     rd->lost = 0;
 }
 
 
-static void
+void
 ngx_http_idem_redis_report_later(ngx_http_idem_redis_t *rd)
 {
     ngx_msec_t  elapsed;
@@ -1452,7 +1938,7 @@ ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd)
 
     ngx_log_error(NGX_LOG_ERR, rd->log, 0,
                   "idem: redis \"%V\": since the last report: %*s",
-                  &rd->conf->addr, (size_t) (p - buf - 2), buf + 2);
+                  &rd->name, (size_t) (p - buf - 2), buf + 2);
 
     rd->reported = ngx_current_msec;
     rd->down = 0;

@@ -2,6 +2,8 @@
 /*
  * The record store: what the rest of the module sees of Redis.  One client
  * per worker process, on nginx's event loop; nothing here ever blocks.
+ * Behind it: one Redis, the master a set of sentinels names, or a Redis
+ * Cluster (every key the module writes is tagged, one call is one slot).
  */
 
 
@@ -13,12 +15,33 @@
 #include <ngx_core.h>
 
 
-/* Where the store is, from "idem_redis ADDR [db=N] [password=S] ...". */
+#define NGX_HTTP_IDEM_STORE_SINGLE    0
+#define NGX_HTTP_IDEM_STORE_CLUSTER   1
+#define NGX_HTTP_IDEM_STORE_SENTINEL  2
+
+
+/* an IP and port, or a unix socket */
 typedef struct {
     ngx_str_t                  addr;           /* as written */
     ngx_str_t                  host;           /* an IP, or empty */
     ngx_int_t                  port;
     ngx_str_t                  unix_path;      /* "unix:/path": the path */
+} ngx_http_idem_store_addr_t;
+
+
+/*
+ * Where the store is, from "idem_redis ADDR [db=N] [password=S] ...",
+ * "idem_redis cluster ADDR ..." or "idem_redis sentinel=NAME ADDR ...".
+ */
+typedef struct {
+    ngx_str_t                  addr;           /* as written, or the mode */
+    ngx_str_t                  host;           /* an IP, or empty */
+    ngx_int_t                  port;
+    ngx_str_t                  unix_path;      /* "unix:/path": the path */
+    ngx_uint_t                 mode;           /* NGX_HTTP_IDEM_STORE_* */
+    ngx_array_t               *seeds;          /* cluster nodes, sentinels */
+    ngx_str_t                  master_name;    /* sentinel=NAME */
+    ngx_str_t                  sentinel_password;
     ngx_int_t                  db;             /* SELECT, 0: none */
     ngx_str_t                  password;       /* AUTH, empty: none */
     ngx_msec_t                 connect_timeout;

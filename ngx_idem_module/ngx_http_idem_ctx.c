@@ -1,0 +1,89 @@
+
+/*
+ * The request's context: made once per request, shared by its
+ * subrequests, and found again after an internal redirect.
+ */
+
+
+#include "ngx_http_idem_module.h"
+
+
+static void ngx_http_idem_cleanup(void *data);
+
+
+/*
+ * Internal redirects and error pages zero module contexts; the context is
+ * also kept as the data of a pool cleanup, where it is found again (the
+ * technique of ngx_http_realip_module).  Subrequests share the main
+ * request's context.
+ */
+
+ngx_http_idem_ctx_t *
+ngx_http_idem_get_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t   *cln;
+    ngx_http_request_t   *mr;
+    ngx_http_idem_ctx_t  *ctx;
+
+    mr = r->main;
+
+    ctx = ngx_http_get_module_ctx(mr, ngx_http_idem_module);
+
+    if (ctx != NULL || !(mr->internal || mr->filter_finalize)) {
+        return ctx;
+    }
+
+    for (cln = mr->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_idem_cleanup) {
+            ctx = cln->data;
+            ngx_http_set_ctx(mr, ctx, ngx_http_idem_module);
+            return ctx;
+        }
+    }
+
+    return NULL;
+}
+
+
+ngx_http_idem_ctx_t *
+ngx_http_idem_create_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t   *cln;
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_idem_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_idem_cleanup;
+    cln->data = ctx;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_idem_module);
+
+    return ctx;
+}
+
+
+/*
+ * Runs when the request's pool goes: no timer may outlive the request.
+ * (Its other job is to be found again after an internal redirect.)
+ */
+
+static void
+ngx_http_idem_cleanup(void *data)
+{
+    ngx_http_idem_ctx_t *ctx = data;
+
+    ngx_http_idem_timers_cleanup(ctx);
+    ngx_http_idem_dedupe_cleanup(ctx);
+
+    if (ctx->arrival_ev.posted) {
+        ngx_delete_posted_event(&ctx->arrival_ev);
+    }
+}

@@ -1,0 +1,501 @@
+
+/*
+ * Directive setters: each checks its value at "nginx -t" and names the
+ * directive and the value in its error.
+ */
+
+
+#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_directive.h"
+
+
+/* idem_retry on=: the failures a retry may follow */
+
+static ngx_conf_bitmask_t  ngx_http_idem_retry_on[] = {
+    { ngx_string("error"), NGX_HTTP_UPSTREAM_FT_ERROR },
+    { ngx_string("timeout"), NGX_HTTP_UPSTREAM_FT_TIMEOUT },
+    { ngx_string("http_500"), NGX_HTTP_UPSTREAM_FT_HTTP_500 },
+    { ngx_string("http_502"), NGX_HTTP_UPSTREAM_FT_HTTP_502 },
+    { ngx_string("http_503"), NGX_HTTP_UPSTREAM_FT_HTTP_503 },
+    { ngx_string("http_504"), NGX_HTTP_UPSTREAM_FT_HTTP_504 },
+    { ngx_string("http_429"), NGX_HTTP_UPSTREAM_FT_HTTP_429 },
+    { ngx_null_string, 0 }
+};
+
+
+char *
+ngx_http_idem_enable(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    char                       *rv;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    rv = ngx_conf_set_flag_slot(cf, cmd, conf);
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    if (ilcf->enable) {
+        imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
+        imcf->used = 1;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+char *
+ngx_http_idem_set_header(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t               *value;
+    ngx_http_idem_header_t  *h;
+
+    h = (ngx_http_idem_header_t *) (p + cmd->offset);
+
+    if (h->name.data != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (cmd->post != NULL && ngx_strcmp(value[1].data, "off") == 0) {
+        ngx_str_set(&h->name, "");
+        return NGX_CONF_OK;
+    }
+
+    if (ngx_http_idem_header_name_valid(&value[1]) != NGX_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid header name \"%V\" in \"%V\" directive",
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_http_idem_header_init(cf->pool, h, &value[1]) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* ngx_conf_set_enum_slot, with an error that names the directive */
+
+char *
+ngx_http_idem_set_enum(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    u_char           *last, buf[128];
+    ngx_str_t        *value;
+    ngx_uint_t        i;
+    ngx_uint_t       *np;
+    ngx_conf_enum_t  *e;
+
+    np = (ngx_uint_t *) (p + cmd->offset);
+
+    if (*np != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    e = cmd->post;
+
+    for (i = 0; e[i].name.len != 0; i++) {
+        if (e[i].name.len == value[1].len
+            && ngx_strcasecmp(e[i].name.data, value[1].data) == 0)
+        {
+            *np = e[i].value;
+            return NGX_CONF_OK;
+        }
+    }
+
+    last = buf;
+
+    for (i = 0; e[i].name.len != 0; i++) {
+        last = ngx_slprintf(last, buf + sizeof(buf), "%s\"%V\"",
+                            i ? " or " : "", &e[i].name);
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid value \"%V\" in \"%V\" directive, "
+                       "it must be %*s",
+                       &value[1], &cmd->name, last - buf, buf);
+
+    return NGX_CONF_ERROR;
+}
+
+
+/* a string that becomes part of generated call ids: the call id charset */
+
+char *
+ngx_http_idem_set_id_part(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t  *field, *value;
+
+    field = (ngx_str_t *) (p + cmd->offset);
+
+    if (field->data != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 0 || value[1].len > 64
+        || ngx_http_idem_check_charset(&value[1]) != NGX_OK)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be 1 to 64 characters from "
+                           "A-Z a-z 0-9 - . _ ~ :",
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    *field = value[1];
+
+    return NGX_CONF_OK;
+}
+
+
+char *
+ngx_http_idem_set_max_length(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_int_t    n;
+    ngx_str_t   *value;
+    ngx_uint_t  *np;
+
+    np = (ngx_uint_t *) (p + cmd->offset);
+
+    if (*np != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    n = ngx_atoi(value[1].data, value[1].len);
+
+    if (n < 1 || n > NGX_HTTP_IDEM_MAX_ID_LEN) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be a number from 1 to %d",
+                           &value[1], &cmd->name, NGX_HTTP_IDEM_MAX_ID_LEN);
+        return NGX_CONF_ERROR;
+    }
+
+    *np = n;
+
+    return NGX_CONF_OK;
+}
+
+
+char *
+ngx_http_idem_set_pattern(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+#if (NGX_PCRE)
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    u_char               errstr[NGX_MAX_CONF_ERRSTR];
+    ngx_str_t           *value;
+    ngx_regex_compile_t  rc;
+
+    if (ilcf->call_id_pattern != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    ngx_memzero(&rc, sizeof(ngx_regex_compile_t));
+
+    rc.pattern = value[1];
+    rc.pool = cf->pool;
+    rc.err.len = NGX_MAX_CONF_ERRSTR;
+    rc.err.data = errstr;
+
+    if (value[1].len == 0 || ngx_regex_compile(&rc) != NGX_OK) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive: %V",
+                           &value[1], &cmd->name, &rc.err);
+        return NGX_CONF_ERROR;
+    }
+
+    ilcf->call_id_pattern = rc.regex;
+    ilcf->call_id_pattern_src = value[1];
+
+    return NGX_CONF_OK;
+
+#else
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"%V\" requires PCRE library", &cmd->name);
+    return NGX_CONF_ERROR;
+
+#endif
+}
+
+
+char *
+ngx_http_idem_set_deadline(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t   *value;
+    ngx_msec_t  *msp;
+
+    msp = (ngx_msec_t *) (p + cmd->offset);
+
+    if (*msp != NGX_CONF_UNSET_MSEC) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    /* cmd->post: "off" is not a value (idem_record_ttl) */
+
+    if (cmd->post == NULL && ngx_strcmp(value[1].data, "off") == 0) {
+        *msp = 0;
+        return NGX_CONF_OK;
+    }
+
+    *msp = ngx_parse_time(&value[1], 0);
+
+    if (*msp == (ngx_msec_t) NGX_ERROR || *msp == 0
+        || *msp > (cmd->post ? (ngx_msec_t) 365 * 86400000
+                             : (ngx_msec_t) NGX_MAX_INT32_VALUE))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be a time greater than 0%s",
+                           &value[1], &cmd->name,
+                           cmd->post ? "" : " or \"off\"");
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* idem_retry N [backoff=T] [max_backoff=T] [per_try_timeout=T] [on=LIST] */
+
+char *
+ngx_http_idem_set_retry(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    u_char              *p, *last;
+    ngx_int_t            n;
+    ngx_str_t           *value, s, v;
+    ngx_uint_t           i, j;
+    ngx_msec_t           ms, *msp;
+    ngx_conf_bitmask_t  *b;
+
+    if (ilcf->retry_attempts != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    n = ngx_atoi(value[1].data, value[1].len);
+
+    if (n < 1 || n > NGX_HTTP_IDEM_MAX_ATTEMPTS) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "the number of attempts must be from 1 to %d",
+                           &value[1], &cmd->name, NGX_HTTP_IDEM_MAX_ATTEMPTS);
+        return NGX_CONF_ERROR;
+    }
+
+    ilcf->retry_attempts = n;
+    ilcf->retry_backoff = NGX_HTTP_IDEM_RETRY_BACKOFF;
+    ilcf->retry_max_backoff = NGX_HTTP_IDEM_RETRY_MAX_BACKOFF;
+    ilcf->retry_per_try_timeout = 0;
+    ilcf->retry_on = NGX_HTTP_IDEM_RETRY_ON;
+
+    for (i = 2; i < cf->args->nelts; i++) {
+
+        p = (u_char *) ngx_strchr(value[i].data, '=');
+        if (p == NULL) {
+            goto invalid;
+        }
+
+        s.data = value[i].data;
+        s.len = p - value[i].data;
+        v.data = p + 1;
+        v.len = value[i].data + value[i].len - v.data;
+
+        msp = NULL;
+
+        if (s.len == 7 && ngx_strncmp(s.data, "backoff", 7) == 0) {
+            msp = &ilcf->retry_backoff;
+
+        } else if (s.len == 11 && ngx_strncmp(s.data, "max_backoff", 11) == 0)
+        {
+            msp = &ilcf->retry_max_backoff;
+
+        } else if (s.len == 15
+                   && ngx_strncmp(s.data, "per_try_timeout", 15) == 0)
+        {
+            msp = &ilcf->retry_per_try_timeout;
+
+        } else if (s.len == 2 && ngx_strncmp(s.data, "on", 2) == 0) {
+
+            ilcf->retry_on = 0;
+            last = v.data + v.len;
+
+            while (v.data < last) {
+                p = ngx_strlchr(v.data, last, ',');
+                s.data = v.data;
+                s.len = (p ? p : last) - v.data;
+
+                for (b = ngx_http_idem_retry_on, j = 0; b[j].name.len; j++) {
+                    if (b[j].name.len == s.len
+                        && ngx_strncmp(b[j].name.data, s.data, s.len) == 0)
+                    {
+                        break;
+                    }
+                }
+
+                if (b[j].name.len == 0) {
+                    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                       "invalid value \"%V\" in \"%V\" "
+                                       "directive, \"on\" takes error, "
+                                       "timeout, http_500, http_502, "
+                                       "http_503, http_504, http_429",
+                                       &s, &cmd->name);
+                    return NGX_CONF_ERROR;
+                }
+
+                ilcf->retry_on |= b[j].mask;
+                v.data = p ? p + 1 : last;
+            }
+
+            if (ilcf->retry_on == 0) {
+                goto invalid;
+            }
+
+            continue;
+
+        } else {
+            goto invalid;
+        }
+
+        ms = ngx_parse_time(&v, 0);
+
+        if (ms == (ngx_msec_t) NGX_ERROR || ms > NGX_MAX_INT32_VALUE
+            || (ms == 0 && msp == &ilcf->retry_per_try_timeout))
+        {
+            goto invalid;
+        }
+
+        *msp = ms;
+    }
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\" in \"%V\" directive",
+                       &value[i], &cmd->name);
+
+    return NGX_CONF_ERROR;
+}
+
+
+/* idem_dedupe_scope COMPLEX_VALUE | off */
+
+char *
+ngx_http_idem_set_scope(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    ngx_str_t                         *value;
+    ngx_http_compile_complex_value_t   ccv;
+
+    if (ilcf->dedupe_scope_set != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    ilcf->dedupe_scope_set = 1;
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        return NGX_CONF_OK;
+    }
+
+    if (value[1].len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "empty value in \"%V\" directive", &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    ilcf->dedupe_scope = ngx_palloc(cf->pool,
+                                    sizeof(ngx_http_complex_value_t));
+    if (ilcf->dedupe_scope == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+
+    ccv.cf = cf;
+    ccv.value = &value[1];
+    ccv.complex_value = ilcf->dedupe_scope;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* idem_status_url URL: it goes into a Link header as "<URL<id>>" */
+
+char *
+ngx_http_idem_set_status_url(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    u_char     *p;
+    ngx_str_t  *value;
+
+    if (ilcf->status_url.data != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (p = value[1].data; p < value[1].data + value[1].len; p++) {
+        if (*p <= ' ' || *p >= 0x7f || *p == '<' || *p == '>' || *p == '"') {
+            break;
+        }
+    }
+
+    if (value[1].len == 0 || p < value[1].data + value[1].len) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "it must be a URL without spaces, quotes or "
+                           "angle brackets", &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    ilcf->status_url = value[1];
+
+    return NGX_CONF_OK;
+}
+
+
+char *
+ngx_http_idem_set_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_main_conf_t *imcf = conf;
+
+    return ngx_http_idem_store_parse(cf, cmd, &imcf->store);
+}

@@ -1,0 +1,136 @@
+
+/*
+ * The module's header and body filters, and its request body filter.  The
+ * module is an HTTP_FILTER module, so these sit just before nginx's copy
+ * filter: they see an answer before add_header, gzip and the rest (the
+ * stored answer is taken there), and a request body as it arrives (the
+ * dedupe digest).  The ids are set later, after add_header
+ * (ngx_http_idem_ids_filter.c).
+ */
+
+
+#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_filter.h"
+
+
+static ngx_int_t ngx_http_idem_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+static ngx_int_t ngx_http_idem_request_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+
+
+static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
+static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+static ngx_http_request_body_filter_pt   ngx_http_next_request_body_filter;
+
+
+void
+ngx_http_idem_filter_init(void)
+{
+    ngx_http_next_header_filter = ngx_http_top_header_filter;
+    ngx_http_top_header_filter = ngx_http_idem_header_filter;
+
+    ngx_http_next_body_filter = ngx_http_top_body_filter;
+    ngx_http_top_body_filter = ngx_http_idem_body_filter;
+
+    ngx_http_next_request_body_filter = ngx_http_top_request_body_filter;
+    ngx_http_top_request_body_filter = ngx_http_idem_request_body_filter;
+}
+
+
+static ngx_int_t
+ngx_http_idem_header_filter(ngx_http_request_t *r)
+{
+    ngx_http_upstream_t       *u;
+    ngx_http_idem_ctx_t       *ctx;
+    ngx_http_idem_loc_conf_t  *ilcf;
+
+    if (r != r->main) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ctx = ngx_http_idem_get_ctx(r);
+
+    if (ctx == NULL || ctx->call_id.len == 0) {
+        return ngx_http_next_header_filter(r);
+    }
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem header filter");
+
+    /*
+     * A gRPC call answered by nginx itself gets a grpc-status (grpc.c);
+     * the ids themselves are set later, after add_header (ids_filter.c).
+     */
+
+    if (ngx_http_idem_grpc_header_filter(r, ctx) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    /* a claim's owner keeps its answer for the duplicates */
+
+    if (ctx->owner && !ctx->replayed && ctx->capture == NULL
+        && !ctx->capture_over
+        && ngx_http_idem_answer_header(r, ctx) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    u = r->upstream;
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    if (u != NULL && u->resolved != NULL && u->peer.name != NULL
+        && !ctx->balanced && ilcf->enable && !ilcf->variable_upstream_logged)
+    {
+        /* proxy_pass with a variable naming no upstream{}: not wrapped */
+
+        ilcf->variable_upstream_logged = 1;
+
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "idem: the upstream of this location is not an "
+                      "upstream{} block or host:port (a variable in "
+                      "proxy_pass?): its calls get nginx's own retry "
+                      "policy, not idem_retry");
+    }
+
+    return ngx_http_next_header_filter(r);
+}
+
+
+static ngx_int_t
+ngx_http_idem_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_http_idem_ctx_t  *ctx;
+
+    if (in == NULL) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    ctx = ngx_http_idem_get_ctx(r);
+
+    if (ctx != NULL && ctx->capture != NULL && !ctx->capture_over
+        && !ctx->capture_done)
+    {
+        ngx_http_idem_answer_body(r, ctx, in);
+    }
+
+    return ngx_http_next_body_filter(r, in);
+}
+
+
+static ngx_int_t
+ngx_http_idem_request_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_idem_module);
+
+    if (ctx != NULL && ctx->md != NULL
+        && ctx->dedupe == NGX_HTTP_IDEM_DEDUPE_BODY)
+    {
+        ngx_http_idem_dedupe_body_filter(r, ctx, in);
+    }
+
+    return ngx_http_next_request_body_filter(r, in);
+}

@@ -1,0 +1,305 @@
+
+/*
+ * The request's sequence on routes with "idem on": ids and the budget in
+ * the rewrite phase (before any access check), the record and the claim in
+ * the precontent phase (after them), the final state in the log phase.
+ */
+
+
+#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_handler.h"
+
+
+static ngx_int_t ngx_http_idem_refused(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+
+
+/*
+ * Runs in the rewrite phase, before the rewrite module's own handlers and
+ * before any access check, so that every answer (a 401, a "return", an
+ * upstream's) carries the request's ids.
+ */
+
+ngx_int_t
+ngx_http_idem_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                  rc;
+    ngx_http_idem_ctx_t       *ctx;
+    ngx_http_idem_problem_t    problem;
+    ngx_http_idem_inbound_t    in;
+    ngx_http_idem_loc_conf_t  *ilcf;
+
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    if (!ilcf->enable) {
+        return NGX_DECLINED;
+    }
+
+    /*
+     * ids are settled once per request, internal redirects included;
+     * subrequests carry the main request's
+     */
+
+    if (ngx_http_idem_get_ctx(r) != NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (r != r->main) {
+
+        /*
+         * A subrequest (SSI, say) of a page the module never saw: it gets
+         * no ids, but the client's copies of the headers the module owns
+         * are dropped from its own list all the same.
+         */
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem handler: subrequest without ids");
+
+        if (ngx_http_idem_scan_request(r, ilcf, &in) != NGX_OK
+            || ngx_http_idem_drop_owned(r, ilcf, &in) != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return NGX_DECLINED;
+    }
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem handler");
+
+    ctx = ngx_http_idem_create_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->request = r;
+    ctx->conf = ilcf;
+    ctx->grpc = ngx_http_idem_grpc_request(r);
+    ctx->call_id_header = &ilcf->call_id_header;
+    ctx->trace_id_header = &ilcf->trace_id_header;
+
+    if (ngx_http_idem_scan_request(r, ilcf, &in) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_idem_resolve_ids(r, ilcf, &in, ctx, &problem);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_idem_deadline_init(r, ilcf, &in, ctx, &problem);
+    }
+
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_DECLINED) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idem: rejected: %V", &problem.detail);
+
+        /* "missing-call-id", "invalid-call-id", "invalid-trace-id" ... */
+
+        if (problem.type.data[0] == 'm') {
+            ngx_http_idem_count(missing_call_id);
+
+        } else if (problem.type.data[8] == 'c') {
+            ngx_http_idem_count(invalid_call_id);
+
+        } else if (problem.type.data[8] == 't') {
+            ngx_http_idem_count(invalid_trace_id);
+
+        } else {
+            ngx_http_idem_count(invalid_deadline);
+        }
+
+        /* what the client claimed never passes on, whatever comes next */
+
+        if (ngx_http_idem_drop_owned(r, ilcf, &in) != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
+    }
+
+    if (ngx_http_idem_inject(r, ilcf, &in, ctx) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->settled = 1;
+
+    ngx_http_idem_count(calls);
+
+    if (ctx->source == NGX_HTTP_IDEM_SOURCE_GATEWAY) {
+        ngx_http_idem_count(generated);
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem call id: \"%V\" (%s), trace id: \"%V\"",
+                   &ctx->call_id,
+                   ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT
+                   ? "client" : "gateway",
+                   &ctx->trace_id);
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * After access checks, before the content handler: the call's record and
+ * its claim (a duplicate is answered here); a budget spent by now is
+ * answered without contacting the upstream; otherwise the call is timed
+ * from here on.
+ */
+
+ngx_int_t
+ngx_http_idem_precontent_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                  rc, rc2;
+    ngx_http_idem_ctx_t       *ctx;
+    ngx_http_idem_problem_t    problem;
+    ngx_http_idem_loc_conf_t  *ilcf;
+
+    if (r != r->main) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_idem_get_ctx(r);
+
+    if (ctx == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (ctx->refused != NULL || !ctx->settled) {
+        return ngx_http_idem_refused(r, ctx);
+    }
+
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    if (!ilcf->dedupe) {
+        rc = ngx_http_idem_grpc_read_body(r, ctx);
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
+    }
+
+    rc = NGX_OK;
+
+    if (ilcf->record || ilcf->dedupe) {
+        rc = ngx_http_idem_record_prepare(r, ctx);
+
+        if (rc == NGX_ERROR) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (rc == NGX_DECLINED && ilcf->dedupe) {
+            ngx_http_idem_problem_set(r, &problem, NGX_HTTP_BAD_REQUEST,
+                                      "empty-dedupe-scope", "No scope",
+                                      NULL, "the call's scope (who owns "
+                                      "its id) is empty");
+            ngx_http_idem_count(empty_scope);
+            goto answer;
+        }
+    }
+
+    rc2 = ngx_http_idem_dedupe(r, ctx);
+    if (rc2 != NGX_DECLINED) {
+        return rc2;
+    }
+
+    /* a record-only route without a scope value records nothing */
+
+    if (rc == NGX_OK && ngx_http_idem_record_start(r, ctx) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (!ctx->has_deadline || ngx_http_idem_deadline_start(r, ctx) == NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    ngx_http_idem_problem_set(r, &problem, NGX_HTTP_GATEWAY_TIME_OUT,
+                              "deadline-exceeded", "Deadline exceeded",
+                              NULL, "the call's budget was spent before "
+                              "the first attempt");
+
+    ngx_http_idem_count(deadline_exceeded);
+
+answer:
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idem: %V", &problem.detail);
+
+    rc = ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
+
+    ngx_http_finalize_request(r, rc);
+
+    return NGX_DONE;
+}
+
+
+/*
+ * A call the module refused (or whose ids it could not settle) reached a
+ * location's content after all: error_page after an answer that failed,
+ * say.  It is never forwarded: the module's answer is sent again.
+ */
+
+static ngx_int_t
+ngx_http_idem_refused(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_int_t  rc;
+
+    if (ctx->refused == NULL) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "idem: the ids of this call were never settled, "
+                      "it is not forwarded");
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idem: a refused call reached \"%V\", not forwarded: "
+                  "%V", &r->uri, &ctx->refused->detail);
+
+    if (r->header_sent) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_idem_send_problem(r, ctx->refused, &ctx->call_id);
+
+    ngx_http_finalize_request(r, rc);
+
+    return NGX_DONE;
+}
+
+
+/* the request is over: its execution's final state, and its record */
+
+ngx_int_t
+ngx_http_idem_log_handler(ngx_http_request_t *r)
+{
+    ngx_http_idem_ctx_t  *ctx;
+
+    if (r != r->main) {
+        return NGX_OK;
+    }
+
+    ctx = ngx_http_idem_get_ctx(r);
+
+    if (ctx == NULL || ctx->call_id.len == 0) {
+        return NGX_OK;
+    }
+
+    if (ctx->claim_op != NULL) {
+
+        /*
+         * The request ends while its claim is out (a worker shutting down,
+         * say): the claim may be made, and is released by the final write,
+         * which leaves after it on the same connection.
+         */
+
+        ctx->owner = 1;
+        ctx->record = 1;
+    }
+
+    ngx_http_idem_storm_finish(r, ctx);
+    ngx_http_idem_record_finish(r, ctx);
+
+    return NGX_OK;
+}

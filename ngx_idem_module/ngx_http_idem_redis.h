@@ -1,0 +1,186 @@
+
+/*
+ * Inside the Redis store: one worker's store (counters, reports, what is
+ * outstanding) and its connections, "nodes".  ngx_http_idem_redis.c owns
+ * both; ngx_http_idem_redis_cluster.c and ngx_http_idem_redis_sentinel.c
+ * decide which node a command goes to.  Nothing outside the store's files
+ * includes this.
+ */
+
+
+#ifndef _NGX_HTTP_IDEM_REDIS_H_INCLUDED_
+#define _NGX_HTTP_IDEM_REDIS_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_event.h>
+
+#include <hiredis/hiredis.h>
+#include <hiredis/async.h>
+
+#include "ngx_http_idem_store.h"
+
+
+#define NGX_HTTP_IDEM_REDIS_DOWN             0
+#define NGX_HTTP_IDEM_REDIS_CONNECTING       1
+#define NGX_HTTP_IDEM_REDIS_UP               2
+
+/* node roles */
+#define NGX_HTTP_IDEM_REDIS_DATA             0
+#define NGX_HTTP_IDEM_REDIS_SENTINEL         1
+
+#define NGX_HTTP_IDEM_REDIS_ERRSTR_LEN       128
+#define NGX_HTTP_IDEM_REDIS_NAME_LEN         (NGX_SOCKADDR_STRLEN + 8)
+
+/* the first delay before connecting again, doubled up to 5 s */
+#define NGX_HTTP_IDEM_REDIS_BACKOFF_MIN      100
+
+/* connections of one worker: cluster masters, replicas, sentinels */
+#define NGX_HTTP_IDEM_REDIS_MAX_NODES        64
+
+
+typedef struct ngx_http_idem_redis_s          ngx_http_idem_redis_t;
+typedef struct ngx_http_idem_redis_node_s     ngx_http_idem_redis_node_t;
+typedef struct ngx_http_idem_redis_cluster_s  ngx_http_idem_redis_cluster_t;
+typedef struct ngx_http_idem_redis_sentinel_s ngx_http_idem_redis_sentinel_t;
+
+typedef void (*ngx_http_idem_redis_node_pt)(ngx_http_idem_redis_node_t *node);
+
+
+/* the store's own counters, per worker */
+typedef struct {
+    ngx_uint_t                       sent;       /* commands written */
+    ngx_uint_t                       failed;     /* error replies */
+    ngx_uint_t                       dropped;    /* not sent: down/full */
+    ngx_uint_t                       connects;   /* successful connects */
+    ngx_uint_t                       pending;    /* outstanding now */
+    ngx_uint_t                       redirects;  /* MOVED, ASK followed */
+} ngx_http_idem_store_stats_t;
+
+
+/*
+ * A command whose reply someone waits for: a read, or in a cluster any
+ * command (it may have to be sent again to another node).  malloc()ed, it
+ * outlives the request that asked for it.
+ */
+struct ngx_http_idem_store_op_s {
+    ngx_http_idem_store_read_pt      handler;    /* NULL: a write */
+    void                            *data;
+    ngx_event_t                      timeout;
+
+    /* cluster: the command, kept for MOVED and ASK */
+    ngx_uint_t                       argc;
+    const char                     **argv;
+    size_t                          *lens;
+    ngx_uint_t                       slot;
+    ngx_uint_t                       redirects;
+
+    unsigned                         done:1;     /* answered or cancelled */
+};
+
+
+/* one connection: the Redis, a cluster master, or a sentinel */
+struct ngx_http_idem_redis_node_s {
+    ngx_http_idem_redis_t           *rd;
+    redisAsyncContext               *ac;
+
+    ngx_str_t                        name;       /* for logs */
+    u_char                           host[NGX_SOCKADDR_STRLEN + 1];
+    ngx_int_t                        port;       /* 0: no address yet */
+    ngx_str_t                        unix_path;
+    ngx_str_t                        password;   /* AUTH, empty: none */
+    ngx_int_t                        db;         /* SELECT, 0: none */
+    ngx_uint_t                       role;
+
+    ngx_uint_t                       state;
+    ngx_msec_t                       backoff;    /* the next delay */
+    ngx_msec_t                       retry_in;   /* the delay armed */
+    ngx_uint_t                       attempts;   /* failures in a row */
+    ngx_msec_t                       conn_logged;
+
+    ngx_event_t                      connect_ev; /* connect timeout */
+    ngx_event_t                      reconnect_ev;
+
+    /* the cluster's or the sentinel's: up, and down or failed */
+    ngx_http_idem_redis_node_pt      up;
+    ngx_http_idem_redis_node_pt      down;
+    void                            *data;
+
+    u_char                           name_buf[NGX_HTTP_IDEM_REDIS_NAME_LEN];
+
+    unsigned                         dropping:1; /* we free the context */
+    unsigned                         failing:1;  /* not up since a loss */
+    unsigned                         idle:1;     /* no reconnects */
+    unsigned                         serving:1;  /* cluster: has slots */
+};
+
+
+/* the store of this worker process */
+struct ngx_http_idem_redis_s {
+    ngx_http_idem_store_conf_t      *conf;
+    ngx_log_t                       *log;
+    ngx_str_t                        name;       /* for report lines */
+
+    ngx_http_idem_redis_node_t      *node;       /* one Redis, sentinel's */
+    ngx_http_idem_redis_cluster_t   *cluster;
+    ngx_http_idem_redis_sentinel_t  *sentinel;
+
+    ngx_http_idem_redis_node_t      *nodes[NGX_HTTP_IDEM_REDIS_MAX_NODES];
+    ngx_uint_t                       nnodes;
+
+    ngx_msec_t                       drain_start;
+    ngx_event_t                      pending_ev;
+    ngx_event_t                      report_ev;
+
+    /* counted since the last report line */
+    ngx_msec_t                       reported;
+    ngx_uint_t                       down;
+    ngx_uint_t                       full;
+    ngx_uint_t                       errors;
+    ngx_uint_t                       timedout;
+    ngx_uint_t                       lost;
+    size_t                           errstr_len;
+    u_char                           errstr[NGX_HTTP_IDEM_REDIS_ERRSTR_LEN];
+
+    ngx_http_idem_store_stats_t      stats;
+
+    unsigned                         started:1;
+    unsigned                         closing:1;  /* exit_process */
+    unsigned                         draining:1; /* exiting, pending */
+};
+
+
+/* ngx_http_idem_redis.c */
+ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_create(
+    ngx_http_idem_redis_t *rd, ngx_uint_t role);
+void ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
+    u_char *host, size_t len, ngx_int_t port);
+void ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node);
+void ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node);
+void ngx_http_idem_redis_node_drop(ngx_http_idem_redis_node_t *node);
+ngx_int_t ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
+    redisCallbackFn *fn, void *privdata, ngx_uint_t argc, const char **argv,
+    size_t *lens);
+void ngx_http_idem_redis_pending_done(ngx_http_idem_redis_t *rd);
+void ngx_http_idem_redis_report_later(ngx_http_idem_redis_t *rd);
+void ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r,
+    void *privdata);
+
+/* ngx_http_idem_redis_cluster.c */
+ngx_int_t ngx_http_idem_redis_cluster_init(ngx_http_idem_redis_t *rd,
+    ngx_cycle_t *cycle);
+void ngx_http_idem_redis_cluster_exit(ngx_http_idem_redis_t *rd);
+ngx_http_idem_redis_node_t *ngx_http_idem_redis_cluster_route(
+    ngx_http_idem_redis_t *rd, ngx_http_idem_store_op_t *op);
+ngx_int_t ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, redisReply *reply);
+ngx_uint_t ngx_http_idem_redis_cluster_slot(u_char *key, size_t len);
+void ngx_http_idem_redis_cluster_stale(ngx_http_idem_redis_t *rd);
+
+/* ngx_http_idem_redis_sentinel.c */
+ngx_int_t ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,
+    ngx_cycle_t *cycle);
+
+
+#endif /* _NGX_HTTP_IDEM_REDIS_H_INCLUDED_ */

@@ -1,0 +1,229 @@
+# Redis Sentinel (idem_redis sentinel=NAME ...): a real master, replica and
+# 3 sentinels (t/lib/RedisSentinel.pm).  The gateway asks a sentinel for
+# the master and records, reads and claims there; a sentinel that is down
+# is skipped; a name no sentinel knows is Redis down; the directive's
+# checks; a sentinel that names a replica (a fake one).  Failover:
+# t/195-redis-sentinel-failover.t.
+
+use lib 't/lib';
+use RedisSentinel;
+use FakeRedisCluster;
+use Test::Nginx::Socket 'no_plan';
+
+RedisSentinel::start();
+$ENV{TEST_NGINX_SENTINEL_PORTS} = join ' ',
+    map { "127.0.0.1:$_" } RedisSentinel::sentinels();
+$ENV{TEST_NGINX_SENTINEL_PORT} = (RedisSentinel::sentinels())[1];
+$ENV{TEST_NGINX_SENTINEL_MASTER} = RedisSentinel::master();
+
+# a sentinel that names the replica as the master
+$ENV{TEST_NGINX_FAKE_SENTINEL_PORT} = RedisSentinel::base() + 50;
+FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_SENTINEL_PORT}, sub {
+    my ($args) = @_;
+    my $cmd = uc $args->[0];
+    my $replica = RedisSentinel::replica();
+    return "*2\r\n\$9\r\n127.0.0.1\r\n\$" . length($replica)
+           . "\r\n$replica\r\n" if $cmd eq 'SENTINEL';
+    return "*3\r\n\$9\r\nsubscribe\r\n\$14\r\n+switch-master\r\n:1\r\n"
+        if $cmd eq 'SUBSCRIBE';
+    return "+OK\r\n";
+});
+
+END { local $?; FakeRedisCluster::stop(); RedisSentinel::stop() }
+
+no_long_string();
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: records, status reads and dedupe on the master the sentinels name
+--- http_config
+    idem_redis sentinel=mymaster $TEST_NGINX_SENTINEL_PORTS timeout=500ms;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+    location /ping {
+        return 200;
+    }
+--- init
+select(undef, undef, undef, 0.3);
+--- request eval
+["GET /t", "GET /calls/sn-1-$$", "POST /d\nx", "POST /d\nx", "POST /d\ny",
+ "GET /calls/sn-none-$$"]
+--- more_headers eval
+["X-Call-Id: sn-1-$$", "", "X-Call-Id: sn-2-$$", "X-Call-Id: sn-2-$$",
+ "X-Call-Id: sn-2-$$", ""]
+--- error_code eval
+[200, 200, 200, 200, 422, 404]
+--- response_headers eval
+["", "", "!Idempotent-Replayed", "Idempotent-Replayed: true", "", ""]
+--- response_body_like eval
+["n=1 ", qq{"call_id":"sn-1-$$",.*"state":"SUCCESS"}, "n=1 ", "n=1 ",
+ "payload-mismatch", "NOT_FOUND"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: the records are on the master
+--- request
+GET /ping
+--- init
+Test::More::is(RedisSentinel::cli($ENV{TEST_NGINX_SENTINEL_MASTER},
+                                  'exists', "idem:c:{sn-1-$$}"), 1,
+               'the record is on the master');
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: the first sentinel listed is down: the next one is asked
+--- http_config
+    idem_redis sentinel=mymaster 127.0.0.1:1 127.0.0.1:$TEST_NGINX_SENTINEL_PORT
+               connect_timeout=200ms timeout=500ms;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- init
+select(undef, undef, undef, 0.5);
+--- request eval
+["GET /t", "GET /calls/sn-3-$$"]
+--- more_headers eval
+["X-Call-Id: sn-3-$$", ""]
+--- error_code eval
+[200, 200]
+--- response_body_like eval
+["n=1 ", '"state":"SUCCESS"']
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 4: a master name no sentinel knows: Redis is down (UNKNOWN, 503)
+--- http_config
+    idem_redis sentinel=nosuch 127.0.0.1:$TEST_NGINX_SENTINEL_PORT
+               timeout=300ms;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+select(undef, undef, undef, 0.3);
+--- request
+GET /calls/sn-4
+--- error_code: 503
+--- response_body_like: UNKNOWN
+--- error_log
+idem: redis sentinel "127.0.0.1:
+does not name a master "nosuch", asking another one
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 5: a password for the sentinels is sent to them (AUTH), not to Redis
+--- http_config
+    idem_redis sentinel=mymaster 127.0.0.1:$TEST_NGINX_SENTINEL_PORT
+               sentinel_password=secret timeout=300ms;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+select(undef, undef, undef, 0.3);
+--- request
+GET /calls/sn-5
+--- error_code: 503
+--- error_log eval
+qr/idem: redis "127\.0\.0\.1:\d+": AUTH failed: "ERR AUTH <password> called without any password configured/
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 5b: a sentinel naming a replica: ROLE says so, the connection is closed
+--- http_config
+    idem_redis sentinel=mymaster 127.0.0.1:$TEST_NGINX_FAKE_SENTINEL_PORT
+               timeout=300ms;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+select(undef, undef, undef, 0.5);
+--- request
+GET /calls/sn-5b
+--- error_code: 503
+--- response_body_like: UNKNOWN
+--- error_log eval
+qr/idem: redis sentinel: "127\.0\.0\.1:\d+" is not a master \(ROLE\), closing it/
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 6: sentinel= without a name
+--- http_config
+    idem_redis sentinel= 127.0.0.1:26379;
+--- config
+    location /t { return 200; }
+--- must_die
+--- error_log
+invalid value "sentinel=" in "idem_redis" directive
+
+
+
+=== TEST 7: sentinel= without sentinels
+--- http_config
+    idem_redis sentinel=mymaster password=x;
+--- config
+    location /t { return 200; }
+--- must_die
+--- error_log
+"idem_redis sentinel=mymaster" needs at least one IP address and port
+
+
+
+=== TEST 8: sentinel_password= only with sentinel=
+--- http_config
+    idem_redis 127.0.0.1:6379 sentinel_password=x;
+--- config
+    location /t { return 200; }
+--- must_die
+--- error_log
+invalid parameter "sentinel_password=x" in "idem_redis" directive
+
+
+
+=== TEST 9: sentinels are IPs, not host names
+--- http_config
+    idem_redis sentinel=mymaster localhost:26379;
+--- config
+    location /t { return 200; }
+--- must_die
+--- error_log
+invalid value "localhost:26379" in "idem_redis" directive, it must be an IP address and port

@@ -1,0 +1,181 @@
+# Redis Sentinel failover, for real (a master, a replica, 3 sentinels from
+# t/lib/RedisSentinel.pm; a gateway with two workers):
+#
+#  1. the master is killed (SIGKILL): dedupe calls get 503 until the
+#     sentinels promote the replica and announce it (+switch-master), then
+#     go to the new master, without a reload; their number is reported;
+#     a record written before the kill is read on the new master;
+#  2. the old master comes back as a replica and a manual SENTINEL
+#     FAILOVER moves the master back: the gateway follows again.
+#
+# Plain Test::More: Redis processes are killed and failed over between
+# requests, and calls are counted while that happens.
+
+use strict;
+use warnings;
+use Test::More;
+use Time::HiRes qw(sleep time);
+use lib 't/lib';
+use RedisSentinel;
+use IdemGateway;
+
+my $backend = $ENV{TEST_NGINX_BACKEND_PORT}
+    or plan skip_all => 'TEST_NGINX_BACKEND_PORT is not set (use make test)';
+my $base = $ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984;
+my $gw = $base + 155;
+
+END {
+    local $?;
+    IdemGateway::stop_all();
+    RedisSentinel::stop();
+}
+
+RedisSentinel::start();
+my $sentinels = join ' ', map { "127.0.0.1:$_" } RedisSentinel::sentinels();
+my $master_pid = IdemGateway::start($gw,
+    "idem_redis sentinel=mymaster $sentinels connect_timeout=300ms "
+    . "timeout=500ms", $backend);
+sleep 0.5;
+
+my $n = 0;
+sub fresh_id { "t155-$$-" . $n++ }
+
+sub call {
+    my ($id) = @_;
+    return scalar IdemGateway::send_all([$gw, IdemGateway::post($id, 'x=1',
+                                                                '/q')]);
+}
+
+sub status_of {
+    my ($id) = @_;
+    return scalar IdemGateway::send_all([$gw,
+                                         IdemGateway::get("/_idem/calls/$id")]);
+}
+
+sub has_key {
+    my ($port, $id) = @_;
+    return RedisSentinel::cli($port, 'exists', "idem:c:{$id}") eq '1';
+}
+
+# calls, one every 50 ms, until 10 in a row are served (or 30 s)
+sub until_served {
+    my ($t0) = @_;
+    my ($calls, $failed, $other, $ok_run, $first_ok) = (0, 0, 0, 0);
+    while (time - $t0 < 30 && $ok_run < 10) {
+        my $r = call(fresh_id());
+        $calls++;
+        if (IdemGateway::is_original($r)) {
+            $first_ok //= time - $t0;
+            $ok_run++;
+        } else {
+            if (defined $r && $r->{status} == 503) {
+                $failed++;
+            } else {
+                $other++;
+            }
+            $ok_run = 0;
+        }
+        sleep 0.05;
+    }
+    return ($ok_run >= 10, $calls, $failed, $other, $first_ok);
+}
+
+
+# 1. the master killed
+
+{
+    my $old = RedisSentinel::master();
+    my $new = RedisSentinel::replica();
+
+    my $before = fresh_id();
+    ok(IdemGateway::is_original(call($before)), 'a call before the kill');
+    ok(has_key($old, $before), 'its record is on the master');
+    RedisSentinel::cli($old, 'wait', 1, 1000);
+
+    my $t0 = time;
+    RedisSentinel::kill_node($old, 'KILL');
+
+    my ($served, $calls, $failed, $other, $first_ok) = until_served($t0);
+    ok($served, 'calls are served again after the failover');
+    is($other, 0, 'meanwhile calls got 503, nothing else');
+    is(RedisSentinel::master_port(), $new, 'the sentinels promoted the '
+                                           . 'replica');
+    diag(sprintf 'sentinel failover: %d of %d calls got 503; served again '
+                 . '%.1f s after the kill (down-after 1 s)',
+         $failed, $calls, $first_ok // -1);
+
+    my $after = fresh_id();
+    ok(IdemGateway::is_original(call($after)), 'a call after the failover');
+    ok(has_key($new, $after), 'its record is on the new master');
+    my $st = status_of($before);
+    like($st->{body}, qr/"state":"SUCCESS"/,
+         'the record written before the kill is read on the new master')
+        or diag(IdemGateway::summary($st) . " $st->{body}");
+    like(IdemGateway::log_text($gw),
+         qr/idem: redis sentinel: master "mymaster" is 127\.0\.0\.1:$new \(switched, was 127\.0\.0\.1:$old\)/,
+         'the workers followed +switch-master');
+    ok(kill(0, $master_pid), 'without a reload (the same nginx)');
+}
+
+
+# 2. the old master back as a replica, then a manual failover back to it
+
+{
+    my $old = RedisSentinel::master();
+    my $cur = RedisSentinel::replica();
+
+    RedisSentinel::start_redis($old, $cur);
+    my $until = time + 20;
+    while (time < $until) {
+        last if RedisSentinel::cli($cur, 'info', 'replication')
+                =~ /connected_slaves:1.*state=online/s;
+        sleep 0.2;
+    }
+
+    # the sentinels must see it as a replica before they fail over to it
+    $until = time + 20;
+    my $reply = '';
+    while (time < $until) {
+        $reply = RedisSentinel::cli((RedisSentinel::sentinels())[0],
+                                    'sentinel', 'failover', 'mymaster');
+        last if $reply eq 'OK';
+        sleep 0.5;
+    }
+    is($reply, 'OK', 'SENTINEL FAILOVER accepted');
+
+    # calls for 5 s from the failover on: how many were not served
+    my ($calls, $failed, %why) = (0, 0);
+    my $t0 = time;
+    while (time - $t0 < 5) {
+        my $r = call(fresh_id());
+        $calls++;
+        unless (IdemGateway::is_original($r)) {
+            $failed++;
+            $why{IdemGateway::summary($r)}++;
+        }
+        sleep 0.05;
+    }
+    is(RedisSentinel::master_port(), $old, 'the master moved back');
+    like(IdemGateway::log_text($gw),
+         qr/master "mymaster" is 127\.0\.0\.1:$old \(switched, was 127\.0\.0\.1:$cur\)/,
+         'the workers followed it');
+    my ($served) = until_served(time);
+    ok($served, 'calls are served on the old master again');
+    diag(sprintf 'manual failover: %d of %d calls in 5 s not served (%s)',
+         $failed, $calls, join(', ', map { "$_: $why{$_}" } sort keys %why));
+
+    my $id = fresh_id();
+    ok(IdemGateway::is_original(call($id)), 'a call after the move back');
+    ok(has_key($old, $id), 'its record is on the master again');
+}
+
+IdemGateway::stop_all();
+
+my @bad = IdemGateway::bad_lines($gw,
+    qr/idem: redis "(?:127\.0\.0\.1:\d+|sentinel=mymaster)": (?:connect|connection lost|since the last report)/);
+is(scalar @bad, 0, 'nothing logged but the lost master')
+    or diag(join "\n", @bad[0 .. ($#bad < 4 ? $#bad : 4)]);
+unlike(IdemGateway::log_text($gw), qr/\[(?:alert|crit|emerg)\]|exited on signal/,
+       'no alert, no crash');
+
+done_testing();

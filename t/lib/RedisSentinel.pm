@@ -1,0 +1,141 @@
+package RedisSentinel;
+
+# A real local Redis with Sentinel for the tests (t/150, t/155): a master,
+# a replica and 3 sentinels watching them as "mymaster" (quorum 2, down
+# after 1 s), on loopback ports from TEST_NGINX_REDIS_SENTINEL_PORT:
+# master base, replica base + 1, sentinels base + 10 .. base + 12.
+
+use strict;
+use warnings;
+use Time::HiRes qw(sleep time);
+use File::Path qw(make_path remove_tree);
+use Cwd qw(abs_path);
+
+my $base = $ENV{TEST_NGINX_REDIS_SENTINEL_PORT}
+    || ($ENV{TEST_NGINX_REDIS_PORT} || 16379) + 400;
+my $root = abs_path(__FILE__ =~ m{^(.*)/lib/} ? $1 : 't');
+
+sub base      { $base }
+sub master    { $base }
+sub replica   { $base + 1 }
+sub sentinels { map { $base + 10 + $_ } 0 .. 2 }
+sub dir       { "$root/servroot-sentinel-$_[0]" }
+
+sub cli {
+    my ($port, @args) = @_;
+    my $cmd = join ' ', "redis-cli -p $port",
+                        map { length $_ ? quotemeta $_ : "''" } @args;
+    my $out = `$cmd 2>&1`;
+    chomp $out;
+    return $out;
+}
+
+sub pid {
+    my ($port) = @_;
+    open my $fh, '<', dir($port) . "/redis.pid" or return;
+    my $pid = <$fh>;
+    chomp $pid if defined $pid;
+    return $pid && kill(0, $pid) ? $pid : undef;
+}
+
+sub wait_ping {
+    my ($port) = @_;
+    for (1 .. 50) {
+        return if cli($port, 'ping') eq 'PONG';
+        sleep 0.1;
+    }
+    die "redis on $port does not answer\n";
+}
+
+sub start_redis {
+    my ($port, $replicaof) = @_;
+    my $d = dir($port);
+    make_path($d);
+    system("redis-server --bind 127.0.0.1 --port $port --save ''"
+           . " --appendonly no --dir $d --daemonize yes"
+           . " --maxmemory-policy noeviction --repl-diskless-sync-delay 0"
+           . ($replicaof ? " --replicaof 127.0.0.1 $replicaof" : '')
+           . " --pidfile $d/redis.pid --logfile $d/redis.log") == 0
+        or die "cannot start redis-server on $port\n";
+    wait_ping($port);
+}
+
+sub start_sentinel {
+    my ($port) = @_;
+    my $d = dir($port);
+    remove_tree($d);
+    make_path($d);
+    open my $fh, '>', "$d/sentinel.conf" or die "$d/sentinel.conf: $!";
+    print $fh <<"CONF";
+bind 127.0.0.1
+port $port
+daemonize yes
+pidfile $d/redis.pid
+logfile $d/redis.log
+dir $d
+sentinel monitor mymaster 127.0.0.1 $base 2
+sentinel down-after-milliseconds mymaster 1000
+sentinel failover-timeout mymaster 3000
+sentinel parallel-syncs mymaster 1
+CONF
+    close $fh;
+    system("redis-server $d/sentinel.conf --sentinel") == 0
+        or die "cannot start redis-sentinel on $port\n";
+    wait_ping($port);
+}
+
+sub start {
+    stop();
+    remove_tree(dir($_)) for master(), replica();
+    start_redis(master());
+    start_redis(replica(), master());
+    my $until = time + 20;
+    while (time < $until) {
+        last if cli(replica(), 'info', 'replication')
+                =~ /master_link_status:up/;
+        sleep 0.1;
+    }
+    start_sentinel($_) for sentinels();
+    # the sentinels have found the replica and each other
+    $until = time + 20;
+    while (time < $until) {
+        my $ok = grep {
+            my $m = cli($_, 'sentinel', 'master', 'mymaster');
+            $m =~ /num-slaves\n1\n/ && $m =~ /num-other-sentinels\n2\n/
+        } sentinels();
+        return if $ok == 3;
+        sleep 0.2;
+    }
+    die "the sentinels do not see the replica and each other\n";
+}
+
+# the master's port as the sentinels say
+sub master_port {
+    my @a = split /\n/, cli((sentinels())[0], 'sentinel',
+                            'get-master-addr-by-name', 'mymaster');
+    return $a[1];
+}
+
+sub kill_node {
+    my ($port, $sig) = @_;
+    my $pid = pid($port) or return;
+    kill $sig || 'KILL', $pid;
+    for (1 .. 50) {
+        return unless kill 0, $pid;
+        sleep 0.1;
+    }
+}
+
+sub stop {
+    for my $port (master(), replica(), sentinels()) {
+        my $pid = pid($port) or next;
+        kill 'CONT', $pid;
+        kill 'KILL', $pid;
+        for (1 .. 50) {
+            last unless kill 0, $pid;
+            sleep 0.1;
+        }
+    }
+}
+
+1;
