@@ -1,7 +1,11 @@
 # idem_unknown_stream: executions that end UNKNOWN are appended to a Redis
 # stream, in the same batch as their record's final write, for a
-# compensation job to follow up.  Nothing else is appended.
+# compensation job to follow up.  Nothing else is appended.  Redis
+# stopped for real (t/lib/RedisFault.pm): the entry is lost with the final
+# write, and counted.
 
+use lib 't/lib';
+use RedisFault;
 use Test::Nginx::Socket 'no_plan';
 use JSON::PP;
 
@@ -18,9 +22,12 @@ sub redis {
 
 # the stream's entries: [[id, {field => value}], ...]
 sub entries {
-    my ($key) = @_;
+    my ($key, $port) = @_;
     my $lua = "return cjson.encode(redis.call('XRANGE', KEYS[1], '-', '+'))";
-    my $json = redis("eval \"$lua\" 1 '$key'");
+    my $json = $port
+        ? `redis-cli -p $port eval "$lua" 1 '$key'`
+        : redis("eval \"$lua\" 1 '$key'");
+    chomp $json;
     my $list = $json eq '{}' ? [] : decode_json($json);
     return map { [$_->[0], { @{ $_->[1] } }] } @$list;
 }
@@ -337,3 +344,99 @@ GET /x
 --- must_die
 --- error_log
 maxlen must be a number from 1
+
+
+
+=== TEST 12: Redis stopped for real, first up (the worker connected): an UNKNOWN call is appended, nothing dropped
+--- init
+RedisFault::start();
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} flushall >/dev/null");
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_FAULT_PORT connect_timeout=200ms timeout=300ms;
+    idem_unknown_stream comp;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/99;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+    location /pause {
+        echo_sleep 0.5;
+        echo ok;
+    }
+--- request eval
+["GET /pause", "GET /t", "GET /metrics"]
+--- more_headers
+X-Call-Id: us-fault-1
+--- error_code eval
+[200, 502, 200]
+--- response_body_like eval
+["ok", "", qr/idem_record_writes_total\{result="dropped"\} 0\n.*idem_unknown_stream_drops_total 0\n/s]
+--- wait: 0.1
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 13: ... stopped: the call is served at once, its entry lost with its final write, counted in both
+--- init
+Test::More::is(scalar(main::entries('idem:comp', $ENV{TEST_NGINX_REDIS_FAULT_PORT})),
+               1, 'the entry written while Redis was up');
+RedisFault::stop();
+select(undef, undef, undef, 0.3);
+--- request eval
+["GET /t", "GET /metrics"]
+--- more_headers
+X-Call-Id: us-fault-2
+--- timeout: 1
+--- error_code eval
+[502, 200]
+--- response_body_like eval
+["", qr/idem_record_writes_total\{result="dropped"\} 2\n.*idem_unknown_stream_drops_total 1\n/s]
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 14: ... restarted: entries are appended again by themselves, nothing more dropped
+--- init
+RedisFault::start();
+# until the worker has reconnected (its backoff doubles up to 5 s)
+for (1 .. 80) {
+    last if `redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} client list` =~ tr/\n// > 1;
+    select(undef, undef, undef, 0.1);
+}
+--- request eval
+["GET /t", "GET /metrics"]
+--- more_headers
+X-Call-Id: us-fault-3
+--- error_code eval
+[502, 200]
+--- response_body_like eval
+["", qr/idem_record_writes_total\{result="dropped"\} 2\n.*idem_unknown_stream_drops_total 1\n/s]
+--- wait: 0.1
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 15: ... the entry of the call after the restart, with its record
+--- init
+my @e = main::entries('idem:comp', $ENV{TEST_NGINX_REDIS_FAULT_PORT});
+Test::More::is(join(' ', map { $_->[1]{call_id} } @e), 'us-fault-3',
+               'only the call made after the restart (no persistence)');
+Test::More::like(`redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} hget 'idem:c:{us-fault-3}' 'f:$e[0][1]{token}'`,
+                 qr/^UNKNOWN 502 /, 'its record');
+--- request
+GET /metrics
+--- response_body_like eval
+qr/idem_unknown_stream_drops_total 1\n/
+--- no_error_log
+[alert]
+[crit]
