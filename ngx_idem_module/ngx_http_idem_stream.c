@@ -122,7 +122,7 @@ ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         return;
     }
 
-    /* the route where the call started: it chose to record the call */
+    /* the location whose policy the call follows, as for retries */
 
     ilcf = ctx->conf ? ctx->conf
                      : ngx_http_get_module_loc_conf(r, ngx_http_idem_module);

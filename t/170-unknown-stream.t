@@ -347,7 +347,41 @@ maxlen must be a number from 1
 
 
 
-=== TEST 12: Redis stopped for real, first up (the worker connected): an UNKNOWN call is appended, nothing dropped
+=== TEST 12: a name with a character a key should not hold
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream "comp{x}";
+--- config
+--- must_die
+--- error_log
+invalid stream name "comp{x}"
+
+
+
+=== TEST 13: an unknown parameter
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream comp max=3;
+--- config
+--- must_die
+--- error_log
+invalid parameter "max=3"
+
+
+
+=== TEST 14: twice in one context
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream comp;
+    idem_unknown_stream off;
+--- config
+--- must_die
+--- error_log
+"idem_unknown_stream" directive is duplicate
+
+
+
+=== TEST 15: Redis stopped for real, first up (the worker connected): an UNKNOWN call is appended, nothing dropped
 --- init
 RedisFault::start();
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} flushall >/dev/null");
@@ -382,7 +416,7 @@ X-Call-Id: us-fault-1
 
 
 
-=== TEST 13: ... stopped: the call is served at once, its entry lost with its final write, counted in both
+=== TEST 16: ... stopped: the call is served at once, its entry lost with its final write, counted in both
 --- init
 Test::More::is(scalar(main::entries('idem:comp', $ENV{TEST_NGINX_REDIS_FAULT_PORT})),
                1, 'the entry written while Redis was up');
@@ -403,7 +437,7 @@ X-Call-Id: us-fault-2
 
 
 
-=== TEST 14: ... restarted: entries are appended again by themselves, nothing more dropped
+=== TEST 17: ... restarted: entries are appended again by themselves, nothing more dropped
 --- init
 RedisFault::start();
 # until the worker has reconnected (its backoff doubles up to 5 s)
@@ -426,7 +460,7 @@ X-Call-Id: us-fault-3
 
 
 
-=== TEST 15: ... the entry of the call after the restart, with its record
+=== TEST 18: ... the entry of the call after the restart, with its record
 --- init
 my @e = main::entries('idem:comp', $ENV{TEST_NGINX_REDIS_FAULT_PORT});
 Test::More::is(join(' ', map { $_->[1]{call_id} } @e), 'us-fault-3',
