@@ -9,6 +9,10 @@ use RedisFault;
 use Test::Nginx::Socket 'no_plan';
 use JSON::PP;
 
+# valgrind mode stops nginx after each block: its counters start again
+# with the next one (records dropped, stream entries dropped, at TEST 17)
+our @drops = $ENV{TEST_NGINX_USE_VALGRIND} ? (0, 0) : (2, 1);
+
 no_long_string();
 no_shuffle();
 run_tests();
@@ -452,7 +456,7 @@ X-Call-Id: us-fault-3
 --- error_code eval
 [502, 200]
 --- response_body_like eval
-["", qr/idem_record_writes_total\{result="dropped"\} 2\n.*idem_unknown_stream_drops_total 1\n/s]
+["", qr/idem_record_writes_total\{result="queued"\} [1-9]\d*\nidem_record_writes_total\{result="dropped"\} $main::drops[0]\n.*idem_unknown_stream_drops_total $main::drops[1]\n/s]
 --- wait: 0.1
 --- no_error_log
 [alert]
@@ -470,7 +474,7 @@ Test::More::like(`redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} hget 'idem:c:{u
 --- request
 GET /metrics
 --- response_body_like eval
-qr/idem_unknown_stream_drops_total 1\n/
+qr/idem_unknown_stream_drops_total $main::drops[1]\n/
 --- no_error_log
 [alert]
 [crit]
