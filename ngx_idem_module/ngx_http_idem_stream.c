@@ -50,7 +50,8 @@ ngx_http_idem_unknown_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (ngx_strcmp(value[1].data, "off") == 0) {
         if (cf->args->nelts != 2) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "invalid parameter \"%V\"", &value[2]);
+                               "invalid parameter \"%V\" in \"%V\" directive",
+                               &value[2], &cmd->name);
             return NGX_CONF_ERROR;
         }
 
@@ -66,7 +67,9 @@ ngx_http_idem_unknown_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         || value[1].len > NGX_HTTP_IDEM_MAX_ID_LEN)
     {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid stream name \"%V\"", &value[1]);
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "a stream name takes A-Z a-z 0-9 - . _ ~ :",
+                           &value[1], &cmd->name);
         return NGX_CONF_ERROR;
     }
 
@@ -79,7 +82,8 @@ ngx_http_idem_unknown_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     if (ngx_strncmp(value[2].data, "maxlen=", 7) != 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid parameter \"%V\"", &value[2]);
+                           "invalid parameter \"%V\" in \"%V\" directive",
+                           &value[2], &cmd->name);
         return NGX_CONF_ERROR;
     }
 

@@ -358,7 +358,7 @@ maxlen must be a number from 1
 --- config
 --- must_die
 --- error_log
-invalid stream name "comp{x}"
+invalid value "comp{x}" in "idem_unknown_stream" directive, a stream name takes
 
 
 
@@ -369,11 +369,22 @@ invalid stream name "comp{x}"
 --- config
 --- must_die
 --- error_log
-invalid parameter "max=3"
+invalid parameter "max=3" in "idem_unknown_stream" directive
 
 
 
-=== TEST 14: twice in one context
+=== TEST 14: "off" takes nothing more
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream off maxlen=3;
+--- config
+--- must_die
+--- error_log
+invalid parameter "maxlen=3" in "idem_unknown_stream" directive
+
+
+
+=== TEST 15: twice in one context
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
     idem_unknown_stream comp;
@@ -385,7 +396,7 @@ invalid parameter "max=3"
 
 
 
-=== TEST 15: Redis stopped for real, first up (the worker connected): an UNKNOWN call is appended, nothing dropped
+=== TEST 16: Redis stopped for real, first up (the worker connected): an UNKNOWN call is appended, nothing dropped
 --- init
 RedisFault::start();
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} flushall >/dev/null");
@@ -420,7 +431,7 @@ X-Call-Id: us-fault-1
 
 
 
-=== TEST 16: ... stopped: the call is served at once, its entry lost with its final write, counted in both
+=== TEST 17: ... stopped: the call is served at once, its entry lost with its final write, counted in both
 --- init
 Test::More::is(scalar(main::entries('idem:comp', $ENV{TEST_NGINX_REDIS_FAULT_PORT})),
                1, 'the entry written while Redis was up');
@@ -441,7 +452,7 @@ X-Call-Id: us-fault-2
 
 
 
-=== TEST 17: ... restarted: entries are appended again by themselves, nothing more dropped
+=== TEST 18: ... restarted: entries are appended again by themselves, nothing more dropped
 --- init
 RedisFault::start();
 # until the worker has reconnected (its backoff doubles up to 5 s)
@@ -464,7 +475,7 @@ X-Call-Id: us-fault-3
 
 
 
-=== TEST 18: ... the entry of the call after the restart, with its record
+=== TEST 19: ... the entry of the call after the restart, with its record
 --- init
 my @e = main::entries('idem:comp', $ENV{TEST_NGINX_REDIS_FAULT_PORT});
 Test::More::is(join(' ', map { $_->[1]{call_id} } @e), 'us-fault-3',
