@@ -13,6 +13,7 @@
 #   make nginx-tests NGINX_TESTS=/path/to/nginx-tests
 #                 nginx's own suite, without and with "idem on"
 #   make asan     the suite with an ASan/UBSan build of the module
+#   make valgrind a few files that cover a whole call, under valgrind
 #   make deps     install what is missing (Debian packages)
 #   make deb      build/deb/libnginx-mod-http-idem_<version>_<arch>.deb
 #   make install  the module, mod-http-idem.conf, docs (DESTDIR, as the .deb)
@@ -44,7 +45,7 @@ MODCONF_DIR := /usr/share/nginx/modules-available
 ENABLED_DIR := /etc/nginx/modules-enabled
 DOC_DIR     := /usr/share/doc/libnginx-mod-http-idem
 
-.PHONY: all deps run test asan bench clean deb install test-deb storm
+.PHONY: all deps run test asan valgrind bench clean deb install test-deb storm
 
 all: $(MODULE)
 
@@ -95,6 +96,13 @@ storm: deps $(MODULE)
 # the suite again, with the module built with AddressSanitizer and UBSan
 asan: deps
 	@util/asan.sh
+
+# the files that cover each part of a call, under valgrind (memcheck);
+# any report fails them (TEST_NGINX_USE_VALGRIND=1 make test: all of t/)
+VALGRIND_TESTS ?= t/010-call-id.t t/060-records.t t/100-dedupe.t
+valgrind: deps $(MODULE)
+	@TEST_NGINX_USE_VALGRIND=1 util/deps.sh
+	@TEST_NGINX_USE_VALGRIND=1 util/test.sh $(VALGRIND_TESTS)
 
 # the Debian package, from a copy of this tree in build/deb/; installs its
 # build dependencies (debian/control) when they are missing

@@ -450,12 +450,14 @@ ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     u_char           *p, *last, *headers;
     off_t             length;
     ngx_int_t         rc, status;
-    ngx_str_t         name, value;
-    ngx_buf_t        *b;
-    ngx_chain_t       out;
+    ngx_str_t         name, value, body;
     ngx_table_elt_t  *h;
 
     last = answer->data + answer->len;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem replay: \"%V\", %uz bytes stored",
+                   &ctx->call_id, answer->len);
 
     /* "<status>[ <reason>]\n" */
 
@@ -556,8 +558,6 @@ ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     p++;
 
-    r->headers_out.status = status;
-
     if (headers - answer->data > 4) {
         r->headers_out.status_line.data = answer->data;
         r->headers_out.status_line.len = headers - 1 - answer->data;
@@ -584,27 +584,10 @@ ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     ctx->replayed = 1;
 
-    rc = ngx_http_send_header(r);
+    body.data = p;
+    body.len = last - p;
 
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_ERROR;
-    }
-
-    b->pos = p;
-    b->last = last;
-    b->memory = (p < last) ? 1 : 0;
-    b->last_buf = 1;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_idem_send_response(r, status, NULL, &body);
 
 invalid:
 

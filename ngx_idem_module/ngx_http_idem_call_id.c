@@ -7,11 +7,7 @@
 
 #include "ngx_http_idem_module.h"
 
-#include <sys/random.h>
 #include <uuid/uuid.h>
-
-
-#define NGX_HTTP_IDEM_RANDOM_POOL  4096
 
 
 static ngx_int_t ngx_http_idem_check_id(ngx_http_request_t *r,
@@ -26,7 +22,6 @@ static ngx_int_t ngx_http_idem_lower_hex(u_char *p, size_t len);
 static u_char *ngx_http_idem_bad_byte(ngx_str_t *value);
 static u_char *ngx_http_idem_sf_param(u_char *p, u_char *last);
 static u_char *ngx_http_idem_sf_bare_item(u_char *p, u_char *last);
-static void ngx_http_idem_random_bytes(u_char *dst, size_t len);
 
 
 /*
@@ -47,9 +42,10 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
     if (in->call_id_count == 0
         && ilcf->call_id_missing == NGX_HTTP_IDEM_MISSING_REJECT)
     {
-        ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST,
-                                  "missing-call-id", "Missing call id",
-                                  &ilcf->call_id_header.name, "missing");
+        ngx_http_idem_problem_set(r, problem,
+                                  NGX_HTTP_IDEM_P_MISSING_CALL_ID,
+                                  &ilcf->call_id_header.name,
+                                  "missing");
         rc = NGX_DECLINED;
 
     } else if (in->call_id_count == 0) {
@@ -182,7 +178,7 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     ngx_http_idem_header_t *name, ngx_table_elt_t *h, ngx_uint_t count,
     ngx_uint_t is_call_id, ngx_str_t *id, ngx_http_idem_problem_t *problem)
 {
-    char       *type, *title, *reason;
+    char       *reason;
     u_char     *p, *last, buf[64];
     ngx_str_t  *v, content;
 #if (NGX_PCRE)
@@ -269,16 +265,9 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
 
 invalid:
 
-    if (is_call_id) {
-        type = "invalid-call-id";
-        title = "Invalid call id";
-
-    } else {
-        type = "invalid-trace-id";
-        title = "Invalid trace id";
-    }
-
-    ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST, type, title,
+    ngx_http_idem_problem_set(r, problem,
+                              is_call_id ? NGX_HTTP_IDEM_P_INVALID_CALL_ID
+                                         : NGX_HTTP_IDEM_P_INVALID_TRACE_ID,
                               &name->name, reason);
 
     return NGX_DECLINED;
@@ -659,91 +648,4 @@ ngx_http_idem_generate_trace_id(ngx_pool_t *pool, ngx_str_t *id)
     id->len = NGX_HTTP_IDEM_TRACE_ID_LEN;
 
     return NGX_OK;
-}
-
-
-/* "len" lowercase hex digits (len is even), never all zeros */
-
-void
-ngx_http_idem_random_hex(u_char *dst, size_t len)
-{
-    u_char  bytes[NGX_HTTP_IDEM_TRACE_ID_LEN / 2];
-    size_t  i, n;
-
-    n = ngx_min(len / 2, sizeof(bytes));
-
-    do {
-        ngx_http_idem_random_bytes(bytes, n);
-
-        for (i = 0; i < n; i++) {
-            if (bytes[i]) {
-                break;
-            }
-        }
-
-    } while (i == n);
-
-    ngx_hex_dump(dst, bytes, n);
-}
-
-
-/*
- * Random bytes from the kernel, fetched in batches to keep the syscall off
- * most requests.  The batch is per process: a worker never reuses bytes that
- * another process has seen.
- */
-
-static void
-ngx_http_idem_random_bytes(u_char *dst, size_t len)
-{
-    size_t            got;
-    ssize_t           n;
-
-    static u_char     pool[NGX_HTTP_IDEM_RANDOM_POOL];
-    static size_t     pos = NGX_HTTP_IDEM_RANDOM_POOL;
-    static ngx_pid_t  owner;
-
-    if (owner != ngx_pid) {
-        owner = ngx_pid;
-        pos = NGX_HTTP_IDEM_RANDOM_POOL;
-    }
-
-    if (pos + len > NGX_HTTP_IDEM_RANDOM_POOL) {
-
-        /* reads over 256 bytes may come back short (a signal) */
-
-        for (got = 0; got < NGX_HTTP_IDEM_RANDOM_POOL; got += n) {
-            n = getrandom(pool + got, NGX_HTTP_IDEM_RANDOM_POOL - got,
-                          GRND_NONBLOCK);
-
-            if (n > 0) {
-                continue;
-            }
-
-            if (n == -1 && ngx_errno == NGX_EINTR) {
-                n = 0;
-                continue;
-            }
-
-            /* entropy not ready yet (early boot): nginx's own generator */
-
-            ngx_log_debug0(NGX_LOG_DEBUG_CORE, ngx_cycle->log, ngx_errno,
-                           "idem: getrandom() failed, using ngx_random()");
-
-            for ( /* void */ ; got < NGX_HTTP_IDEM_RANDOM_POOL; got++) {
-                pool[got] = (u_char) (ngx_random() >> 7);
-            }
-
-            break;
-        }
-
-        ngx_log_debug0(NGX_LOG_DEBUG_CORE, ngx_cycle->log, 0,
-                       "idem: new batch of random bytes");
-
-        pos = 0;
-    }
-
-    ngx_memcpy(dst, pool + pos, len);
-    ngx_memzero(pool + pos, len);
-    pos += len;
 }

@@ -34,8 +34,8 @@ ngx_http_idem_deadline_init(ngx_http_request_t *r,
 
     if (in->deadline_count) {
         if (in->deadline_count > 1) {
-            ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST,
-                                      "invalid-deadline", "Invalid deadline",
+            ngx_http_idem_problem_set(r, problem,
+                                      NGX_HTTP_IDEM_P_INVALID_DEADLINE,
                                       &ilcf->deadline_header.name,
                                       "sent more than once");
             return NGX_DECLINED;
@@ -44,8 +44,8 @@ ngx_http_idem_deadline_init(ngx_http_request_t *r,
         if (ngx_http_idem_parse_deadline(&in->deadline->value, &ms)
             != NGX_OK)
         {
-            ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST,
-                                      "invalid-deadline", "Invalid deadline",
+            ngx_http_idem_problem_set(r, problem,
+                                      NGX_HTTP_IDEM_P_INVALID_DEADLINE,
                                       &ilcf->deadline_header.name,
                                       "not a number of milliseconds "
                                       "from 0 to 2147483647");
@@ -60,8 +60,8 @@ ngx_http_idem_deadline_init(ngx_http_request_t *r,
             || ngx_http_idem_parse_grpc_timeout(&in->grpc_timeout->value, &ms)
                != NGX_OK)
         {
-            ngx_http_idem_problem_set(r, problem, NGX_HTTP_BAD_REQUEST,
-                                      "invalid-deadline", "Invalid deadline",
+            ngx_http_idem_problem_set(r, problem,
+                                      NGX_HTTP_IDEM_P_INVALID_DEADLINE,
                                       &in->grpc_timeout->key,
                                       "not a valid gRPC timeout");
             return NGX_DECLINED;
@@ -87,6 +87,10 @@ ngx_http_idem_deadline_init(ngx_http_request_t *r,
 
     ctx->deadline = ngx_current_msec + budget - elapsed;
     ctx->has_deadline = 1;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem deadline: budget %M ms, %M ms spent on arrival",
+                   budget, (ngx_msec_t) elapsed);
 
     return NGX_OK;
 }
@@ -218,6 +222,10 @@ ngx_http_idem_deadline_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     }
 
     left = ngx_http_idem_remaining(ctx);
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem deadline: %i ms left before the first attempt",
+                   (ngx_int_t) left);
 
     if (left <= 0) {
         return NGX_DECLINED;

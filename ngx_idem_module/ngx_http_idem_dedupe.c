@@ -94,95 +94,6 @@ static ngx_str_t  ngx_http_idem_claim_lua = ngx_string(
 
 
 /*
- * "<prefix>c:{<id>}", or "<prefix>s:{<hex SHA-256 of the scope>:<id>}"
- * where the location has a scope: the raw scope (a credential, often)
- * never reaches the store.  NGX_DECLINED: the scope's value is empty.
- */
-
-ngx_int_t
-ngx_http_idem_key(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
-    ngx_str_t *id, ngx_str_t *key)
-{
-    u_char                      hex[NGX_HTTP_IDEM_SHA256_HEX_LEN];
-    ngx_str_t                   scope;
-    ngx_http_idem_main_conf_t  *imcf;
-
-    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
-
-    key->len = imcf->key_prefix.len + sizeof("s:{:}") - 1 + id->len
-               + (ilcf->dedupe_scope ? NGX_HTTP_IDEM_SHA256_HEX_LEN : 0);
-
-    key->data = ngx_pnalloc(r->pool, key->len);
-    if (key->data == NULL) {
-        return NGX_ERROR;
-    }
-
-    if (ilcf->dedupe_scope == NULL) {
-        key->len = ngx_sprintf(key->data, "%Vc:{%V}", &imcf->key_prefix, id)
-                   - key->data;
-        return NGX_OK;
-    }
-
-    if (ngx_http_complex_value(r, ilcf->dedupe_scope, &scope) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    if (scope.len == 0) {
-        return NGX_DECLINED;
-    }
-
-    if (ngx_http_idem_sha256_hex(hex, &scope, 1) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    key->len = ngx_sprintf(key->data, "%Vs:{%*s:%V}", &imcf->key_prefix,
-                           (size_t) NGX_HTTP_IDEM_SHA256_HEX_LEN, hex, id)
-               - key->data;
-
-    return NGX_OK;
-}
-
-
-ngx_int_t
-ngx_http_idem_sha256_hex(u_char *dst, ngx_str_t *parts, ngx_uint_t n)
-{
-    u_char         md[EVP_MAX_MD_SIZE];
-    ngx_int_t      rc;
-    ngx_uint_t     i;
-    EVP_MD_CTX    *mdctx;
-    unsigned int   len;
-
-    mdctx = EVP_MD_CTX_new();
-    if (mdctx == NULL) {
-        return NGX_ERROR;
-    }
-
-    rc = NGX_ERROR;
-
-    if (EVP_DigestInit_ex(mdctx, EVP_sha256(), NULL) != 1) {
-        goto done;
-    }
-
-    for (i = 0; i < n; i++) {
-        if (EVP_DigestUpdate(mdctx, parts[i].data, parts[i].len) != 1) {
-            goto done;
-        }
-    }
-
-    if (EVP_DigestFinal_ex(mdctx, md, &len) == 1 && len == 32) {
-        ngx_hex_dump(dst, md, 32);
-        rc = NGX_OK;
-    }
-
-done:
-
-    EVP_MD_CTX_free(mdctx);
-
-    return rc;
-}
-
-
-/*
  * Called in the precontent phase until it says NGX_DECLINED (go on: this
  * request owns the call, or the route does not dedupe).  NGX_DONE: the
  * request waits, or was answered here.
@@ -689,6 +600,10 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem dedupe: \"%V\": verdict %ui", &ctx->call_id,
+                   ctx->verdict);
+
     switch (ctx->verdict) {
 
     case NGX_HTTP_IDEM_CLAIMED:
@@ -717,49 +632,42 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_DONE;
 
     case NGX_HTTP_IDEM_IN_FLIGHT:
-        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_CONFLICT,
-                                  "call-in-flight", "Call in flight", NULL,
+        ngx_http_idem_problem_set(r, &problem,
+                                  NGX_HTTP_IDEM_P_CALL_IN_FLIGHT, NULL,
                                   "an execution of this call id is in "
                                   "progress; retry later or ask for its "
                                   "status");
-        ngx_http_idem_count(dedupe_in_flight);
         break;
 
     case NGX_HTTP_IDEM_OUTCOME_UNKNOWN:
-        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_CONFLICT,
-                                  "call-outcome-unknown",
-                                  "Call outcome unknown", NULL,
+        ngx_http_idem_problem_set(r, &problem,
+                                  NGX_HTTP_IDEM_P_OUTCOME_UNKNOWN, NULL,
                                   "an execution of this call id may have "
                                   "taken effect without an answer; it is "
                                   "not run again: reconcile with its record");
         problem.record = ctx->found;
-        ngx_http_idem_count(dedupe_unknown);
         break;
 
     case NGX_HTTP_IDEM_NOT_STORED:
-        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_CONFLICT,
-                                  "answer-not-stored", "Answer not stored",
-                                  NULL, "this call id was executed, but its "
+        ngx_http_idem_problem_set(r, &problem,
+                                  NGX_HTTP_IDEM_P_ANSWER_NOT_STORED, NULL,
+                                  "this call id was executed, but its "
                                   "answer was not kept for replay");
         problem.record = ctx->found;
-        ngx_http_idem_count(dedupe_not_stored);
         break;
 
     case NGX_HTTP_IDEM_MISMATCH:
-        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_IDEM_UNPROCESSABLE,
-                                  "payload-mismatch", "Call id reused",
-                                  NULL, "this call id was used with another "
+        ngx_http_idem_problem_set(r, &problem,
+                                  NGX_HTTP_IDEM_P_PAYLOAD_MISMATCH, NULL,
+                                  "this call id was used with another "
                                   "method, URI or body");
-        ngx_http_idem_count(dedupe_mismatches);
         break;
 
     case NGX_HTTP_IDEM_UNAVAILABLE:
-        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                  "dedupe-unavailable",
-                                  "Duplicate check unavailable", NULL,
+        ngx_http_idem_problem_set(r, &problem,
+                                  NGX_HTTP_IDEM_P_DEDUPE_UNAVAILABLE, NULL,
                                   "the call id could not be claimed: "
                                   "nothing was forwarded");
-        ngx_http_idem_count(dedupe_unavailable);
 
         /* a claim sent and not answered is released by the final write */
 
@@ -769,6 +677,8 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     default: /* NGX_HTTP_IDEM_INTERNAL */
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
+
+    ngx_http_idem_problem_count(&problem);
 
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                   "idem: call \"%V\": %V", &ctx->call_id, &problem.detail);

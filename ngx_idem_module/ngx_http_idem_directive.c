@@ -50,10 +50,12 @@ ngx_http_idem_set_header(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     char  *p = conf;
 
-    ngx_str_t               *value;
-    ngx_http_idem_header_t  *h;
+    ngx_str_t                    *value;
+    ngx_http_idem_header_t       *h;
+    ngx_http_idem_conf_bounds_t  *bounds;
 
     h = (ngx_http_idem_header_t *) (p + cmd->offset);
+    bounds = cmd->post;
 
     if (h->name.data != NULL) {
         return "is duplicate";
@@ -61,7 +63,9 @@ ngx_http_idem_set_header(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
 
-    if (cmd->post != NULL && ngx_strcmp(value[1].data, "off") == 0) {
+    if (bounds != NULL && bounds->off
+        && ngx_strcmp(value[1].data, "off") == 0)
+    {
         ngx_str_set(&h->name, "");
         return NGX_CONF_OK;
     }
@@ -240,15 +244,19 @@ ngx_http_idem_set_pattern(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* a time up to bounds->max, or "off" (0) where bounds->off allows it */
+
 char *
-ngx_http_idem_set_deadline(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+ngx_http_idem_set_time(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     char  *p = conf;
 
-    ngx_str_t   *value;
-    ngx_msec_t  *msp;
+    ngx_str_t                    *value;
+    ngx_msec_t                   *msp;
+    ngx_http_idem_conf_bounds_t  *bounds;
 
     msp = (ngx_msec_t *) (p + cmd->offset);
+    bounds = cmd->post;
 
     if (*msp != NGX_CONF_UNSET_MSEC) {
         return "is duplicate";
@@ -256,24 +264,19 @@ ngx_http_idem_set_deadline(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
 
-    /* cmd->post: "off" is not a value (idem_record_ttl) */
-
-    if (cmd->post == NULL && ngx_strcmp(value[1].data, "off") == 0) {
+    if (bounds->off && ngx_strcmp(value[1].data, "off") == 0) {
         *msp = 0;
         return NGX_CONF_OK;
     }
 
     *msp = ngx_parse_time(&value[1], 0);
 
-    if (*msp == (ngx_msec_t) NGX_ERROR || *msp == 0
-        || *msp > (cmd->post ? (ngx_msec_t) 365 * 86400000
-                             : (ngx_msec_t) NGX_MAX_INT32_VALUE))
-    {
+    if (*msp == (ngx_msec_t) NGX_ERROR || *msp == 0 || *msp > bounds->max) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "invalid value \"%V\" in \"%V\" directive, "
                            "it must be a time greater than 0%s",
                            &value[1], &cmd->name,
-                           cmd->post ? "" : " or \"off\"");
+                           bounds->off ? " or \"off\"" : "");
         return NGX_CONF_ERROR;
     }
 
@@ -498,4 +501,121 @@ ngx_http_idem_set_redis(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_idem_main_conf_t *imcf = conf;
 
     return ngx_http_idem_store_parse(cf, cmd, &imcf->store);
+}
+
+
+/* an unset header takes its parent's, or the default name */
+
+ngx_int_t
+ngx_http_idem_merge_header(ngx_conf_t *cf, ngx_http_idem_header_t *conf,
+    ngx_http_idem_header_t *prev, char *def)
+{
+    ngx_str_t  name;
+
+    if (conf->name.data != NULL) {
+        return NGX_OK;
+    }
+
+    if (prev->name.data == NULL) {
+        name.data = (u_char *) def;
+        name.len = ngx_strlen(def);
+
+        if (ngx_http_idem_header_init(cf->pool, prev, &name) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
+    *conf = *prev;
+
+    return NGX_OK;
+}
+
+
+/*
+ * What a merged location cannot run with (emerg), or does not do what its
+ * directives seem to say (warn).  "here": idem_dedupe or
+ * idem_call_id_missing is set at this level, where a warning belongs.
+ */
+
+char *
+ngx_http_idem_check_loc_conf(ngx_conf_t *cf, ngx_http_idem_loc_conf_t *conf,
+    ngx_uint_t here)
+{
+    size_t                      len;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
+
+    if (conf->dedupe && !conf->dedupe_scope_set) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idem_dedupe\" is on but \"idem_dedupe_scope\" "
+                           "is not set: say who owns a call id (e.g. "
+                           "$http_authorization), or \"off\" for one "
+                           "shared scope");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->dedupe && imcf->store.addr.data == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idem_dedupe\" is on but there is no "
+                           "\"idem_redis\" to claim call ids in");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->dedupe && here && !conf->enable) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"idem_dedupe\" is on where \"idem\" is off: "
+                           "it has no effect there");
+    }
+
+    if (conf->dedupe && here && conf->enable
+        && conf->call_id_missing == NGX_HTTP_IDEM_MISSING_GENERATE)
+    {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"idem_dedupe\" is on where missing call ids "
+                           "are generated: a client that timed out never "
+                           "learned the id its retry should carry "
+                           "(\"idem_call_id_missing reject\" avoids this)");
+    }
+
+    if (conf->record && imcf->store.addr.data == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idem_record\" is on but there is no "
+                           "\"idem_redis\" to record into");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->status && imcf->store.addr.data == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idem_status\" needs \"idem_redis\" to read "
+                           "records from");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->call_id_header.hash == conf->trace_id_header.hash
+        && conf->call_id_header.name.len == conf->trace_id_header.name.len
+        && ngx_strncmp(conf->call_id_header.lowcase,
+                       conf->trace_id_header.lowcase,
+                       conf->call_id_header.name.len) == 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idem_call_id_header\" and "
+                           "\"idem_trace_id_header\" must differ, "
+                           "both are \"%V\"", &conf->call_id_header.name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->call_id_missing == NGX_HTTP_IDEM_MISSING_GENERATE) {
+        len = ngx_http_idem_generated_length(conf, &imcf->node_id);
+
+        if (len > conf->call_id_max_length) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "\"idem_call_id_max_length\" %ui is shorter "
+                               "than the generated call ids (%uz bytes)",
+                               conf->call_id_max_length, len);
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    return NGX_CONF_OK;
 }

@@ -9,9 +9,14 @@
 #define _NGX_HTTP_IDEM_DIRECTIVE_H_INCLUDED_
 
 
-#include <ngx_config.h>
-#include <ngx_core.h>
-#include <ngx_http.h>
+#include "ngx_http_idem_module.h"
+
+
+/* cmd->post of ngx_http_idem_set_time() and ngx_http_idem_set_header() */
+typedef struct {
+    ngx_flag_t                off;          /* "off" is a value */
+    ngx_msec_t                max;          /* the longest time */
+} ngx_http_idem_conf_bounds_t;
 
 
 char *ngx_http_idem_enable(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -26,7 +31,7 @@ char *ngx_http_idem_set_max_length(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_idem_set_pattern(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-char *ngx_http_idem_set_deadline(ngx_conf_t *cf, ngx_command_t *cmd,
+char *ngx_http_idem_set_time(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_idem_set_retry(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -36,6 +41,10 @@ char *ngx_http_idem_set_status_url(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_idem_set_redis(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_idem_merge_header(ngx_conf_t *cf,
+    ngx_http_idem_header_t *conf, ngx_http_idem_header_t *prev, char *def);
+char *ngx_http_idem_check_loc_conf(ngx_conf_t *cf,
+    ngx_http_idem_loc_conf_t *conf, ngx_uint_t here);
 
 
 #endif /* _NGX_HTTP_IDEM_DIRECTIVE_H_INCLUDED_ */

@@ -96,20 +96,7 @@ ngx_http_idem_handler(ngx_http_request_t *r)
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "idem: rejected: %V", &problem.detail);
 
-        /* "missing-call-id", "invalid-call-id", "invalid-trace-id" ... */
-
-        if (problem.type.data[0] == 'm') {
-            ngx_http_idem_count(missing_call_id);
-
-        } else if (problem.type.data[8] == 'c') {
-            ngx_http_idem_count(invalid_call_id);
-
-        } else if (problem.type.data[8] == 't') {
-            ngx_http_idem_count(invalid_trace_id);
-
-        } else {
-            ngx_http_idem_count(invalid_deadline);
-        }
+        ngx_http_idem_problem_count(&problem);
 
         /* what the client claimed never passes on, whatever comes next */
 
@@ -191,11 +178,11 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
         }
 
         if (rc == NGX_DECLINED && ilcf->dedupe) {
-            ngx_http_idem_problem_set(r, &problem, NGX_HTTP_BAD_REQUEST,
-                                      "empty-dedupe-scope", "No scope",
-                                      NULL, "the call's scope (who owns "
+            ngx_http_idem_problem_set(r, &problem,
+                                      NGX_HTTP_IDEM_P_EMPTY_SCOPE, NULL,
+                                      "the call's scope (who owns "
                                       "its id) is empty");
-            ngx_http_idem_count(empty_scope);
+            ngx_http_idem_problem_count(&problem);
             goto answer;
         }
     }
@@ -215,12 +202,12 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    ngx_http_idem_problem_set(r, &problem, NGX_HTTP_GATEWAY_TIME_OUT,
-                              "deadline-exceeded", "Deadline exceeded",
-                              NULL, "the call's budget was spent before "
+    ngx_http_idem_problem_set(r, &problem,
+                              NGX_HTTP_IDEM_P_DEADLINE_EXCEEDED, NULL,
+                              "the call's budget was spent before "
                               "the first attempt");
 
-    ngx_http_idem_count(deadline_exceeded);
+    ngx_http_idem_problem_count(&problem);
 
 answer:
 

@@ -575,26 +575,3 @@ ngx_http_idem_header_named(ngx_table_elt_t *h, ngx_str_t *name)
     return h->key.len == name->len
            && ngx_strncasecmp(h->key.data, name->data, name->len) == 0;
 }
-
-
-/* a header of an answer the module makes itself */
-
-ngx_int_t
-ngx_http_idem_add_response_header(ngx_http_request_t *r, char *name,
-    ngx_str_t *value)
-{
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    h->key.data = (u_char *) name;
-    h->key.len = ngx_strlen(name);
-    h->value = *value;
-    h->lowcase_key = NULL;
-
-    return NGX_OK;
-}

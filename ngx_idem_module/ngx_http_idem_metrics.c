@@ -181,8 +181,8 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
 {
     size_t                      len;
     ngx_int_t                   rc;
+    ngx_str_t                   body;
     ngx_buf_t                  *b;
-    ngx_chain_t                 out;
     ngx_atomic_t               *value;
     ngx_http_idem_metric_t     *m;
     ngx_http_idem_counters_t   *counters;
@@ -241,23 +241,9 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
 
     b->last = ngx_http_idem_storm_metrics(r, b->last);
 
-    b->last_buf = 1;
-    b->last_in_chain = 1;
+    body.data = b->pos;
+    body.len = b->last - b->pos;
 
-    r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_length_n = b->last - b->pos;
-    ngx_str_set(&r->headers_out.content_type, "text/plain; version=0.0.4");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    r->headers_out.content_type_lowcase = NULL;
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_idem_send_response(r, NGX_HTTP_OK,
+                                       "text/plain; version=0.0.4", &body);
 }

@@ -24,8 +24,6 @@ static void *ngx_http_idem_create_srv_conf(ngx_conf_t *cf);
 static void *ngx_http_idem_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
-static ngx_int_t ngx_http_idem_merge_header(ngx_conf_t *cf,
-    ngx_http_idem_header_t *conf, ngx_http_idem_header_t *prev, char *def);
 
 
 static ngx_conf_enum_t  ngx_http_idem_missing[] = {
@@ -47,6 +45,19 @@ static ngx_conf_enum_t  ngx_http_idem_forms[] = {
     { ngx_string("string"), NGX_HTTP_IDEM_FORM_STRING },
     { ngx_null_string, 0 }
 };
+
+
+/* idem_deadline, idem_record_ttl, idem_dedupe_lease; a header's "off" */
+
+static ngx_http_idem_conf_bounds_t  ngx_http_idem_deadline_bounds = {
+    1, NGX_MAX_INT32_VALUE
+};
+
+static ngx_http_idem_conf_bounds_t  ngx_http_idem_ttl_bounds = {
+    0, (ngx_msec_t) 365 * 86400000
+};
+
+static ngx_http_idem_conf_bounds_t  ngx_http_idem_header_off = { 1, 0 };
 
 
 static ngx_command_t  ngx_http_idem_commands[] = {
@@ -116,17 +127,17 @@ static ngx_command_t  ngx_http_idem_commands[] = {
 
     { ngx_string("idem_deadline"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_idem_set_deadline,
+      ngx_http_idem_set_time,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idem_loc_conf_t, deadline),
-      NULL },
+      &ngx_http_idem_deadline_bounds },
 
     { ngx_string("idem_deadline_header"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_header,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idem_loc_conf_t, deadline_header),
-      (void *) 1 },
+      &ngx_http_idem_header_off },
 
     { ngx_string("idem_idempotent"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
@@ -186,10 +197,10 @@ static ngx_command_t  ngx_http_idem_commands[] = {
 
     { ngx_string("idem_record_ttl"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_http_idem_set_deadline,
+      ngx_http_idem_set_time,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_idem_main_conf_t, record_ttl),
-      (void *) 1 },
+      &ngx_http_idem_ttl_bounds },
 
     { ngx_string("idem_record_max_executions"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -228,10 +239,10 @@ static ngx_command_t  ngx_http_idem_commands[] = {
 
     { ngx_string("idem_dedupe_lease"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_http_idem_set_deadline,
+      ngx_http_idem_set_time,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idem_loc_conf_t, dedupe_lease),
-      (void *) 1 },
+      &ngx_http_idem_ttl_bounds },
 
     { ngx_string("idem_status_url"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -574,9 +585,7 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_idem_loc_conf_t *prev = parent;
     ngx_http_idem_loc_conf_t *conf = child;
 
-    size_t                      len;
-    ngx_uint_t                  here;
-    ngx_http_idem_main_conf_t  *imcf;
+    ngx_uint_t  here;
 
     /* set at this level: where a warning about them belongs */
 
@@ -682,103 +691,5 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_msec_value(conf->dedupe_lease, prev->dedupe_lease, 0);
     ngx_conf_merge_str_value(conf->status_url, prev->status_url, "");
 
-    imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
-
-    if (conf->dedupe && !conf->dedupe_scope_set) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"idem_dedupe\" is on but \"idem_dedupe_scope\" "
-                           "is not set: say who owns a call id (e.g. "
-                           "$http_authorization), or \"off\" for one "
-                           "shared scope");
-        return NGX_CONF_ERROR;
-    }
-
-    if (conf->dedupe && imcf->store.addr.data == NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"idem_dedupe\" is on but there is no "
-                           "\"idem_redis\" to claim call ids in");
-        return NGX_CONF_ERROR;
-    }
-
-    if (conf->dedupe && here && !conf->enable) {
-        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
-                           "\"idem_dedupe\" is on where \"idem\" is off: "
-                           "it has no effect there");
-    }
-
-    if (conf->dedupe && here && conf->enable
-        && conf->call_id_missing == NGX_HTTP_IDEM_MISSING_GENERATE)
-    {
-        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
-                           "\"idem_dedupe\" is on where missing call ids "
-                           "are generated: a client that timed out never "
-                           "learned the id its retry should carry "
-                           "(\"idem_call_id_missing reject\" avoids this)");
-    }
-
-    if (conf->record && imcf->store.addr.data == NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"idem_record\" is on but there is no "
-                           "\"idem_redis\" to record into");
-        return NGX_CONF_ERROR;
-    }
-
-    if (conf->status && imcf->store.addr.data == NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"idem_status\" needs \"idem_redis\" to read "
-                           "records from");
-        return NGX_CONF_ERROR;
-    }
-
-    if (conf->call_id_header.hash == conf->trace_id_header.hash
-        && conf->call_id_header.name.len == conf->trace_id_header.name.len
-        && ngx_strncmp(conf->call_id_header.lowcase,
-                       conf->trace_id_header.lowcase,
-                       conf->call_id_header.name.len) == 0)
-    {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"idem_call_id_header\" and "
-                           "\"idem_trace_id_header\" must differ, "
-                           "both are \"%V\"", &conf->call_id_header.name);
-        return NGX_CONF_ERROR;
-    }
-
-    if (conf->call_id_missing == NGX_HTTP_IDEM_MISSING_GENERATE) {
-        len = ngx_http_idem_generated_length(conf, &imcf->node_id);
-
-        if (len > conf->call_id_max_length) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "\"idem_call_id_max_length\" %ui is shorter "
-                               "than the generated call ids (%uz bytes)",
-                               conf->call_id_max_length, len);
-            return NGX_CONF_ERROR;
-        }
-    }
-
-    return NGX_CONF_OK;
-}
-
-
-static ngx_int_t
-ngx_http_idem_merge_header(ngx_conf_t *cf, ngx_http_idem_header_t *conf,
-    ngx_http_idem_header_t *prev, char *def)
-{
-    ngx_str_t  name;
-
-    if (conf->name.data != NULL) {
-        return NGX_OK;
-    }
-
-    if (prev->name.data == NULL) {
-        name.data = (u_char *) def;
-        name.len = ngx_strlen(def);
-
-        if (ngx_http_idem_header_init(cf->pool, prev, &name) != NGX_OK) {
-            return NGX_ERROR;
-        }
-    }
-
-    *conf = *prev;
-
-    return NGX_OK;
+    return ngx_http_idem_check_loc_conf(cf, conf, here);
 }

@@ -13,6 +13,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "ngx_http_idem_util.h"
 #include "ngx_http_idem_store.h"
 #include "ngx_http_idem_storm.h"
 
@@ -203,8 +204,26 @@ typedef struct {
 } ngx_http_idem_loc_conf_t;
 
 
+/* The module's own answers (problem.c holds status, type, title, counter) */
+typedef enum {
+    NGX_HTTP_IDEM_P_MISSING_CALL_ID = 0,
+    NGX_HTTP_IDEM_P_INVALID_CALL_ID,
+    NGX_HTTP_IDEM_P_INVALID_TRACE_ID,
+    NGX_HTTP_IDEM_P_INVALID_DEADLINE,
+    NGX_HTTP_IDEM_P_EMPTY_SCOPE,
+    NGX_HTTP_IDEM_P_DEADLINE_EXCEEDED,
+    NGX_HTTP_IDEM_P_CALL_IN_FLIGHT,
+    NGX_HTTP_IDEM_P_OUTCOME_UNKNOWN,
+    NGX_HTTP_IDEM_P_ANSWER_NOT_STORED,
+    NGX_HTTP_IDEM_P_PAYLOAD_MISMATCH,
+    NGX_HTTP_IDEM_P_DEDUPE_UNAVAILABLE,
+    NGX_HTTP_IDEM_P_UPSTREAM_UNAVAILABLE
+} ngx_http_idem_problem_e;
+
+
 /* A client error the module answers itself as problem+json. */
 typedef struct {
+    ngx_http_idem_problem_e   id;
     ngx_uint_t                status;
     ngx_str_t                 type;         /* slug, e.g. "invalid-call-id" */
     ngx_str_t                 title;
@@ -387,7 +406,6 @@ ngx_int_t ngx_http_idem_resolve_ids(ngx_http_request_t *r,
 ngx_int_t ngx_http_idem_generate_call_id(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id);
 ngx_int_t ngx_http_idem_generate_trace_id(ngx_pool_t *pool, ngx_str_t *id);
-void ngx_http_idem_random_hex(u_char *dst, size_t len);
 ngx_int_t ngx_http_idem_check_charset(ngx_str_t *value);
 ngx_int_t ngx_http_idem_parse_sf_string(ngx_str_t *value, ngx_str_t *content,
     u_char *err, size_t size);
@@ -410,8 +428,6 @@ ngx_int_t ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
 ngx_int_t ngx_http_idem_set_response_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 ngx_uint_t ngx_http_idem_header_named(ngx_table_elt_t *h, ngx_str_t *name);
-ngx_int_t ngx_http_idem_add_response_header(ngx_http_request_t *r,
-    char *name, ngx_str_t *value);
 
 /* ngx_http_idem_deadline.c */
 ngx_int_t ngx_http_idem_deadline_init(ngx_http_request_t *r,
@@ -428,6 +444,8 @@ void ngx_http_idem_timers_cleanup(ngx_http_idem_ctx_t *ctx);
 ngx_int_t ngx_http_idem_upstream_init(ngx_conf_t *cf);
 
 /* ngx_http_idem_record.c */
+ngx_int_t ngx_http_idem_record_key(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key);
 ngx_int_t ngx_http_idem_record_start(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 ngx_int_t ngx_http_idem_attempt_start(ngx_http_request_t *r,
@@ -448,7 +466,6 @@ u_char *ngx_http_idem_record_arrival(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, u_char *p, u_char state);
 size_t ngx_http_idem_record_arrival_len(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
-uint64_t ngx_http_idem_unix_ms(void);
 ngx_uint_t ngx_http_idem_current_state(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 char *ngx_http_idem_record_max_executions(ngx_conf_t *cf,
@@ -471,15 +488,11 @@ ngx_int_t ngx_http_idem_timeline_headers(ngx_http_request_t *r,
     ngx_uint_t html);
 
 /* ngx_http_idem_dedupe.c */
-ngx_int_t ngx_http_idem_key(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key);
 ngx_int_t ngx_http_idem_dedupe(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 void ngx_http_idem_dedupe_cleanup(ngx_http_idem_ctx_t *ctx);
 void ngx_http_idem_dedupe_body_filter(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_chain_t *in);
-ngx_int_t ngx_http_idem_sha256_hex(u_char *dst, ngx_str_t *parts,
-    ngx_uint_t n);
 
 /* ngx_http_idem_answer.c */
 ngx_int_t ngx_http_idem_answer_header(ngx_http_request_t *r,
@@ -512,8 +525,9 @@ ngx_http_idem_counters_t *ngx_http_idem_counters(void);
 ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,
     ngx_http_idem_problem_t *problem, ngx_str_t *call_id);
 void ngx_http_idem_problem_set(ngx_http_request_t *r,
-    ngx_http_idem_problem_t *problem, ngx_uint_t status, char *type,
-    char *title, ngx_str_t *header, char *reason);
+    ngx_http_idem_problem_t *problem, ngx_http_idem_problem_e id,
+    ngx_str_t *header, char *reason);
+void ngx_http_idem_problem_count(ngx_http_idem_problem_t *problem);
 
 /* ngx_http_idem_grpc.c */
 ngx_uint_t ngx_http_idem_grpc_request(ngx_http_request_t *r);

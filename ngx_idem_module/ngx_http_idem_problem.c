@@ -11,6 +11,63 @@
 #define NGX_HTTP_IDEM_PROBLEM_TYPE  "urn:ngx-idem:problem:"
 
 
+typedef struct {
+    ngx_uint_t   status;
+    char        *type;
+    char        *title;
+    ngx_int_t    counter;       /* in ngx_http_idem_counters_t, -1: none */
+} ngx_http_idem_problem_def_t;
+
+
+#define ngx_http_idem_counter(field)                                         \
+    offsetof(ngx_http_idem_counters_t, field)
+
+
+/* indexed by ngx_http_idem_problem_e */
+
+static ngx_http_idem_problem_def_t  ngx_http_idem_problems[] = {
+
+    { NGX_HTTP_BAD_REQUEST, "missing-call-id", "Missing call id",
+      ngx_http_idem_counter(missing_call_id) },
+
+    { NGX_HTTP_BAD_REQUEST, "invalid-call-id", "Invalid call id",
+      ngx_http_idem_counter(invalid_call_id) },
+
+    { NGX_HTTP_BAD_REQUEST, "invalid-trace-id", "Invalid trace id",
+      ngx_http_idem_counter(invalid_trace_id) },
+
+    { NGX_HTTP_BAD_REQUEST, "invalid-deadline", "Invalid deadline",
+      ngx_http_idem_counter(invalid_deadline) },
+
+    { NGX_HTTP_BAD_REQUEST, "empty-dedupe-scope", "No scope",
+      ngx_http_idem_counter(empty_scope) },
+
+    { NGX_HTTP_GATEWAY_TIME_OUT, "deadline-exceeded", "Deadline exceeded",
+      ngx_http_idem_counter(deadline_exceeded) },
+
+    { NGX_HTTP_CONFLICT, "call-in-flight", "Call in flight",
+      ngx_http_idem_counter(dedupe_in_flight) },
+
+    { NGX_HTTP_CONFLICT, "call-outcome-unknown", "Call outcome unknown",
+      ngx_http_idem_counter(dedupe_unknown) },
+
+    { NGX_HTTP_CONFLICT, "answer-not-stored", "Answer not stored",
+      ngx_http_idem_counter(dedupe_not_stored) },
+
+    { NGX_HTTP_IDEM_UNPROCESSABLE, "payload-mismatch", "Call id reused",
+      ngx_http_idem_counter(dedupe_mismatches) },
+
+    { NGX_HTTP_SERVICE_UNAVAILABLE, "dedupe-unavailable",
+      "Duplicate check unavailable",
+      ngx_http_idem_counter(dedupe_unavailable) },
+
+    /* counted per upstream by storm.c */
+
+    { NGX_HTTP_SERVICE_UNAVAILABLE, "upstream-unavailable",
+      "Upstream unavailable", -1 }
+};
+
+
 ngx_int_t
 ngx_http_idem_send_problem(ngx_http_request_t *r,
     ngx_http_idem_problem_t *problem, ngx_str_t *call_id)
@@ -18,9 +75,7 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
     size_t                 len;
     u_char                *p;
     ngx_int_t              rc;
-    ngx_str_t              value;
-    ngx_buf_t             *b;
-    ngx_chain_t            out;
+    ngx_str_t              value, body;
     ngx_http_idem_ctx_t   *ctx;
 
     /*
@@ -94,12 +149,12 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
 
     len += sizeof(",\"record\":") - 1 + problem->record.len;
 
-    b = ngx_create_temp_buf(r->pool, len);
-    if (b == NULL) {
+    body.data = ngx_pnalloc(r->pool, len);
+    if (body.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    p = ngx_sprintf(b->last, "{\"type\":\"" NGX_HTTP_IDEM_PROBLEM_TYPE
+    p = ngx_sprintf(body.data, "{\"type\":\"" NGX_HTTP_IDEM_PROBLEM_TYPE
                     "%V\",\"title\":\"%V\",\"status\":%ui,\"detail\":\"",
                     &problem->type, &problem->title, problem->status);
 
@@ -121,11 +176,8 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
         }
     }
 
-    b->last = ngx_cpymem(p, "}", 1);
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    r->headers_out.status = problem->status;
+    p = ngx_cpymem(p, "}", 1);
+    body.len = p - body.data;
 
     if (problem->status == NGX_HTTP_IDEM_UNPROCESSABLE) {
 
@@ -133,11 +185,6 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
 
         ngx_str_set(&r->headers_out.status_line, "422 Unprocessable Content");
     }
-
-    r->headers_out.content_length_n = b->last - b->pos;
-    ngx_str_set(&r->headers_out.content_type, "application/problem+json");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    r->headers_out.content_type_lowcase = NULL;
 
     /* an answer about this one call: never cached */
 
@@ -149,16 +196,8 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_idem_send_response(r, problem->status,
+                                       "application/problem+json", &body);
 }
 
 
@@ -166,17 +205,21 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
 
 void
 ngx_http_idem_problem_set(ngx_http_request_t *r,
-    ngx_http_idem_problem_t *problem, ngx_uint_t status, char *type,
-    char *title, ngx_str_t *header, char *reason)
+    ngx_http_idem_problem_t *problem, ngx_http_idem_problem_e id,
+    ngx_str_t *header, char *reason)
 {
-    size_t   len;
-    u_char  *p;
+    size_t                        len;
+    u_char                       *p;
+    ngx_http_idem_problem_def_t  *def;
 
-    problem->status = status;
-    problem->type.data = (u_char *) type;
-    problem->type.len = ngx_strlen(type);
-    problem->title.data = (u_char *) title;
-    problem->title.len = ngx_strlen(title);
+    def = &ngx_http_idem_problems[id];
+
+    problem->id = id;
+    problem->status = def->status;
+    problem->type.data = (u_char *) def->type;
+    problem->type.len = ngx_strlen(def->type);
+    problem->title.data = (u_char *) def->title;
+    problem->title.len = ngx_strlen(def->title);
     problem->detail.data = (u_char *) reason;
     problem->detail.len = ngx_strlen(reason);
     ngx_str_null(&problem->record);
@@ -194,4 +237,26 @@ ngx_http_idem_problem_set(ngx_http_request_t *r,
 
     problem->detail.data = p;
     problem->detail.len = ngx_sprintf(p, "header %V: %s", header, reason) - p;
+}
+
+
+/* the counter a problem grows when a call is refused with it */
+
+void
+ngx_http_idem_problem_count(ngx_http_idem_problem_t *problem)
+{
+    ngx_atomic_t              *value;
+    ngx_http_idem_counters_t  *counters;
+
+    if (ngx_http_idem_problems[problem->id].counter == -1) {
+        return;
+    }
+
+    counters = ngx_http_idem_counters();
+
+    if (counters != NULL) {
+        value = (ngx_atomic_t *) ((char *) counters
+                                 + ngx_http_idem_problems[problem->id].counter);
+        (void) ngx_atomic_fetch_add(value, 1);
+    }
 }

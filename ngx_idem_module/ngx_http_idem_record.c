@@ -198,6 +198,56 @@ static ngx_str_t  ngx_http_idem_outcomes[] = {
 
 
 /*
+ * "<prefix>c:{<id>}", or "<prefix>s:{<hex SHA-256 of the scope>:<id>}"
+ * where the location has a scope: the raw scope (a credential, often)
+ * never reaches the store.  NGX_DECLINED: the scope's value is empty.
+ */
+
+ngx_int_t
+ngx_http_idem_record_key(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key)
+{
+    u_char                      hex[NGX_HTTP_IDEM_SHA256_HEX_LEN];
+    ngx_str_t                   scope;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    key->len = imcf->key_prefix.len + sizeof("s:{:}") - 1 + id->len
+               + (ilcf->dedupe_scope ? NGX_HTTP_IDEM_SHA256_HEX_LEN : 0);
+
+    key->data = ngx_pnalloc(r->pool, key->len);
+    if (key->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ilcf->dedupe_scope == NULL) {
+        key->len = ngx_sprintf(key->data, "%Vc:{%V}", &imcf->key_prefix, id)
+                   - key->data;
+        return NGX_OK;
+    }
+
+    if (ngx_http_complex_value(r, ilcf->dedupe_scope, &scope) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (scope.len == 0) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_idem_sha256_hex(hex, &scope, 1) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    key->len = ngx_sprintf(key->data, "%Vs:{%*s:%V}", &imcf->key_prefix,
+                           (size_t) NGX_HTTP_IDEM_SHA256_HEX_LEN, hex, id)
+               - key->data;
+
+    return NGX_OK;
+}
+
+
+/*
  * After access checks: this execution of the call is recorded.  The
  * arrival is written at the end of this turn of the event loop, so that a
  * call whose first attempt starts at once costs one write, not two.
@@ -243,7 +293,7 @@ ngx_http_idem_record_prepare(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
-    rc = ngx_http_idem_key(r, ilcf, &ctx->call_id, &key);
+    rc = ngx_http_idem_record_key(r, ilcf, &ctx->call_id, &key);
     if (rc != NGX_OK) {
         return rc;
     }
@@ -354,6 +404,12 @@ ngx_http_idem_attempt_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     a->start_ms = ngx_http_idem_unix_ms();
     a->outcome = NGX_HTTP_IDEM_OUTCOME_NONE;
 
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem attempt %ui of \"%V\" starts, %i ms left",
+                   a->n, &ctx->call_id,
+                   ctx->has_deadline ? (ngx_int_t) ngx_http_idem_remaining(ctx)
+                                     : (ngx_int_t) -1);
+
     if (ctx->traceparent_h != NULL) {
         ngx_memcpy(a->span_id, ctx->traceparent_h->value.data + 36,
                    NGX_HTTP_IDEM_SPAN_ID_LEN);
@@ -422,6 +478,11 @@ ngx_http_idem_attempt_end(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     } else {
         a->outcome = NGX_HTTP_IDEM_OUTCOME_ERROR_AFTER_SEND;
     }
+
+    ngx_log_debug5(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem attempt %ui ends: outcome %ui, status %ui, "
+                   "sent %ui, %M ms", a->n, a->outcome, a->status,
+                   (ngx_uint_t) a->sent, a->duration);
 }
 
 
@@ -431,6 +492,12 @@ void
 ngx_http_idem_record_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
     ctx->final_state = ngx_http_idem_final_state(r, ctx);
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem call \"%V\" ends %V after %ui attempts",
+                   &ctx->call_id,
+                   ngx_http_idem_state_name(ctx->final_state),
+                   ctx->attempts ? ctx->attempts->nelts : 0);
 
     if (!ctx->record) {
         return;
@@ -983,17 +1050,6 @@ ngx_http_idem_record_uri(ngx_http_request_t *r, ngx_str_t *uri)
     if (q != NULL) {
         uri->len = q - uri->data;
     }
-}
-
-
-uint64_t
-ngx_http_idem_unix_ms(void)
-{
-    ngx_time_t  *tp;
-
-    tp = ngx_timeofday();
-
-    return (uint64_t) tp->sec * 1000 + tp->msec;
 }
 
 

@@ -142,25 +142,25 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
     if (id.len == 0 || id.len > ilcf->call_id_max_length
         || ngx_http_idem_check_charset(&id) != NGX_OK)
     {
-        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_BAD_REQUEST,
-                                  "invalid-call-id", "Invalid call id",
-                                  NULL, "the call id in the URI is not a "
+        ngx_http_idem_problem_set(r, &problem,
+                                  NGX_HTTP_IDEM_P_INVALID_CALL_ID, NULL,
+                                  "the call id in the URI is not a "
                                   "valid call id");
         return ngx_http_idem_send_problem(r, &problem, NULL);
     }
 
     /* under the caller's scope, where the location has one */
 
-    rc = ngx_http_idem_key(r, ilcf, &id, &argv[3]);
+    rc = ngx_http_idem_record_key(r, ilcf, &id, &argv[3]);
 
     if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     if (rc == NGX_DECLINED) {
-        ngx_http_idem_problem_set(r, &problem, NGX_HTTP_BAD_REQUEST,
-                                  "empty-dedupe-scope", "No scope",
-                                  NULL, "the caller's scope (who owns "
+        ngx_http_idem_problem_set(r, &problem,
+                                  NGX_HTTP_IDEM_P_EMPTY_SCOPE, NULL,
+                                  "the caller's scope (who owns "
                                   "call ids) is empty");
         return ngx_http_idem_send_problem(r, &problem, NULL);
     }
@@ -464,10 +464,7 @@ static ngx_int_t
 ngx_http_idem_status_send(ngx_http_request_t *r,
     ngx_http_idem_status_ctx_t *sctx, ngx_uint_t status, ngx_str_t *body)
 {
-    ngx_int_t     rc;
-    ngx_buf_t    *b;
-    ngx_str_t     text, value;
-    ngx_chain_t   out;
+    ngx_str_t  text, value;
 
     if (body != NULL) {
         text = *body;
@@ -510,38 +507,8 @@ ngx_http_idem_status_send(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    r->headers_out.status = status;
-    r->headers_out.content_length_n = text.len;
-
-    if (sctx->html) {
-        ngx_str_set(&r->headers_out.content_type, "text/html; charset=utf-8");
-
-    } else {
-        ngx_str_set(&r->headers_out.content_type, "application/json");
-    }
-
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    r->headers_out.content_type_lowcase = NULL;
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b = ngx_calloc_buf(r->pool);
-    if (b == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    b->pos = text.data;
-    b->last = text.data + text.len;
-    b->memory = 1;
-    b->last_buf = 1;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
+    return ngx_http_idem_send_response(r, status,
+                                       sctx->html ? "text/html; charset=utf-8"
+                                                  : "application/json",
+                                       &text);
 }
