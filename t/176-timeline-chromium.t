@@ -118,7 +118,8 @@ $res = request("GET /calls/$id HTTP/1.1\r\nHost: localhost\r\n"
                . "Accept: text/html\r\nConnection: close\r\n\r\n");
 like($res, qr{Content-Type: text/html}, 'the page is HTML');
 
-my @chromium = ($chromium, qw(--headless --no-sandbox --disable-gpu
+# a browser that hangs fails the test instead of the suite
+my @chromium = ('timeout', '60', $chromium, qw(--headless --no-sandbox --disable-gpu
                 --disable-quic --no-first-run --disable-background-networking
                 --disable-component-update --disable-sync
                 --disable-dev-shm-usage --hide-scrollbars),
