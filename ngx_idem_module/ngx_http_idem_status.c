@@ -14,6 +14,7 @@ typedef struct {
     ngx_http_request_t         *request;
     ngx_http_idem_store_op_t   *op;
     ngx_str_t                   id;
+    ngx_uint_t                  html;   /* a page (timeline.c), not JSON */
 } ngx_http_idem_status_ctx_t;
 
 
@@ -26,7 +27,7 @@ static u_char *ngx_http_idem_json_string(u_char *p, char *name,
 static u_char *ngx_http_idem_json_number(u_char *p, char *name,
     ngx_str_t *value);
 static ngx_int_t ngx_http_idem_status_send(ngx_http_request_t *r,
-    ngx_uint_t status, ngx_str_t *body);
+    ngx_http_idem_status_ctx_t *sctx, ngx_uint_t status, ngx_str_t *body);
 
 
 /*
@@ -180,13 +181,14 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 
     sctx->request = r;
     sctx->id = id;
+    sctx->html = ngx_http_idem_timeline_wanted(r);
 
     sctx->op = ngx_http_idem_store_read(4, argv, ngx_http_idem_status_reply,
                                         sctx, 0);
 
     if (sctx->op == NULL) {
-        return ngx_http_idem_status_send(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                         NULL);
+        return ngx_http_idem_status_send(r, sctx,
+                                         NGX_HTTP_SERVICE_UNAVAILABLE, NULL);
     }
 
     /* a request gone before the answer cancels its read */
@@ -234,20 +236,24 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
                                   : NGX_ERROR;
 
     if (now == NGX_ERROR) {
-        rc = ngx_http_idem_status_send(r, NGX_HTTP_SERVICE_UNAVAILABLE, NULL);
+        rc = ngx_http_idem_status_send(r, sctx, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                       NULL);
 
     } else if (n == 1) {
-        rc = ngx_http_idem_status_send(r, NGX_HTTP_NOT_FOUND, NULL);
+        rc = ngx_http_idem_status_send(r, sctx, NGX_HTTP_NOT_FOUND, NULL);
 
     } else {
-        rc = ngx_http_idem_status_json(r, &sctx->id, now, &elts[1], n - 1,
-                                       &body);
+        rc = sctx->html
+             ? ngx_http_idem_timeline_page(r, &sctx->id, now, &elts[1], n - 1,
+                                           &body)
+             : ngx_http_idem_status_json(r, &sctx->id, now, &elts[1], n - 1,
+                                         &body);
 
         if (rc == NGX_OK) {
-            rc = ngx_http_idem_status_send(r, NGX_HTTP_OK, &body);
+            rc = ngx_http_idem_status_send(r, sctx, NGX_HTTP_OK, &body);
 
         } else if (rc == NGX_DECLINED) {
-            rc = ngx_http_idem_status_send(r, NGX_HTTP_NOT_FOUND, NULL);
+            rc = ngx_http_idem_status_send(r, sctx, NGX_HTTP_NOT_FOUND, NULL);
 
         } else {
             rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -449,11 +455,14 @@ ngx_http_idem_json_number(u_char *p, char *name, ngx_str_t *value)
 }
 
 
-/* 200 with the record, 404 NOT_FOUND, 503 UNKNOWN (the store is away) */
+/*
+ * 200 with the record, 404 NOT_FOUND, 503 UNKNOWN (the store is away); as
+ * JSON, or as a page for a browser (timeline.c)
+ */
 
 static ngx_int_t
-ngx_http_idem_status_send(ngx_http_request_t *r, ngx_uint_t status,
-    ngx_str_t *body)
+ngx_http_idem_status_send(ngx_http_request_t *r,
+    ngx_http_idem_status_ctx_t *sctx, ngx_uint_t status, ngx_str_t *body)
 {
     ngx_str_t  text, value;
 
@@ -478,6 +487,18 @@ ngx_http_idem_status_send(ngx_http_request_t *r, ngx_uint_t status,
         }
     }
 
+    if (body == NULL && sctx->html) {
+        if (ngx_http_idem_timeline_answer(r, &sctx->id, status, &text)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    if (ngx_http_idem_timeline_headers(r, sctx->html) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
     ngx_str_set(&value, "no-store");
 
     if (ngx_http_idem_add_response_header(r, "Cache-Control", &value)
@@ -486,5 +507,8 @@ ngx_http_idem_status_send(ngx_http_request_t *r, ngx_uint_t status,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return ngx_http_idem_send_response(r, status, "application/json", &text);
+    return ngx_http_idem_send_response(r, status,
+                                       sctx->html ? "text/html; charset=utf-8"
+                                                  : "application/json",
+                                       &text);
 }
