@@ -506,7 +506,9 @@ u_char ngx_http_idem_answer_keep(ngx_http_request_t *r,
 
 /* ngx_http_idem_status.c */
 char *ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-ngx_int_t ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
+
+/* ngx_http_idem_record_json.c */
+ngx_int_t ngx_http_idem_record_json(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
 
 /* ngx_http_idem_storm.c */
