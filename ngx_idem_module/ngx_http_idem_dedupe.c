@@ -550,7 +550,7 @@ ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
         now = (n > 1) ? ngx_atoi(elts[1].data, elts[1].len) : NGX_ERROR;
 
         if (now == NGX_ERROR
-            || ngx_http_idem_status_json(r, &ctx->call_id, now, &elts[2],
+            || ngx_http_idem_record_json(r, &ctx->call_id, now, &elts[2],
                                          n - 2, &ctx->found)
                != NGX_OK)
         {

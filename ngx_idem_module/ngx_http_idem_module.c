@@ -188,6 +188,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       offsetof(ngx_http_idem_loc_conf_t, record),
       NULL },
 
+    { ngx_string("idem_unknown_stream"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      ngx_http_idem_unknown_stream,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("idem_record_ttl"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_time,
@@ -537,6 +544,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
      *     ilcf->status_id = NULL;
      *     ilcf->status_url = { 0, NULL };
      *     ilcf->dedupe_scope = NULL;
+     *     ilcf->unknown_stream = { 0, NULL };
      *     ilcf->variable_upstream_logged = 0;
      */
 
@@ -559,6 +567,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->retry_per_try_timeout = NGX_CONF_UNSET_MSEC;
     ilcf->retry_on = NGX_CONF_UNSET_UINT;
     ilcf->record = NGX_CONF_UNSET;
+    ilcf->unknown_stream_maxlen = NGX_CONF_UNSET_UINT;
     ilcf->dedupe = NGX_CONF_UNSET;
     ilcf->dedupe_scope_set = NGX_CONF_UNSET;
     ilcf->dedupe_store_max = NGX_CONF_UNSET_SIZE;
@@ -659,6 +668,17 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     ngx_conf_merge_value(conf->record, prev->record, 0);
+
+    /* idem_unknown_stream is one directive: name and maxlen go together */
+
+    if (conf->unknown_stream_maxlen == NGX_CONF_UNSET_UINT) {
+        conf->unknown_stream = prev->unknown_stream;
+        conf->unknown_stream_maxlen = prev->unknown_stream_maxlen;
+    }
+
+    ngx_conf_merge_str_value(conf->unknown_stream, prev->unknown_stream, "");
+    ngx_conf_merge_uint_value(conf->unknown_stream_maxlen,
+                              prev->unknown_stream_maxlen, 0);
 
     ngx_conf_merge_value(conf->dedupe, prev->dedupe, 0);
     if (conf->dedupe_scope_set == NGX_CONF_UNSET) {

@@ -87,6 +87,9 @@
 
 #define NGX_HTTP_IDEM_SHA256_HEX_LEN     64
 
+/* idem_unknown_stream's default maxlen */
+#define NGX_HTTP_IDEM_STREAM_MAXLEN      100000
+
 /*
  * Lua shared by the claim (dedupe.c) and the status read (status.c): "now"
  * by Redis's clock, unix ms, and fields(out), which appends the record's
@@ -184,6 +187,8 @@ typedef struct {
     ngx_http_idem_storm_conf_t  storm;      /* retry budget, breaker */
 
     ngx_flag_t                record;
+    ngx_str_t                 unknown_stream;   /* its name, empty: off */
+    ngx_uint_t                unknown_stream_maxlen;
 
     ngx_flag_t                dedupe;
     ngx_http_complex_value_t *dedupe_scope;  /* NULL: off (one scope) */
@@ -357,6 +362,7 @@ typedef struct {
     ngx_atomic_t              retries;
     ngx_atomic_t              record_writes;
     ngx_atomic_t              record_drops;
+    ngx_atomic_t              unknown_stream_drops;
     ngx_atomic_t              status_found;
     ngx_atomic_t              status_not_found;
     ngx_atomic_t              status_unknown;
@@ -449,6 +455,8 @@ void ngx_http_idem_attempt_end(ngx_http_request_t *r,
 void ngx_http_idem_record_finish(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 ngx_str_t *ngx_http_idem_state_name(ngx_uint_t state);
+ngx_str_t *ngx_http_idem_outcome_name(ngx_http_request_t *r,
+    ngx_http_idem_attempt_t *a);
 ngx_uint_t ngx_http_idem_sent(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t *unanswered);
 ngx_int_t ngx_http_idem_record_prepare(ngx_http_request_t *r,
@@ -463,6 +471,21 @@ ngx_uint_t ngx_http_idem_current_state(ngx_http_request_t *r,
 char *ngx_http_idem_record_max_executions(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
 void ngx_http_idem_record_exit_process(void);
+
+/* ngx_http_idem_stream.c */
+char *ngx_http_idem_unknown_stream(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+void ngx_http_idem_stream_final(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_uint_t ok);
+
+/* ngx_http_idem_timeline.c */
+ngx_uint_t ngx_http_idem_timeline_wanted(ngx_http_request_t *r);
+ngx_int_t ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
+    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
+ngx_int_t ngx_http_idem_timeline_answer(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_uint_t status, ngx_str_t *out);
+ngx_int_t ngx_http_idem_timeline_headers(ngx_http_request_t *r,
+    ngx_uint_t html);
 
 /* ngx_http_idem_dedupe.c */
 ngx_int_t ngx_http_idem_dedupe(ngx_http_request_t *r,
@@ -483,7 +506,9 @@ u_char ngx_http_idem_answer_keep(ngx_http_request_t *r,
 
 /* ngx_http_idem_status.c */
 char *ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-ngx_int_t ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
+
+/* ngx_http_idem_record_json.c */
+ngx_int_t ngx_http_idem_record_json(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
 
 /* ngx_http_idem_storm.c */

@@ -622,6 +622,23 @@ ngx_http_idem_state_name(ngx_uint_t state)
 }
 
 
+/* how an attempt ended, as records say it ("http" for http_NNN) */
+
+ngx_str_t *
+ngx_http_idem_outcome_name(ngx_http_request_t *r, ngx_http_idem_attempt_t *a)
+{
+    if (a->outcome == NGX_HTTP_IDEM_OUTCOME_NONE) {
+        /* still running when the request ended: nginx gave up on it */
+        return &ngx_http_idem_outcomes[
+                   r->connection->error
+                   ? NGX_HTTP_IDEM_OUTCOME_CLIENT_ABORT
+                   : NGX_HTTP_IDEM_OUTCOME_ERROR_AFTER_SEND];
+    }
+
+    return &ngx_http_idem_outcomes[a->outcome];
+}
+
+
 /*
  * The state of this execution, as the request sees it now.  Once the
  * answer has started, it is the final state to be: access_log runs before
@@ -653,6 +670,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 {
     u_char                      keep, *p, *last;
     size_t                      len;
+    ngx_int_t                   rc;
     ngx_str_t                  *argv, answer, *outcome;
     ngx_uint_t                  i, n, argc, status;
     ngx_http_idem_attempt_t    *a;
@@ -735,16 +753,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         p = ngx_sprintf(p, "a:%V:%ui", &ctx->token, a[i].n);
         argv[argc].len = p - argv[argc].data;
 
-        if (a[i].outcome == NGX_HTTP_IDEM_OUTCOME_NONE) {
-            /* still running when the request ended: nginx gave up on it */
-            outcome = &ngx_http_idem_outcomes[
-                          r->connection->error
-                          ? NGX_HTTP_IDEM_OUTCOME_CLIENT_ABORT
-                          : NGX_HTTP_IDEM_OUTCOME_ERROR_AFTER_SEND];
-
-        } else {
-            outcome = &ngx_http_idem_outcomes[a[i].outcome];
-        }
+        outcome = ngx_http_idem_outcome_name(r, &a[i]);
 
         argv[argc + 1].data = p;
         p = ngx_sprintf(p, "%uL %M ", a[i].start_ms, a[i].duration);
@@ -814,21 +823,27 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         ctx->arrived = 1;
     }
 
-    if (ngx_http_idem_store_hset(&ctx->key, &argv[0], argc - 1, &argv[1])
-        != NGX_OK)
-    {
+    rc = ngx_http_idem_store_hset(&ctx->key, &argv[0], argc - 1, &argv[1]);
+
+    if (rc != NGX_OK) {
         /* the store logs drops itself, rate limited */
         ngx_http_idem_count(record_drops);
-        return NGX_DECLINED;
+
+    } else {
+        ngx_http_idem_count(record_writes);
+
+        if (final) {
+            ngx_http_idem_record_count(r, ctx);
+        }
     }
 
-    ngx_http_idem_count(record_writes);
+    /* an UNKNOWN execution, queued behind its final write (stream.c) */
 
     if (final) {
-        ngx_http_idem_record_count(r, ctx);
+        ngx_http_idem_stream_final(r, ctx, state, rc == NGX_OK);
     }
 
-    return NGX_OK;
+    return (rc == NGX_OK) ? NGX_OK : NGX_DECLINED;
 }
 
 

@@ -533,18 +533,3 @@ ngx_http_idem_storm_sum(ngx_http_idem_storm_node_t *node, ngx_msec_t window,
         sums->failed += b->failed;
     }
 }
-
-
-/* the state as the next call will find it: an open past its time is half */
-
-ngx_uint_t
-ngx_http_idem_storm_state(ngx_http_idem_storm_node_t *node)
-{
-    if (node->state == NGX_HTTP_IDEM_BREAKER_OPEN
-        && (ngx_msec_int_t) (node->open_until - ngx_current_msec) <= 0)
-    {
-        return NGX_HTTP_IDEM_BREAKER_HALF_OPEN;
-    }
-
-    return node->state;
-}

@@ -314,6 +314,21 @@ ngx_http_idem_storm_find(ngx_http_idem_storm_zone_t *zone,
 }
 
 
+/* the state as the next call will find it: an open past its time is half */
+
+ngx_uint_t
+ngx_http_idem_storm_state(ngx_http_idem_storm_node_t *node)
+{
+    if (node->state == NGX_HTTP_IDEM_BREAKER_OPEN
+        && (ngx_msec_int_t) (node->open_until - ngx_current_msec) <= 0)
+    {
+        return NGX_HTTP_IDEM_BREAKER_HALF_OPEN;
+    }
+
+    return node->state;
+}
+
+
 /* idem_metrics: per upstream, the refusals and the breaker's state */
 
 static char  ngx_http_idem_storm_help[] =

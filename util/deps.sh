@@ -1,11 +1,14 @@
 #!/bin/sh
 # Installs the Debian packages the build, the gateway and the tests need,
-# and nothing when they are all there already.
+# and nothing when they are all there already.  python3-redis runs the
+# example consumer of idem_unknown_stream (util/unknown-consumer.py, t/171);
+# chromium renders the timeline page in t/176.
 set -e
 
 pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev zlib1g-dev redis-server
       libnginx-mod-http-echo perl libtest-base-perl libtest-longstring-perl
-      libhttp-message-perl curl python3-grpcio"
+      libhttp-message-perl curl python3 python3-grpcio python3-redis
+      chromium"
 
 # nginx's own tests (make nginx-tests) load every dynamic module nginx -V
 # names; these are not in the nginx package

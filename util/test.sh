@@ -63,7 +63,9 @@ echo "$backend_pid" > "$backend_dir.pid"
 
 cleanup() {
     fault_pid=$(cat "$root/t/servroot-redis-$TEST_NGINX_REDIS_FAULT_PORT/redis.pid" 2>/dev/null) || true
-    if [ -n "$fault_pid" ]; then
+    # only if it still is that redis-server (a pid file can outlive it)
+    if [ -n "$fault_pid" ] \
+       && grep -qa redis "/proc/$fault_pid/cmdline" 2>/dev/null; then
         kill -CONT "$fault_pid" 2>/dev/null || true
         kill "$fault_pid" 2>/dev/null || true
     fi

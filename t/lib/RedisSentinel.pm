@@ -35,7 +35,13 @@ sub pid {
     open my $fh, '<', dir($port) . "/redis.pid" or return;
     my $pid = <$fh>;
     chomp $pid if defined $pid;
-    return $pid && kill(0, $pid) ? $pid : undef;
+    return unless $pid && kill(0, $pid);
+
+    # a pid file left by an earlier run may name a process that is no
+    # longer this redis-server: never signal anything but it
+    open my $cmd, '<', "/proc/$pid/cmdline" or return;
+    my $line = <$cmd> // '';
+    return $line =~ /redis/ && $line =~ /\b$port\b/ ? $pid : undef;
 }
 
 sub wait_ping {

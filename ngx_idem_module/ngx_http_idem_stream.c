@@ -1,0 +1,323 @@
+
+/*
+ * The compensation stream (idem_unknown_stream): every execution that ends
+ * UNKNOWN on a route with records is appended to a Redis stream, so that a
+ * job follows it up (asks for the receipt again, reverses, or hands it to
+ * a person) instead of the call waiting in its record until someone asks.
+ *
+ * The entry is an XADD queued right behind the record's final write
+ * (record.c): the same hiredis buffer, the same write to Redis, run after
+ * it, so that a consumer that reads the record finds the final write
+ * there.  Nothing else is appended: SUCCESS and FAILED-not-sent are
+ * definite.  A store that is down loses the entry as it loses the final
+ * write; it is counted, never waited for.
+ *
+ *   XADD <prefix><NAME> MAXLEN ~ <N> * call_id <id> trace_id <id>
+ *        key <record key> token <execution token> method <method>
+ *        uri <path> node <node> attempts <n> last_outcome <outcome|->
+ *        last_sent <0|1> final_status <status> created_ms <ms>
+ *        ended_ms <ms>
+ */
+
+
+#include "ngx_http_idem_module.h"
+
+
+/* "XADD", key, "MAXLEN", "~", N, "*", then 13 field/value pairs */
+#define NGX_HTTP_IDEM_STREAM_ARGS        (6 + 2 * 13)
+
+
+static void ngx_http_idem_stream_added(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+
+
+/* idem_unknown_stream NAME [maxlen=N] | off */
+
+char *
+ngx_http_idem_unknown_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    ngx_int_t   n;
+    ngx_str_t  *value;
+
+    if (ilcf->unknown_stream_maxlen != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (ngx_strcmp(value[1].data, "off") == 0) {
+        if (cf->args->nelts != 2) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid parameter \"%V\" in \"%V\" directive",
+                               &value[2], &cmd->name);
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_str_set(&ilcf->unknown_stream, "");
+        ilcf->unknown_stream_maxlen = 0;
+
+        return NGX_CONF_OK;
+    }
+
+    /* a name like the key prefix's: no spaces, nothing to quote */
+
+    if (ngx_http_idem_check_charset(&value[1]) != NGX_OK
+        || value[1].len > NGX_HTTP_IDEM_MAX_ID_LEN)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "a stream name takes A-Z a-z 0-9 - . _ ~ :",
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    ilcf->unknown_stream = value[1];
+    ilcf->unknown_stream_maxlen = NGX_HTTP_IDEM_STREAM_MAXLEN;
+
+    if (cf->args->nelts == 2) {
+        return NGX_CONF_OK;
+    }
+
+    if (ngx_strncmp(value[2].data, "maxlen=", 7) != 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\" in \"%V\" directive",
+                           &value[2], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    n = ngx_atoi(value[2].data + 7, value[2].len - 7);
+
+    if (n < 1) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\" directive, "
+                           "maxlen must be a number from 1", &value[2],
+                           &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    ilcf->unknown_stream_maxlen = n;
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * Called once per execution, at its final write; ok: that write was
+ * queued.  Appends the execution to the location's stream when it ended
+ * UNKNOWN.
+ */
+
+void
+ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_uint_t state, ngx_uint_t ok)
+{
+    u_char                     *p, *last, *q;
+    size_t                      len;
+    ngx_str_t                   argv[NGX_HTTP_IDEM_STREAM_ARGS], uri;
+    ngx_str_t                  *outcome;
+    ngx_uint_t                  i, status, nattempts;
+    ngx_http_idem_attempt_t    *a;
+    ngx_http_idem_loc_conf_t   *ilcf;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    if (state != NGX_HTTP_IDEM_UNKNOWN) {
+        return;
+    }
+
+    /* the location whose policy the call follows, as for retries */
+
+    ilcf = ctx->conf ? ctx->conf
+                     : ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    if (ilcf->unknown_stream.len == 0) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem stream: \"%V\" UNKNOWN, no stream here",
+                       &ctx->call_id);
+        return;
+    }
+
+    if (!ok) {
+        /* lost with the final write, counted as a record drop there */
+        ngx_http_idem_count(unknown_stream_drops);
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem stream: \"%V\" not appended: store down",
+                       &ctx->call_id);
+        return;
+    }
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    /* the path only, as in the record: a query string may hold secrets */
+
+    uri = r->unparsed_uri;
+
+    q = ngx_strlchr(uri.data, uri.data + uri.len, '?');
+    if (q != NULL) {
+        uri.len = q - uri.data;
+    }
+
+    nattempts = ctx->attempts ? ctx->attempts->nelts : 0;
+    a = nattempts ? (ngx_http_idem_attempt_t *) ctx->attempts->elts
+                    + nattempts - 1
+                  : NULL;
+
+    status = r->err_status ? r->err_status : r->headers_out.status;
+
+    len = imcf->key_prefix.len + ilcf->unknown_stream.len
+          + 5 * NGX_INT64_LEN + sizeof("http_999") + 2 * NGX_INT_T_LEN;
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        ngx_http_idem_count(unknown_stream_drops);
+        return;
+    }
+
+    last = p + len;
+
+    ngx_str_set(&argv[0], "XADD");
+
+    argv[1].data = p;
+    p = ngx_cpymem(p, imcf->key_prefix.data, imcf->key_prefix.len);
+    p = ngx_cpymem(p, ilcf->unknown_stream.data, ilcf->unknown_stream.len);
+    argv[1].len = p - argv[1].data;
+
+    /* approximate trimming: Redis drops whole nodes, cheaply */
+
+    ngx_str_set(&argv[2], "MAXLEN");
+    ngx_str_set(&argv[3], "~");
+
+    argv[4].data = p;
+    p = ngx_sprintf(p, "%ui", ilcf->unknown_stream_maxlen);
+    argv[4].len = p - argv[4].data;
+
+    ngx_str_set(&argv[5], "*");
+
+    i = 6;
+
+    ngx_str_set(&argv[i], "call_id");
+    argv[i + 1] = ctx->call_id;
+    i += 2;
+
+    ngx_str_set(&argv[i], "trace_id");
+    argv[i + 1] = ctx->trace_id;
+    i += 2;
+
+    /* the record, scope included, without the scope's value */
+
+    ngx_str_set(&argv[i], "key");
+    argv[i + 1] = ctx->key;
+    i += 2;
+
+    ngx_str_set(&argv[i], "token");
+    argv[i + 1] = ctx->token;
+    i += 2;
+
+    ngx_str_set(&argv[i], "method");
+    argv[i + 1] = r->method_name;
+    i += 2;
+
+    ngx_str_set(&argv[i], "uri");
+    argv[i + 1] = uri;
+    i += 2;
+
+    ngx_str_set(&argv[i], "node");
+    argv[i + 1] = imcf->node_id;
+    i += 2;
+
+    ngx_str_set(&argv[i], "attempts");
+    argv[i + 1].data = p;
+    p = ngx_sprintf(p, "%ui", nattempts);
+    argv[i + 1].len = p - argv[i + 1].data;
+    i += 2;
+
+    ngx_str_set(&argv[i], "last_outcome");
+    argv[i + 1].data = p;
+
+    if (a == NULL) {
+        *p++ = '-';
+
+    } else if (a->outcome == NGX_HTTP_IDEM_OUTCOME_HTTP) {
+        p = ngx_sprintf(p, "http_%03ui", a->status);
+
+    } else {
+        outcome = ngx_http_idem_outcome_name(r, a);
+        p = ngx_cpymem(p, outcome->data, outcome->len);
+    }
+
+    argv[i + 1].len = p - argv[i + 1].data;
+    i += 2;
+
+    ngx_str_set(&argv[i], "last_sent");
+
+    if (a != NULL && a->sent) {
+        ngx_str_set(&argv[i + 1], "1");
+
+    } else {
+        ngx_str_set(&argv[i + 1], "0");
+    }
+
+    i += 2;
+
+    ngx_str_set(&argv[i], "final_status");
+    argv[i + 1].data = p;
+    p = ngx_sprintf(p, "%ui", status);
+    argv[i + 1].len = p - argv[i + 1].data;
+    i += 2;
+
+    ngx_str_set(&argv[i], "created_ms");
+    argv[i + 1].data = p;
+    p = ngx_sprintf(p, "%uL", ctx->created_ms);
+    argv[i + 1].len = p - argv[i + 1].data;
+    i += 2;
+
+    /* the final write's time: the event loop's clock has not moved */
+
+    ngx_str_set(&argv[i], "ended_ms");
+    argv[i + 1].data = p;
+    p = ngx_sprintf(p, "%uL", ngx_http_idem_unix_ms());
+    argv[i + 1].len = p - argv[i + 1].data;
+    i += 2;
+
+    if (p > last || i != NGX_HTTP_IDEM_STREAM_ARGS) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "idem: stream buffer overrun");
+        return;
+    }
+
+    /* a read whose reply only says whether Redis took it */
+
+    if (ngx_http_idem_store_read(i, argv, ngx_http_idem_stream_added, NULL,
+                                 0)
+        == NULL)
+    {
+        ngx_http_idem_count(unknown_stream_drops);
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem stream: \"%V\" not appended: store full",
+                       &ctx->call_id);
+        return;
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem stream: \"%V\" UNKNOWN appended to \"%V\", "
+                   "%ui attempts", &ctx->call_id, &argv[1], nattempts);
+}
+
+
+/* the entry's id, or an error reply / a lost connection (redis.c logs) */
+
+static void
+ngx_http_idem_stream_added(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    if (rc != NGX_OK || n != 1) {
+        ngx_http_idem_count(unknown_stream_drops);
+        return;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem stream: entry \"%V\" added", &elts[0]);
+}

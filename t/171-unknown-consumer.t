@@ -1,0 +1,256 @@
+# The example consumer of idem_unknown_stream (util/unknown-consumer.py,
+# Debian's python3 and python3-redis) against the stream and records the
+# gateway wrote in the test's redis-server: a consumer group, bounded
+# rounds per entry then a person, a resend that succeeded, a record gone,
+# a dedupe scope's record read by its key, a dead consumer's entries taken
+# over, a second group with a receipt check.
+
+use Cwd qw(abs_path);
+
+our $python;
+our $consumer;
+
+BEGIN {
+    $python = '/usr/bin/python3';    # Debian's, with python3-redis
+    my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
+    $consumer = "$root/util/unknown-consumer.py";
+    if (system("$python -c 'import redis' 2>/dev/null") != 0) {
+        require Test::More;
+        Test::More::plan(skip_all => 'python3-redis is not installed '
+                                     . '(make deps)');
+    }
+}
+
+use Test::Nginx::Socket 'no_plan';
+
+no_long_string();
+no_shuffle();
+run_tests();
+
+sub redis {
+    my ($args) = @_;
+    my $out = `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} $args`;
+    chomp $out;
+    return $out;
+}
+
+# one --once pass of the consumer on idem:comp; its output lines
+sub consume {
+    my ($args) = @_;
+    my $out = `$python $consumer --redis 127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT} --stream idem:comp --once --rounds 3 $args 2>&1`;
+    Test::More::is($?, 0, "consumer $args: exit 0") or Test::More::diag($out);
+    return [split /\n/, $out];
+}
+
+# the line of one call id (and only one)
+sub line_of {
+    my ($lines, $id) = @_;
+    my @l = grep { / \Q$id\E: / } @$lines;
+    Test::More::is(scalar(@l), 1, "one line for $id")
+        or Test::More::diag(join "\n", @$lines);
+    return $l[0] // '';
+}
+
+# entries pending in a group
+sub pending {
+    my ($group) = @_;
+    return (split /\n/, redis("xpending idem:comp $group"))[0];
+}
+
+__DATA__
+
+=== TEST 1: four calls end UNKNOWN; one of them is sent again and succeeds
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream comp;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/9;
+    }
+    location /once {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/1;
+    }
+    location /scoped {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_x_tenant;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/9;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /t/pay\na=1", "POST /once\na=1", "POST /once\na=1", "POST /t/gone\na=1",
+ "POST /scoped\na=1"]
+--- more_headers eval
+["X-Call-Id: uc-1", "X-Call-Id: uc-2", "X-Call-Id: uc-2", "X-Call-Id: uc-3",
+ "X-Call-Id: uc-4\nX-Tenant: tenant-secret-7"]
+--- error_code eval
+[502, 502, 200, 502, 502]
+--- wait: 0.1
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 2: round 1: still UNKNOWN (the scoped one too), resolved, record gone
+--- init
+Test::More::is(main::redis("xlen idem:comp"), 4, "4 entries");
+main::redis("del 'idem:c:{uc-3}'");
+my $l = main::consume("--group comp --consumer a --escalate-to idem:people");
+Test::More::is(scalar(@$l), 4, "one line per entry");
+Test::More::like(main::line_of($l, 'uc-1'),
+    qr{^\d+-\d+ uc-1: round 1/3: still UNKNOWN \(final status 502\): would ask the service for the receipt of POST /t/pay, trace [0-9a-f]{32}, node \S+, record idem:c:\{uc-1\}; again in 60000 ms$},
+    'uc-1: round 1, what it would ask');
+Test::More::like(main::line_of($l, 'uc-2'),
+    qr{ uc-2: round 1/3: resolved: an execution of the same id that started later succeeded \(200\): nothing to undo$},
+    'uc-2: resent, succeeded: resolved');
+Test::More::like(main::line_of($l, 'uc-3'),
+    qr{ uc-3: ESCALATE to a person: its record is gone \(idem_record_ttl passed\) \(POST /t/gone, },
+    'uc-3: record gone: a person');
+Test::More::like(main::line_of($l, 'uc-4'),
+    qr{ uc-4: round 1/3: still UNKNOWN \(final status 502\): .* record idem:s:\{[0-9a-f]{64}:uc-4\};},
+    'uc-4: the scoped record, read by its key');
+Test::More::unlike(join("\n", @$l), qr/tenant-secret/, 'no scope value');
+Test::More::is(main::pending('comp'), 2, '2 left pending');
+--- config
+    location /x {
+        return 204;
+    }
+--- request
+GET /x
+--- error_code: 204
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: not due again before --retry-after; then another consumer takes them over (round 2)
+--- init
+my $l = main::consume("--group comp --consumer b");
+Test::More::is(scalar(@$l), 0, "nothing due within 60 s: nothing done");
+$l = main::consume("--group comp --consumer b --retry-after 0");
+Test::More::like(main::line_of($l, 'uc-1'), qr{ uc-1: round 2/3: still UNKNOWN },
+                 'uc-1: round 2');
+Test::More::like(main::line_of($l, 'uc-4'), qr{ uc-4: round 2/3: still UNKNOWN },
+                 'uc-4: round 2');
+Test::More::is(scalar(@$l), 2, "only those two");
+my @p = split /\n/, main::redis("xpending idem:comp comp - + 10");
+my @who = map { "$p[4 * $_ + 1]:$p[4 * $_ + 3]" } 0 .. $#p / 4;
+Test::More::is("@who", "b:2 b:2", 'both now with consumer b, delivered twice');
+--- config
+    location /x {
+        return 204;
+    }
+--- request
+GET /x
+--- error_code: 204
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: round 3 of 3: escalated to a person, acknowledged; nothing after that
+--- init
+my $l = main::consume("--group comp --consumer b --retry-after 0 --escalate-to idem:people");
+Test::More::like(main::line_of($l, 'uc-1'),
+    qr{ uc-1: ESCALATE to a person: still UNKNOWN \(final status 502\) after 3 rounds \(POST /t/pay, },
+    'uc-1: a person after 3 rounds');
+Test::More::like(main::line_of($l, 'uc-4'),
+    qr{ uc-4: ESCALATE to a person: still UNKNOWN \(final status 502\) after 3 rounds },
+    'uc-4: a person after 3 rounds');
+Test::More::is(main::pending('comp'), 0, 'nothing pending');
+Test::More::is(main::redis("xlen idem:people"), 3, '3 escalated entries');
+Test::More::like(main::redis("xrange idem:people - + count 1"),
+                 qr/\ncall_id\nuc-3\n.*\nreason\nits record is gone/s,
+                 "an escalated entry: the call's fields and the reason");
+$l = main::consume("--group comp --consumer b --retry-after 0");
+Test::More::is(scalar(@$l), 0, "nothing left");
+--- config
+    location /x {
+        return 204;
+    }
+--- request
+GET /x
+--- error_code: 204
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: a second group reads the same entries; a receipt check decides
+--- init
+my $check = q{'case $IDEM_CALL_ID in uc-1) exit 0;; uc-4) exit 1;; *) exit 75;; esac'};
+my $l = main::consume("--group audit --check $check");
+Test::More::is(scalar(@$l), 4, "all 4 entries again");
+Test::More::like(main::line_of($l, 'uc-1'),
+    qr{ uc-1: round 1/3: took effect: the service has its receipt; would confirm it to the caller$},
+    'uc-1: took effect');
+Test::More::like(main::line_of($l, 'uc-4'),
+    qr{ uc-4: round 1/3: did not take effect: nothing to undo; the caller may send it again with the same id$},
+    'uc-4: did not take effect');
+Test::More::like(main::line_of($l, 'uc-2'), qr{ uc-2: round 1/3: resolved: },
+                 'uc-2: resolved before any check');
+Test::More::is(main::pending('audit'), 0, 'nothing pending in audit');
+--- config
+    location /x {
+        return 204;
+    }
+--- request
+GET /x
+--- error_code: 204
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: an exit the check does not know: still unknown, a round used
+--- init
+main::redis("del idem:comp");
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream comp;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/9;
+    }
+--- request
+POST /t
+a=1
+--- more_headers
+X-Call-Id: uc-5
+--- error_code: 502
+--- wait: 0.1
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 7: ... round 1, then a person after the last round
+--- init
+my $l = main::consume(q{--group late --retry-after 0 --rounds 2 --check 'exit 75'});
+Test::More::like(main::line_of($l, 'uc-5'),
+    qr{ uc-5: round 1/2: still UNKNOWN \(final status 502\), the service does not know yet: would ask },
+    'uc-5: round 1');
+$l = main::consume(q{--group late --retry-after 0 --rounds 2 --check 'exit 75'});
+Test::More::like(main::line_of($l, 'uc-5'),
+    qr{ uc-5: ESCALATE to a person: still UNKNOWN \(final status 502\), the service does not know yet after 2 rounds },
+    'uc-5: a person');
+Test::More::is(main::pending('late'), 0, 'nothing pending');
+--- config
+    location /x {
+        return 204;
+    }
+--- request
+GET /x
+--- error_code: 204
+--- no_error_log
+[error]

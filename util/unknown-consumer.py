@@ -1,0 +1,248 @@
+#!/usr/bin/python3
+"""An example consumer of idem_unknown_stream: follows up calls that ended
+UNKNOWN, in bounded rounds, then hands what is still unknown to a person.
+
+    util/unknown-consumer.py --redis 127.0.0.1:6379 --stream idem:unknown
+
+It joins a consumer group (created at the stream's start when missing, so
+that entries written before its first run are followed up too), reads new
+entries with XREADGROUP, and for each one reads the call's record under
+the entry's "key" field (the record of a dedupe scope too: the key names
+it by the scope's digest, the consumer never learns the scope's value).
+
+  - The record says a later execution of the same call id succeeded: the
+    call is resolved, nothing to undo.  XACK.
+  - The record is gone (its idem_record_ttl passed): nothing left to ask
+    about from here: escalated to a person.  XACK.
+  - Still UNKNOWN: one round.  With --check CMD, CMD is run (sh -c) with
+    the entry in IDEM_* variables and asks the service for its receipt:
+    exit 0, it took effect (XACK); exit 1, it did not, nothing to undo
+    (XACK); anything else, still unknown.  Without --check the consumer
+    prints what it would ask.  An entry still unknown stays pending; it is
+    taken again (XAUTOCLAIM, which also takes over the entries of a
+    consumer that died) once it has been idle --retry-after ms, and each
+    delivery is one round.  After --rounds rounds it is escalated to a
+    person (printed, and appended to --escalate-to when given).  XACK.
+
+It prints one line per decision and never changes the record: the
+gateway's fields are written once.  --once makes one pass (entries due
+again, then the new ones) and exits, for cron or for tests.
+
+Needs Debian's python3 and python3-redis (util/deps.sh installs them).
+"""
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+
+import redis
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(
+        description="Follow up the calls idem_unknown_stream lists.")
+    ap.add_argument("--redis", default="127.0.0.1:6379",
+                    help="HOST:PORT or unix:/PATH (default %(default)s)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="--redis is a node of a Redis Cluster")
+    ap.add_argument("--password", default=os.environ.get("IDEM_REDIS_PASSWORD"),
+                    help="AUTH (default: $IDEM_REDIS_PASSWORD)")
+    ap.add_argument("--db", type=int, default=0)
+    ap.add_argument("--stream", default="idem:unknown",
+                    help="<idem_key_prefix><NAME> (default %(default)s)")
+    ap.add_argument("--group", default="compensation")
+    ap.add_argument("--consumer",
+                    default="%s-%d" % (socket.gethostname(), os.getpid()))
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="rounds per entry before a person takes it "
+                         "(default %(default)s)")
+    ap.add_argument("--retry-after", type=int, default=60000, metavar="MS",
+                    help="idle time before an entry is tried again "
+                         "(default %(default)s)")
+    ap.add_argument("--check", metavar="CMD",
+                    help="asks the service for the call's receipt: exit 0 "
+                         "took effect, 1 did not, other: still unknown")
+    ap.add_argument("--escalate-to", metavar="STREAM",
+                    help="also XADD escalated entries there")
+    ap.add_argument("--count", type=int, default=10)
+    ap.add_argument("--block", type=int, default=5000, metavar="MS")
+    ap.add_argument("--once", action="store_true",
+                    help="one pass, then exit")
+    args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    return args
+
+
+def connect(args):
+    common = dict(password=args.password, decode_responses=True,
+                  socket_timeout=max(10, args.block / 1000 + 5))
+    if args.redis.startswith("unix:"):
+        return redis.Redis(unix_socket_path=args.redis[5:], db=args.db,
+                           **common)
+    host, _, port = args.redis.rpartition(":")
+    if args.cluster:
+        from redis.cluster import RedisCluster
+        return RedisCluster(host=host, port=int(port), **common)
+    return redis.Redis(host=host, port=int(port), db=args.db, **common)
+
+
+def say(entry_id, f, text):
+    print("%s %s: %s" % (entry_id, f.get("call_id", "?"), text), flush=True)
+
+
+def judge(f, record):
+    """What the record says now: (verdict, detail)."""
+    if not record:
+        return "gone", "its record is gone (idem_record_ttl passed)"
+
+    # an execution of the same call id that succeeded, kept or folded into
+    # the summary "x": the service has the call (the id travels upstream)
+    for field, value in record.items():
+        v = value.split(" ")
+        if field.startswith("f:") and v[0] == "SUCCESS" and len(v) > 3:
+            later = v[3].isdigit() and f.get("created_ms", "").isdigit() \
+                and int(v[3]) >= int(f["created_ms"])
+            when = "later" if later else "earlier"
+            return "resolved", ("an execution of the same id that started "
+                                "%s succeeded (%s): nothing to undo"
+                                % (when, v[1]))
+    summary = record.get("x", "").split(" ")
+    if len(summary) > 1 and summary[1].isdigit() and int(summary[1]) > 0:
+        return "resolved", ("an earlier execution of the same id succeeded: "
+                            "nothing to undo")
+
+    final = record.get("f:" + f.get("token", ""))
+    if final is None:
+        # a cluster's stream and record are on two masters: the final
+        # write may be a moment behind the entry, or lost with its master
+        return "unknown", "still UNKNOWN (the record has no final write " \
+                          "for this execution yet)"
+    state, status = (final.split(" ") + ["-"])[0:2]
+    return "unknown", "still %s (final status %s)" % (state, status)
+
+
+def check(cmd, f, rnd):
+    env = dict(os.environ)
+    for name in ("call_id", "trace_id", "key", "token", "method", "uri",
+                 "node", "attempts", "last_outcome", "final_status"):
+        env["IDEM_" + name.upper()] = f.get(name, "")
+    env["IDEM_ROUND"] = str(rnd)
+    return subprocess.call(["sh", "-c", cmd], env=env)
+
+
+def escalate(r, args, entry_id, f, why):
+    say(entry_id, f, "ESCALATE to a person: %s" % why)
+    if args.escalate_to:
+        fields = dict(f)
+        fields.update(entry=entry_id, reason=why)
+        r.xadd(args.escalate_to, fields)
+
+
+def follow(r, args, entry_id, f, rnd):
+    """One round of one entry; True when it is done with (to XACK)."""
+    where = "%s %s, trace %s, node %s, record %s" % (
+        f.get("method"), f.get("uri"), f.get("trace_id"), f.get("node"),
+        f.get("key"))
+
+    verdict, detail = judge(f, r.hgetall(f["key"]) if "key" in f else {})
+
+    if verdict == "resolved":
+        say(entry_id, f, "round %d/%d: resolved: %s"
+            % (rnd, args.rounds, detail))
+        return True
+
+    if verdict == "gone":
+        escalate(r, args, entry_id, f, "%s (%s)" % (detail, where))
+        return True
+
+    if args.check:
+        rc = check(args.check, f, rnd)
+        if rc == 0:
+            say(entry_id, f, "round %d/%d: took effect: the service has its "
+                "receipt; would confirm it to the caller" % (rnd, args.rounds))
+            return True
+        if rc == 1:
+            say(entry_id, f, "round %d/%d: did not take effect: nothing to "
+                "undo; the caller may send it again with the same id"
+                % (rnd, args.rounds))
+            return True
+        detail += ", the service does not know yet"
+
+    if rnd >= args.rounds:
+        escalate(r, args, entry_id, f, "%s after %d rounds (%s)"
+                 % (detail, rnd, where))
+        return True
+
+    say(entry_id, f, "round %d/%d: %s: would ask the service for the "
+        "receipt of %s; again in %d ms"
+        % (rnd, args.rounds, detail, where, args.retry_after))
+    return False
+
+
+def handle(r, args, entries):
+    if not entries:
+        return 0
+    ids = [e[0] for e in entries]
+    # each delivery is a round: the group counts them
+    rounds = {p["message_id"]: p["times_delivered"]
+              for p in r.xpending_range(args.stream, args.group, min(ids),
+                                        max(ids), len(ids) * 2,
+                                        args.consumer)}
+    for entry_id, f in entries:
+        if not f:
+            # trimmed by maxlen while pending: nothing left to follow
+            r.xack(args.stream, args.group, entry_id)
+            continue
+        if follow(r, args, entry_id, f, rounds.get(entry_id, 1)):
+            r.xack(args.stream, args.group, entry_id)
+    return len(entries)
+
+
+def run(r, args):
+    try:
+        r.xgroup_create(args.stream, args.group, id="0", mkstream=True)
+    except redis.ResponseError as e:
+        if "BUSYGROUP" not in str(e):
+            raise
+
+    while True:
+        # entries a round left unresolved, or a dead consumer left pending
+        start = "0-0"
+        while True:
+            start, claimed = r.xautoclaim(args.stream, args.group,
+                                          args.consumer, args.retry_after,
+                                          start, count=args.count)[:2]
+            handle(r, args, claimed)
+            if start in ("0-0", b"0-0"):
+                break
+
+        # new entries
+        while True:
+            got = r.xreadgroup(args.group, args.consumer, {args.stream: ">"},
+                               count=args.count,
+                               block=None if args.once else args.block)
+            n = sum(handle(r, args, entries) for _, entries in got or [])
+            if n == 0 or not args.once:
+                break
+
+        if args.once:
+            return
+
+
+def main():
+    args = parse_args()
+    try:
+        run(connect(args), args)
+    except KeyboardInterrupt:
+        pass
+    except redis.RedisError as e:
+        print("redis: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
