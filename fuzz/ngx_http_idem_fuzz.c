@@ -720,15 +720,6 @@ ngx_http_idem_record_key(ngx_http_request_t *r,
 
 
 __attribute__((weak)) ngx_int_t
-ngx_http_idem_status_json(ngx_http_request_t *r, ngx_str_t *id,
-    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out)
-{
-    ngx_http_idem_fuzz_unreached("ngx_http_idem_status_json");
-    return NGX_ERROR;
-}
-
-
-__attribute__((weak)) ngx_int_t
 ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_str_t *answer)
 {

@@ -486,6 +486,83 @@ ngx_memn2cmp(u_char *s1, u_char *s2, size_t n1, size_t n2)
 }
 
 
+/*
+ * nginx's contract: "<", ">", "&" and '"' as entities; with a NULL dst,
+ * the number of bytes the escaping adds.
+ */
+
+uintptr_t
+ngx_escape_html(u_char *dst, u_char *src, size_t size)
+{
+    char    *entity;
+    size_t   len;
+
+    if (dst == NULL) {
+        for (len = 0; size; size--, src++) {
+            len += (*src == '<' || *src == '>') ? 3
+                   : (*src == '&') ? 4 : (*src == '"') ? 5 : 0;
+        }
+
+        return (uintptr_t) len;
+    }
+
+    for ( /* void */ ; size; size--, src++) {
+        entity = (*src == '<') ? "&lt;" : (*src == '>') ? "&gt;"
+                 : (*src == '&') ? "&amp;" : (*src == '"') ? "&quot;" : NULL;
+
+        if (entity == NULL) {
+            *dst++ = *src;
+            continue;
+        }
+
+        len = ngx_strlen(entity);
+        ngx_memcpy(dst, entity, len);
+        dst += len;
+    }
+
+    return (uintptr_t) dst;
+}
+
+
+/*
+ * As nginx's: any non-negative time, the full year and months 1..12 (a
+ * time far ahead has a year of more than four digits); days to a civil
+ * date by the usual era arithmetic.
+ */
+
+void
+ngx_gmtime(time_t t, ngx_tm_t *tp)
+{
+    int64_t   days, secs, era, doe, yoe, doy, mp, d, m, y;
+
+    if (t < 0) {
+        t = 0;
+    }
+
+    days = t / 86400;
+    secs = t % 86400;
+
+    days += 719468;
+    era = days / 146097;
+    doe = days - era * 146097;
+    yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    y = yoe + era * 400;
+    doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    mp = (5 * doy + 2) / 153;
+    d = doy - (153 * mp + 2) / 5 + 1;
+    m = mp < 10 ? mp + 3 : mp - 9;
+
+    ngx_memzero(tp, sizeof(ngx_tm_t));
+
+    tp->ngx_tm_sec = (int) (secs % 60);
+    tp->ngx_tm_min = (int) (secs / 60 % 60);
+    tp->ngx_tm_hour = (int) (secs / 3600);
+    tp->ngx_tm_mday = (int) d;
+    tp->ngx_tm_mon = (int) m;
+    tp->ngx_tm_year = (int) (y + (m <= 2));
+}
+
+
 ngx_uint_t
 ngx_hash_key(u_char *data, size_t len)
 {

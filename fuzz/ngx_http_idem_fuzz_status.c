@@ -5,11 +5,13 @@
  * id abc) and checked; a bad one is a 400 problem+json.  A good one is
  * read from the store; the store's reply (Redis's time, then the record's
  * fields and values) goes through the record parser to the JSON answer,
- * which must parse, or to a 404 or a 503.
+ * which must parse, or to a 404 or a 503; or, when the client's Accept
+ * prefers HTML, to the timeline page, in which nothing from the record or
+ * the id may open a tag, an entity or an attribute value ("fz" canaries).
  *
  * Input: a byte of idem_record_max_executions (0: the default), a byte of
- * idem_call_id_max_length (0: 128), the URI up to a line feed, then
- * strings, each a length byte (255: two bytes of length follow) and its
+ * idem_call_id_max_length (0: 128), the URI up to a line feed, the Accept
+ * header up to a line feed (empty: none), then strings, each a length byte (255: two bytes of length follow) and its
  * bytes: Redis's time (unix ms, in decimal; none: the store did not
  * answer), then the record's fields and values, in turns.
  */
@@ -17,6 +19,8 @@
 
 #include "ngx_http_idem_status.c"
 #include "ngx_http_idem_record_parse.c"
+#include "ngx_http_idem_record_json.c"
+#include "ngx_http_idem_timeline.c"
 #include "ngx_http_idem_call_id.c"
 #include "ngx_http_idem_problem.c"
 #include "ngx_http_idem_headers.c"
@@ -34,13 +38,16 @@ static ngx_http_idem_store_op_t    *ngx_http_idem_fuzz_op;
 static ngx_str_t                    ngx_http_idem_fuzz_read_key;
 
 
+static ngx_uint_t ngx_http_idem_fuzz_canary(ngx_str_t *page);
+
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     u_char                      *p;
     ngx_int_t                    rc;
-    ngx_str_t                    uri, id, content, *elts;
-    ngx_uint_t                   n, max, valid, sf, status;
+    ngx_str_t                    uri, id, content, accept, *elts, *body;
+    ngx_uint_t                   n, max, valid, sf, status, html;
     ngx_http_idem_fuzz_t         fz;
     ngx_http_idem_fuzz_input_t   input;
     ngx_http_idem_status_ctx_t  *sctx;
@@ -65,6 +72,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     ngx_http_idem_fuzz_line(&input, &uri);
     fz.request->uri = uri;
+
+    ngx_http_idem_fuzz_line(&input, &accept);
+
+    if (accept.len
+        && ngx_http_idem_fuzz_header(&fz, &fz.request->headers_in.headers,
+                                     "Accept", &accept)
+           != NGX_OK)
+    {
+        ngx_http_idem_fuzz_abort("no memory");
+    }
 
     /* what the id is: the URI's last segment, a String's content */
 
@@ -161,16 +178,74 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ngx_http_idem_fuzz_assert(status == NGX_HTTP_NOT_FOUND);
     }
 
-    if (!ngx_http_idem_fuzz_json(ngx_http_idem_fuzz_answer.body.data,
-                                 ngx_http_idem_fuzz_answer.body.len))
+    /* JSON without Accept; a page for "text/html" alone */
+
+    body = &ngx_http_idem_fuzz_answer.body;
+    html = fz.request->headers_out.content_type.len >= 9
+           && ngx_strncmp(fz.request->headers_out.content_type.data,
+                          "text/html", 9) == 0;
+
+    if (accept.len == 0) {
+        ngx_http_idem_fuzz_assert(!html);
+
+    } else if (accept.len == 9
+               && ngx_strncmp(accept.data, "text/html", 9) == 0)
     {
-        fprintf(stderr, "not JSON: %.*s\n",
-                (int) ngx_http_idem_fuzz_answer.body.len,
-                ngx_http_idem_fuzz_answer.body.data);
+        ngx_http_idem_fuzz_assert(html);
+    }
+
+    ngx_http_idem_fuzz_assert(fz.request->headers_out.content_length_n
+                              == (off_t) body->len);
+
+    if (html) {
+        ngx_http_idem_fuzz_assert(body->len > 16
+                                  && ngx_strncmp(body->data,
+                                                 "<!DOCTYPE html>", 15)
+                                     == 0
+                                  && ngx_strncmp(body->data + body->len
+                                                 - 8, "</html>\n", 8)
+                                     == 0);
+
+        if (ngx_http_idem_fuzz_canary(body)) {
+            fprintf(stderr, "not escaped: %.*s\n", (int) body->len,
+                    body->data);
+            ngx_http_idem_fuzz_abort("check failed: the page's escaping");
+        }
+
+    } else if (!ngx_http_idem_fuzz_json(body->data, body->len)) {
+        fprintf(stderr, "not JSON: %.*s\n", (int) body->len, body->data);
         ngx_http_idem_fuzz_abort("check failed: the record's JSON");
     }
 
     ngx_http_idem_fuzz_done(&fz);
+
+    return 0;
+}
+
+
+/*
+ * Record data and ids are escaped where the page shows them: "<fz", "&fz",
+ * '"fz' or "fz>" in the page can only come from a byte left as it was.
+ */
+
+static ngx_uint_t
+ngx_http_idem_fuzz_canary(ngx_str_t *page)
+{
+    u_char  *p, *last;
+
+    last = page->data + page->len;
+
+    for (p = page->data; p + 2 < last; p++) {
+        if (p[1] == 'f' && p[2] == 'z'
+            && (p[0] == '<' || p[0] == '&' || p[0] == '"'))
+        {
+            return 1;
+        }
+
+        if (p[0] == 'f' && p[1] == 'z' && p[2] == '>') {
+            return 1;
+        }
+    }
 
     return 0;
 }
