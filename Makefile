@@ -14,6 +14,7 @@
 #                 nginx's own suite, without and with "idem on"
 #   make asan     the suite with an ASan/UBSan build of the module
 #   make valgrind a few files that cover a whole call, under valgrind
+#   make fuzz     the libFuzzer targets (fuzz/), FUZZ_SECONDS each
 #   make deps     install what is missing (Debian packages)
 #   make deb      build/deb/libnginx-mod-http-idem_<version>_<arch>.deb
 #   make install  the module, mod-http-idem.conf, docs (DESTDIR, as the .deb)
@@ -35,6 +36,21 @@ IDEM_CFLAGS ?=
 # an nginx.org version to test against instead of Debian's (util/test.sh)
 NGINX       ?=
 
+# libFuzzer targets (fuzz/): clang with ASan and UBSan, seeds in fuzz/corpus
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 6
+FUZZ_TARGETS ?= call_id deadline retry_after answer record status \
+                redis_reply redis_cluster
+FUZZ_BUILD   := $(BUILD)/fuzz
+FUZZ_COMMON  := fuzz/ngx_http_idem_fuzz.c fuzz/ngx_http_idem_fuzz_core.c
+FUZZ_CFLAGS  := -g -O1 -fno-omit-frame-pointer \
+                -fsanitize=fuzzer,address,undefined \
+                -fno-sanitize-recover=all -Wall -Wno-unused-function -Werror
+FUZZ_INCS    := $(addprefix -I $(NGINX_SRC)/src/,core event event/modules \
+                    os/unix http http/modules http/v2) \
+                -I ngx_idem_module -I fuzz -I $(BUILD)
+FUZZ_LIBS    := -lhiredis -luuid -lcrypto -lpcre2-8
+
 # make install: the paths of Debian's nginx modules (dh_nginx), as the
 # package has them; IDEM_ENABLE=no leaves modules-enabled/ alone (the
 # package's postinst makes that link itself)
@@ -45,7 +61,8 @@ MODCONF_DIR := /usr/share/nginx/modules-available
 ENABLED_DIR := /etc/nginx/modules-enabled
 DOC_DIR     := /usr/share/doc/libnginx-mod-http-idem
 
-.PHONY: all deps run test asan valgrind bench clean deb install test-deb storm
+.PHONY: all deps run test asan valgrind bench fuzz fuzz-build clean deb \
+        install test-deb storm
 
 all: $(MODULE)
 
@@ -104,6 +121,20 @@ VALGRIND_TESTS ?= t/010-call-id.t t/060-records.t t/100-dedupe.t \
 valgrind: deps $(MODULE)
 	@TEST_NGINX_USE_VALGRIND=1 util/deps.sh
 	@TEST_NGINX_USE_VALGRIND=1 util/test.sh $(VALGRIND_TESTS)
+
+# each target FUZZ_SECONDS over its seeds; any crash, leak or report fails
+fuzz: fuzz-build
+	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) \
+	    util/fuzz.sh $(FUZZ_TARGETS)
+
+fuzz-build:
+	@IDEM_FUZZ=1 util/deps.sh
+	@$(MAKE) --no-print-directory $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
+
+$(FUZZ_BUILD)/%: fuzz/ngx_http_idem_fuzz_%.c $(FUZZ_COMMON) fuzz/*.h \
+                 $(SOURCES) $(BUILD)/Makefile
+	@mkdir -p $(FUZZ_BUILD)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INCS) -o $@ $< $(FUZZ_COMMON) $(FUZZ_LIBS)
 
 # the Debian package, from a copy of this tree in build/deb/; installs its
 # build dependencies (debian/control) when they are missing

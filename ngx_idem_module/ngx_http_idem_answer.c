@@ -118,9 +118,21 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
             return NGX_OK;
         }
 
-        if (!ngx_http_idem_answer_skip(ctx, &h[i])) {
-            len += h[i].key.len + sizeof(": \n") - 1 + h[i].value.len;
+        if (ngx_http_idem_answer_skip(ctx, &h[i])) {
+            continue;
         }
+
+        /*
+         * "~" opens a trailer's line: a header named so (nginx lets an
+         * upstream send one) would come back as a trailer; not kept
+         */
+
+        if (h[i].key.len && h[i].key.data[0] == '~') {
+            ctx->capture_over = 1;
+            return NGX_OK;
+        }
+
+        len += h[i].key.len + sizeof(": \n") - 1 + h[i].value.len;
     }
 
     if (status == NGX_HTTP_SWITCHING_PROTOCOLS

@@ -192,7 +192,11 @@ ngx_http_idem_json_number(u_char *p, char *name, ngx_str_t *value)
 
     p = ngx_sprintf(p, "%s\":", name);
 
-    if (value == NULL || value->len == 0) {
+    /* JSON has no leading zeros: "007" from a damaged record is no number */
+
+    if (value == NULL || value->len == 0
+        || (value->len > 1 && value->data[0] == '0'))
+    {
         return ngx_cpymem(p, "null", 4);
     }
 

@@ -632,6 +632,16 @@ ngx_http_idem_redis_cluster_map(ngx_http_idem_redis_t *rd,
 
         m = e->element[2];
 
+        /* hiredis would connect to the port modulo 65536: another one */
+
+        if (m->element[1]->integer < 1 || m->element[1]->integer > 65535) {
+            ngx_log_error(NGX_LOG_ERR, rd->log, 0,
+                          "idem: redis cluster: port %L in the map from "
+                          "\"%V\" is not a port, skipped",
+                          (int64_t) m->element[1]->integer, &asked->name);
+            continue;
+        }
+
         host = (u_char *) m->element[0]->str;
         len = m->element[0]->len;
 

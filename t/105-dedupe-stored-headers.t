@@ -121,3 +121,32 @@ ok
 ["ok\n", "ok\n"]
 --- no_error_log
 [error]
+
+
+
+=== TEST 5: an upstream header named with a leading "~" (a stored trailer's mark): the answer is not stored, so no replay turns it into a trailer
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/odd;
+    }
+    location /odd {
+        add_header "~X-Odd" 1;
+        return 200 "odd\n";
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /d\nx=1", "POST /d\nx=1"]
+--- more_headers eval
+["X-Call-Id: tilde-1", "X-Call-Id: tilde-1"]
+--- error_code eval
+[200, 409]
+--- raw_response_headers_like eval
+['~X-Odd: 1\r\n', '\A(?![\s\S]*Idempotent-Replayed)']
+--- no_error_log
+[error]

@@ -22,6 +22,11 @@ if [ -n "$TEST_NGINX_USE_VALGRIND" ]; then
     pkgs="$pkgs valgrind"
 fi
 
+# make fuzz: clang and its libFuzzer, ASan and UBSan runtimes
+if [ -n "$IDEM_FUZZ" ]; then
+    pkgs="$pkgs clang libclang-rt-14-dev"
+fi
+
 missing=
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' \

@@ -1,0 +1,87 @@
+
+/*
+ * What the fuzz targets share: a request made by hand (pool, connection,
+ * log, configuration arrays, module ctx), a reader over the fuzz input,
+ * and checks of what the module sends (ngx_http_idem_fuzz.c).
+ *
+ * A target includes the module's .c files it fuzzes, so that their static
+ * functions are reachable; nginx's own functions are replaced by the stubs,
+ * which behave as nginx's do where the module depends on it and abort()
+ * where a target is not expected to go.
+ */
+
+
+#ifndef _NGX_HTTP_IDEM_FUZZ_H_INCLUDED_
+#define _NGX_HTTP_IDEM_FUZZ_H_INCLUDED_
+
+
+#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_record.h"
+#include "ngx_http_idem_round.h"
+
+
+/* the module index in the fake configuration arrays */
+#define NGX_HTTP_IDEM_FUZZ_MODULES  4
+
+/* calls to stubs that a target must never reach */
+#define ngx_http_idem_fuzz_unreached(name)                                  \
+    ngx_http_idem_fuzz_abort("stub reached: " name)
+
+/* a check of the module's output that failed: a finding */
+#define ngx_http_idem_fuzz_assert(cond)                                     \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            ngx_http_idem_fuzz_abort("check failed: " #cond);               \
+        }                                                                   \
+    } while (0)
+
+
+/* the fuzz input, taken from the front */
+typedef struct {
+    u_char                      *pos;
+    u_char                      *last;
+    ngx_pool_t                  *pool;       /* what is taken is copied */
+} ngx_http_idem_fuzz_input_t;
+
+
+/* what the stubs of the HTTP core saw of the answer */
+typedef struct {
+    ngx_uint_t                   header_sent;
+    ngx_uint_t                   status;
+    ngx_int_t                    finalized;   /* rc, -100: not called */
+    ngx_str_t                    body;        /* copied, pool memory */
+} ngx_http_idem_fuzz_answer_t;
+
+
+typedef struct {
+    ngx_pool_t                  *pool;
+    ngx_http_request_t          *request;
+    ngx_http_idem_main_conf_t   *imcf;
+    ngx_http_idem_loc_conf_t    *ilcf;
+    ngx_http_idem_ctx_t         *ctx;
+} ngx_http_idem_fuzz_t;
+
+
+extern ngx_http_idem_fuzz_answer_t  ngx_http_idem_fuzz_answer;
+
+
+ngx_int_t ngx_http_idem_fuzz_init(ngx_http_idem_fuzz_t *fz,
+    const uint8_t *data, size_t size, ngx_http_idem_fuzz_input_t *in);
+void ngx_http_idem_fuzz_done(ngx_http_idem_fuzz_t *fz);
+void ngx_http_idem_fuzz_abort(const char *what);
+
+ngx_uint_t ngx_http_idem_fuzz_byte(ngx_http_idem_fuzz_input_t *in);
+void ngx_http_idem_fuzz_line(ngx_http_idem_fuzz_input_t *in,
+    ngx_str_t *line);
+void ngx_http_idem_fuzz_string(ngx_http_idem_fuzz_input_t *in,
+    ngx_str_t *s);
+ngx_int_t ngx_http_idem_fuzz_header(ngx_http_idem_fuzz_t *fz,
+    ngx_list_t *list, char *name, ngx_str_t *value);
+ngx_int_t ngx_http_idem_fuzz_names(ngx_http_idem_fuzz_t *fz);
+
+ngx_uint_t ngx_http_idem_fuzz_json(u_char *p, size_t len);
+ngx_uint_t ngx_http_idem_fuzz_id_valid(ngx_str_t *id, size_t max);
+ngx_uint_t ngx_http_idem_fuzz_sf_string(ngx_str_t *value, ngx_str_t *content);
+
+
+#endif /* _NGX_HTTP_IDEM_FUZZ_H_INCLUDED_ */

@@ -1,0 +1,500 @@
+
+/*
+ * Fuzz target: the call id and trace id a client sends (X-Call-Id,
+ * X-Trace-Id, traceparent), from the walk over the request headers to the
+ * ids the call gets, and the 400 problem+json a bad one gets; for a call
+ * let through, the headers the upstream gets: the module's own, once, and
+ * none of the client's copies of them.
+ *
+ * A call id that opens with a quote is an RFC 8941 String (Idempotency-Key
+ * form): its content is checked against an independent reading of the
+ * String, and the id is that content, the header echoed as sent.
+ *
+ * Input: a flags byte (bit 0: idem_call_id_missing reject, bit 1: the
+ * prefixed generator, bits 2-3: which idem_call_id_pattern, bit 4:
+ * idem_call_id_form string), a byte of
+ * idem_call_id_max_length (0: 128), then request headers, one a line: the
+ * line's first byte picks the name, the rest is the value.
+ */
+
+
+#include "ngx_http_idem_call_id.c"
+#include "ngx_http_idem_deadline.c"
+#include "ngx_http_idem_headers.c"
+#include "ngx_http_idem_util.c"
+#include "ngx_http_idem_problem.c"
+
+#include "ngx_http_idem_fuzz.h"
+
+
+#define NGX_HTTP_IDEM_FUZZ_PATTERNS  4
+#define NGX_HTTP_IDEM_FUZZ_NAMES     12
+
+
+static void ngx_http_idem_fuzz_upstream(ngx_http_idem_fuzz_t *fz,
+    ngx_http_idem_inbound_t *in, ngx_uint_t *before);
+static ngx_table_elt_t *ngx_http_idem_fuzz_find(ngx_http_request_t *r,
+    char *name, ngx_uint_t *n);
+static ngx_uint_t ngx_http_idem_fuzz_traceparent(ngx_str_t *v);
+static ngx_uint_t ngx_http_idem_fuzz_lower_hex(u_char *p, size_t len,
+    ngx_uint_t nonzero);
+
+
+static char  *ngx_http_idem_fuzz_names_in[NGX_HTTP_IDEM_FUZZ_NAMES] = {
+    "X-Call-Id", "X-Trace-Id", "traceparent", "x-call-id", "X-TRACE-ID",
+    "X-Call-Id-Source", "X-Call-Attempt", "X-Other", "X-Deadline-Ms",
+    "grpc-timeout", "x-call-attempt", "X-Call-Ids"
+};
+
+/* idem_call_id_pattern values (index 0: none) */
+static char  *ngx_http_idem_fuzz_patterns[NGX_HTTP_IDEM_FUZZ_PATTERNS] = {
+    NULL, "^[a-z0-9-]{8,64}$", "^ord-[0-9]+$", "[.:]"
+};
+
+static pcre2_code  *ngx_http_idem_fuzz_re[NGX_HTTP_IDEM_FUZZ_PATTERNS];
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    int                          perr;
+    size_t                       max;
+    u_char                      *tp;
+    PCRE2_SIZE                   off;
+    ngx_int_t                    rc;
+    u_char                       err[64];
+    ngx_str_t                    line, value, *cv, *tv, *pv, *id;
+    ngx_str_t                    content, mcontent;
+    ngx_uint_t                   flags, i, pattern, call_ok, trace_ok, sf;
+    ngx_uint_t                   ncall, ntrace, nparent;
+    ngx_uint_t                   before[NGX_HTTP_IDEM_FUZZ_NAMES];
+    pcre2_match_data            *md;
+    ngx_http_idem_fuzz_t         fz;
+    ngx_http_idem_problem_t      problem;
+    ngx_http_idem_inbound_t      in;
+    ngx_http_idem_fuzz_input_t   input;
+
+    for (i = 1; i < NGX_HTTP_IDEM_FUZZ_PATTERNS; i++) {
+        if (ngx_http_idem_fuzz_re[i] == NULL) {
+            ngx_http_idem_fuzz_re[i] = pcre2_compile(
+                (PCRE2_SPTR) ngx_http_idem_fuzz_patterns[i],
+                PCRE2_ZERO_TERMINATED, 0, &perr, &off, NULL);
+
+            if (ngx_http_idem_fuzz_re[i] == NULL) {
+                ngx_http_idem_fuzz_abort("pcre2_compile");
+            }
+        }
+    }
+
+    if (ngx_http_idem_fuzz_init(&fz, data, size, &input) != NGX_OK) {
+        ngx_http_idem_fuzz_abort("init");
+    }
+
+    ngx_http_idem_fuzz_names(&fz);
+
+    flags = ngx_http_idem_fuzz_byte(&input);
+    max = ngx_http_idem_fuzz_byte(&input);
+
+    fz.ilcf->call_id_missing = (flags & 1) ? NGX_HTTP_IDEM_MISSING_REJECT
+                                           : NGX_HTTP_IDEM_MISSING_GENERATE;
+    fz.ilcf->call_id_generator = (flags & 2)
+                                 ? NGX_HTTP_IDEM_GENERATOR_PREFIXED
+                                 : NGX_HTTP_IDEM_GENERATOR_UUID;
+    fz.ilcf->call_id_max_length = max ? max : 128;
+    fz.ilcf->call_id_form = (flags & 16) ? NGX_HTTP_IDEM_FORM_STRING
+                                         : NGX_HTTP_IDEM_FORM_TOKEN;
+
+    pattern = (flags >> 2) & 3;
+    fz.ilcf->call_id_pattern = ngx_http_idem_fuzz_re[pattern];
+
+    if (pattern) {
+        fz.ilcf->call_id_pattern_src.data =
+                             (u_char *) ngx_http_idem_fuzz_patterns[pattern];
+        fz.ilcf->call_id_pattern_src.len =
+                             ngx_strlen(ngx_http_idem_fuzz_patterns[pattern]);
+    }
+
+    /* the headers, and what SPEC says of them (the last copy counts) */
+
+    ngx_memzero(before, sizeof(before));
+
+    ncall = 0;
+    ntrace = 0;
+    nparent = 0;
+    cv = NULL;
+    tv = NULL;
+    pv = NULL;
+
+    while (input.pos < input.last) {
+        ngx_http_idem_fuzz_line(&input, &line);
+
+        i = line.len ? (line.data[0] & 15) % NGX_HTTP_IDEM_FUZZ_NAMES : 7;
+
+        value.data = line.len ? line.data + 1 : line.data;
+        value.len = line.len ? line.len - 1 : 0;
+
+        if (ngx_http_idem_fuzz_header(&fz, &fz.request->headers_in.headers,
+                                      ngx_http_idem_fuzz_names_in[i], &value)
+            != NGX_OK)
+        {
+            ngx_http_idem_fuzz_abort("no memory");
+        }
+
+        before[i]++;
+
+        if (i == 0 || i == 3) {
+            ncall++;
+            cv = &((ngx_table_elt_t *)
+                   fz.request->headers_in.headers.last->elts)
+                  [fz.request->headers_in.headers.last->nelts - 1].value;
+
+        } else if (i == 1 || i == 4) {
+            ntrace++;
+            tv = &((ngx_table_elt_t *)
+                   fz.request->headers_in.headers.last->elts)
+                  [fz.request->headers_in.headers.last->nelts - 1].value;
+
+        } else if (i == 2) {
+            nparent++;
+            pv = &((ngx_table_elt_t *)
+                   fz.request->headers_in.headers.last->elts)
+                  [fz.request->headers_in.headers.last->nelts - 1].value;
+        }
+    }
+
+    ngx_http_idem_scan_request(fz.request, fz.ilcf, &in);
+
+    ngx_http_idem_fuzz_assert(in.call_id_count == ncall);
+    ngx_http_idem_fuzz_assert(in.trace_id_count == ntrace);
+    ngx_http_idem_fuzz_assert(in.traceparent_count == nparent);
+
+    /* the id itself: the value, or the content of a String */
+
+    id = cv;
+    sf = 0;
+
+    if (cv != NULL && cv->len && cv->data[0] == '"') {
+        content.data = ngx_pnalloc(fz.pool, cv->len);
+        mcontent.data = ngx_pnalloc(fz.pool, cv->len);
+
+        if (content.data == NULL || mcontent.data == NULL) {
+            ngx_http_idem_fuzz_abort("no memory");
+        }
+
+        sf = ngx_http_idem_fuzz_sf_string(cv, &content);
+        rc = ngx_http_idem_parse_sf_string(cv, &mcontent, err, sizeof(err));
+
+        ngx_http_idem_fuzz_assert(rc == NGX_OK || rc == NGX_DECLINED);
+        ngx_http_idem_fuzz_assert(sf != 0 || rc == NGX_DECLINED);
+        ngx_http_idem_fuzz_assert(sf != 1 || rc == NGX_OK);
+
+        if (rc == NGX_OK) {
+            ngx_http_idem_fuzz_assert(mcontent.len == content.len
+                                      && ngx_memcmp(mcontent.data,
+                                                    content.data,
+                                                    content.len) == 0);
+            id = &content;
+
+        } else {
+            ngx_http_idem_fuzz_assert(ngx_strlen(err) < sizeof(err));
+            id = NULL;
+        }
+    }
+
+    call_ok = (ncall == 0 && !(flags & 1))
+              || (ncall == 1 && id != NULL
+                  && ngx_http_idem_fuzz_id_valid(id,
+                                            fz.ilcf->call_id_max_length));
+
+    if (call_ok && ncall == 1 && pattern) {
+        md = pcre2_match_data_create_from_pattern(
+                                         ngx_http_idem_fuzz_re[pattern], NULL);
+        if (md == NULL) {
+            ngx_http_idem_fuzz_abort("no memory");
+        }
+
+        call_ok = pcre2_match(ngx_http_idem_fuzz_re[pattern], id->data,
+                              id->len, 0, 0, md, NULL) >= 0;
+
+        pcre2_match_data_free(md);
+    }
+
+    trace_ok = ntrace == 0
+               || (ntrace == 1
+                   && ngx_http_idem_fuzz_id_valid(tv,
+                                             fz.ilcf->call_id_max_length));
+
+    ngx_memzero(&problem, sizeof(ngx_http_idem_problem_t));
+
+    rc = ngx_http_idem_resolve_ids(fz.request, fz.ilcf, &in, fz.ctx,
+                                   &problem);
+
+    ngx_http_idem_fuzz_assert(rc == NGX_OK || rc == NGX_DECLINED);
+    ngx_http_idem_fuzz_assert((rc == NGX_OK) == (call_ok && trace_ok));
+
+    /* the call id: the client's, byte for byte, or a gateway one */
+
+    if (call_ok && ncall == 1) {
+        ngx_http_idem_fuzz_assert(fz.ctx->source
+                                  == NGX_HTTP_IDEM_SOURCE_CLIENT);
+        ngx_http_idem_fuzz_assert(fz.ctx->call_id.len == id->len
+                                  && ngx_memcmp(fz.ctx->call_id.data,
+                                                id->data, id->len) == 0);
+        ngx_http_idem_fuzz_assert(fz.ctx->call_id_echo.data == cv->data
+                                  && fz.ctx->call_id_echo.len == cv->len);
+
+    } else {
+        ngx_http_idem_fuzz_assert(fz.ctx->source
+                                  == NGX_HTTP_IDEM_SOURCE_GATEWAY);
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_id_valid(
+                                      &fz.ctx->call_id, 255));
+
+        /* a generated id goes out bare, or as a String (quoted) */
+
+        if (flags & 16) {
+            ngx_http_idem_fuzz_assert(
+                fz.ctx->call_id_echo.len == fz.ctx->call_id.len + 2
+                && fz.ctx->call_id_echo.data[0] == '"'
+                && ngx_memcmp(fz.ctx->call_id_echo.data + 1,
+                              fz.ctx->call_id.data, fz.ctx->call_id.len) == 0
+                && fz.ctx->call_id_echo.data[fz.ctx->call_id.len + 1] == '"');
+
+        } else {
+            ngx_http_idem_fuzz_assert(
+                fz.ctx->call_id_echo.len == fz.ctx->call_id.len
+                && ngx_memcmp(fz.ctx->call_id_echo.data, fz.ctx->call_id.data,
+                              fz.ctx->call_id.len) == 0);
+        }
+    }
+
+    /* the trace id: the client's, the traceparent's, or a new one */
+
+    if (trace_ok && ntrace == 1) {
+        ngx_http_idem_fuzz_assert(fz.ctx->trace_id.data == tv->data
+                                  && fz.ctx->trace_id.len == tv->len);
+
+    } else if (ntrace == 0 && nparent == 1
+               && ngx_http_idem_fuzz_traceparent(pv))
+    {
+        ngx_http_idem_fuzz_assert(fz.ctx->trace_id.len == 32
+                                  && fz.ctx->trace_id.data == pv->data + 3);
+
+    } else {
+        ngx_http_idem_fuzz_assert(fz.ctx->trace_id.len == 32
+                                  && ngx_http_idem_fuzz_lower_hex(
+                                         fz.ctx->trace_id.data, 32, 1));
+    }
+
+    tp = (pv != NULL) ? ngx_http_idem_traceparent_trace_id(pv) : NULL;
+
+    ngx_http_idem_fuzz_assert((tp != NULL)
+                              == (pv != NULL
+                                  && ngx_http_idem_fuzz_traceparent(pv)));
+
+    if (cv != NULL) {
+        ngx_http_idem_fuzz_assert(
+            (ngx_http_idem_check_charset(cv) == NGX_OK)
+            == (cv->len == 0 || ngx_http_idem_fuzz_id_valid(cv, cv->len)));
+    }
+
+    /* a call let through, with the budget it asks for, goes upstream */
+
+    if (rc == NGX_OK
+        && ngx_http_idem_deadline_init(fz.request, fz.ilcf, &in, fz.ctx,
+                                       &problem)
+           == NGX_OK)
+    {
+        ngx_http_idem_fuzz_upstream(&fz, &in, before);
+    }
+
+    /* a refused call: 400, problem+json that parses */
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_idem_fuzz_assert(problem.status == NGX_HTTP_BAD_REQUEST);
+
+        rc = ngx_http_idem_send_problem(fz.request, &problem,
+                                        &fz.ctx->call_id);
+
+        ngx_http_idem_fuzz_assert(rc == NGX_OK);
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.status
+                                  == NGX_HTTP_BAD_REQUEST);
+        ngx_http_idem_fuzz_assert(
+            fz.request->headers_out.content_length_n
+            == (off_t) ngx_http_idem_fuzz_answer.body.len);
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_json(
+                                      ngx_http_idem_fuzz_answer.body.data,
+                                      ngx_http_idem_fuzz_answer.body.len));
+    }
+
+    ngx_http_idem_fuzz_done(&fz);
+
+    return 0;
+}
+
+
+/*
+ * SPEC: the upstream gets the call id and trace id once each, the module's
+ * X-Call-Id-Source, X-Call-Attempt, traceparent and deadline header once
+ * each (the last two when they apply), no client copy of any of these, and
+ * every other header as the client sent it.
+ */
+
+static void
+ngx_http_idem_fuzz_upstream(ngx_http_idem_fuzz_t *fz,
+    ngx_http_idem_inbound_t *in, ngx_uint_t *before)
+{
+    u_char              *p;
+    ngx_uint_t           n, tp;
+    ngx_table_elt_t     *h;
+    ngx_http_request_t  *r;
+
+    r = fz->request;
+
+    ngx_http_idem_fuzz_assert(ngx_http_idem_inject(r, fz->ilcf, in, fz->ctx)
+                              == NGX_OK);
+
+    h = ngx_http_idem_fuzz_find(r, "X-Call-Id", &n);
+    ngx_http_idem_fuzz_assert(n == 1
+                              && h->value.len == fz->ctx->call_id_echo.len
+                              && ngx_memcmp(h->value.data,
+                                            fz->ctx->call_id_echo.data,
+                                            h->value.len) == 0);
+
+    h = ngx_http_idem_fuzz_find(r, "X-Trace-Id", &n);
+    ngx_http_idem_fuzz_assert(n == 1
+                              && h->value.len == fz->ctx->trace_id.len
+                              && ngx_memcmp(h->value.data,
+                                            fz->ctx->trace_id.data,
+                                            h->value.len) == 0);
+
+    h = ngx_http_idem_fuzz_find(r, "X-Call-Id-Source", &n);
+    ngx_http_idem_fuzz_assert(n == 1);
+    ngx_http_idem_fuzz_assert(
+        fz->ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT
+        ? h->value.len == 6 && ngx_strncmp(h->value.data, "client", 6) == 0
+        : h->value.len == 7 && ngx_strncmp(h->value.data, "gateway", 7) == 0);
+
+    h = ngx_http_idem_fuzz_find(r, "X-Call-Attempt", &n);
+    ngx_http_idem_fuzz_assert(n == 1 && h->value.len == 1
+                              && h->value.data[0] == '1');
+
+    /* a traceparent exactly for a trace id that can be a W3C one */
+
+    tp = fz->ctx->trace_id.len == 32
+         && ngx_http_idem_fuzz_lower_hex(fz->ctx->trace_id.data, 32, 1);
+
+    h = ngx_http_idem_fuzz_find(r, "traceparent", &n);
+    ngx_http_idem_fuzz_assert(n == tp);
+
+    if (tp) {
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_traceparent(&h->value));
+        ngx_http_idem_fuzz_assert(h->value.len == 55
+                                  && ngx_memcmp(h->value.data + 3,
+                                                fz->ctx->trace_id.data, 32)
+                                     == 0);
+    }
+
+    h = ngx_http_idem_fuzz_find(r, "X-Deadline-Ms", &n);
+    ngx_http_idem_fuzz_assert(n == (fz->ctx->has_deadline ? 1 : 0));
+
+    if (n) {
+        for (p = h->value.data; p < h->value.data + h->value.len; p++) {
+            ngx_http_idem_fuzz_assert(*p >= '0' && *p <= '9');
+        }
+    }
+
+    ngx_http_idem_fuzz_find(r, "grpc-timeout", &n);
+    ngx_http_idem_fuzz_assert(n == 0);
+
+    /* the rest passes untouched */
+
+    ngx_http_idem_fuzz_find(r, "X-Other", &n);
+    ngx_http_idem_fuzz_assert(n == before[7]);
+
+    ngx_http_idem_fuzz_find(r, "X-Call-Ids", &n);
+    ngx_http_idem_fuzz_assert(n == before[11]);
+}
+
+
+/* the last of the request headers of that name (any case), and how many */
+
+static ngx_table_elt_t *
+ngx_http_idem_fuzz_find(ngx_http_request_t *r, char *name, ngx_uint_t *n)
+{
+    size_t            len;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h, *found;
+
+    len = ngx_strlen(name);
+    found = NULL;
+    *n = 0;
+
+    for (part = &r->headers_in.headers.part; part; part = part->next) {
+        h = part->elts;
+
+        for (i = 0; i < part->nelts; i++) {
+            if (h[i].key.len == len
+                && ngx_strncasecmp(h[i].key.data, (u_char *) name, len) == 0)
+            {
+                found = &h[i];
+                (*n)++;
+            }
+        }
+    }
+
+    return found;
+}
+
+
+/* W3C Trace Context, level 1: what a valid traceparent is */
+
+static ngx_uint_t
+ngx_http_idem_fuzz_traceparent(ngx_str_t *v)
+{
+    u_char  *p;
+
+    p = v->data;
+
+    if (v->len < 55
+        || !ngx_http_idem_fuzz_lower_hex(p, 2, 0)
+        || ngx_strncmp(p, "ff", 2) == 0
+        || p[2] != '-' || p[35] != '-' || p[52] != '-'
+        || !ngx_http_idem_fuzz_lower_hex(p + 3, 32, 1)
+        || !ngx_http_idem_fuzz_lower_hex(p + 36, 16, 1)
+        || !ngx_http_idem_fuzz_lower_hex(p + 53, 2, 0))
+    {
+        return 0;
+    }
+
+    /* version 00 is exactly 55 bytes; a later one may go on after a '-' */
+
+    if (ngx_strncmp(p, "00", 2) == 0) {
+        return v->len == 55;
+    }
+
+    return v->len == 55 || p[55] == '-';
+}
+
+
+static ngx_uint_t
+ngx_http_idem_fuzz_lower_hex(u_char *p, size_t len, ngx_uint_t nonzero)
+{
+    size_t      i;
+    ngx_uint_t  zero;
+
+    zero = 1;
+
+    for (i = 0; i < len; i++) {
+        if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+        {
+            return 0;
+        }
+
+        if (p[i] != '0') {
+            zero = 0;
+        }
+    }
+
+    return !(nonzero && zero);
+}

@@ -1,0 +1,290 @@
+
+/*
+ * Fuzz target: what Redis answers to a read, from the bytes on the wire
+ * to what the client gets: hiredis' own parser makes the redisReply,
+ * redis.c turns it into strings, and the claim's reply handler (a verdict:
+ * 409, 422, 503, a replay) or the status endpoint's (200, 404, 503) makes
+ * the answer.
+ *
+ * Input: a flags byte (bit 0: the status endpoint's read, else a claim;
+ * bit 1: the read was cancelled or timed out before; bit 2: the
+ * connection went, no reply; bit 3: no error line for a while), then RESP
+ * bytes, as Redis sends them.
+ */
+
+
+#include "ngx_http_idem_redis.c"
+#include "ngx_http_idem_dedupe.c"
+#include "ngx_http_idem_status.c"
+#include "ngx_http_idem_record_parse.c"
+#include "ngx_http_idem_record_json.c"
+#include "ngx_http_idem_timeline.c"
+#include "ngx_http_idem_answer.c"
+#include "ngx_http_idem_problem.c"
+#include "ngx_http_idem_headers.c"
+#include "ngx_http_idem_util.c"
+
+#include "ngx_http_idem_fuzz.h"
+
+
+#define NGX_HTTP_IDEM_FUZZ_ELEMENTS  4096
+
+
+static void ngx_http_idem_fuzz_body(ngx_http_request_t *r);
+
+
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    void                        *reply;
+    u_char                      *p, *q;
+    ngx_uint_t                   flags, n;
+    redisReader                 *reader;
+    redisAsyncContext            ac;
+    ngx_http_idem_fuzz_t         fz;
+    ngx_http_idem_store_op_t    *op;
+    ngx_http_idem_fuzz_input_t   input;
+    ngx_http_idem_status_ctx_t  *sctx;
+    ngx_http_idem_store_conf_t   conf;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t   node;
+    ngx_log_t                   *log;
+
+    if (ngx_http_idem_fuzz_init(&fz, data, size, &input) != NGX_OK) {
+        ngx_http_idem_fuzz_abort("init");
+    }
+
+    ngx_http_idem_fuzz_names(&fz);
+
+    flags = ngx_http_idem_fuzz_byte(&input);
+
+    /*
+     * hiredis 0.14 allocates at once the element vector an array header
+     * announces: "*1000000000" asks it for 8 GB.  That is hiredis' limit
+     * on what Redis may send (1.x has maxelements), not the module's.
+     */
+
+    for (p = input.pos; p < input.last; p++) {
+        if (*p != '*') {
+            continue;
+        }
+
+        for (n = 0, q = p + 1;
+             q < input.last && *q >= '0' && *q <= '9'
+             && n <= NGX_HTTP_IDEM_FUZZ_ELEMENTS;
+             q++)
+        {
+            n = n * 10 + (*q - '0');
+        }
+
+        if (n > NGX_HTTP_IDEM_FUZZ_ELEMENTS) {
+            ngx_http_idem_fuzz_done(&fz);
+            return 0;
+        }
+    }
+
+    /* the reply, parsed by hiredis as it reads it from the socket */
+
+    reader = redisReaderCreate();
+    if (reader == NULL) {
+        ngx_http_idem_fuzz_abort("no memory");
+    }
+
+    reply = NULL;
+
+    if (redisReaderFeed(reader, (char *) input.pos, input.last - input.pos)
+        != REDIS_OK
+        || redisReaderGetReply(reader, &reply) != REDIS_OK
+        || reply == NULL)
+    {
+        /* not a whole reply: hiredis waits for more, or drops the link */
+
+        redisReaderFree(reader);
+        ngx_http_idem_fuzz_done(&fz);
+        return 0;
+    }
+
+    redisReaderFree(reader);
+
+    /* the worker's store, up, with this read outstanding */
+
+    ngx_memzero(&conf, sizeof(ngx_http_idem_store_conf_t));
+    ngx_str_set(&conf.addr, "127.0.0.1:6379");
+    conf.timeout = 1000;
+    conf.max_pending = 10;
+
+    /* as init_process leaves it, connected */
+
+    rd = &ngx_http_idem_redis;
+    log = fz.request->connection->log;
+
+    ngx_memzero(rd, sizeof(ngx_http_idem_redis_t));
+
+    rd->conf = &conf;
+    rd->log = log;
+    ngx_str_set(&rd->name, "127.0.0.1:6379");
+    rd->started = 1;
+    rd->stats.pending = 1;
+
+    /* its one node, up: the reply came on it */
+
+    ngx_memzero(&node, sizeof(ngx_http_idem_redis_node_t));
+    node.rd = rd;
+    node.state = NGX_HTTP_IDEM_REDIS_UP;
+    node.name = rd->name;
+    rd->node = &node;
+
+    /* the last error line: long ago (an error reply is logged at once) */
+    rd->reported = (flags & 8) ? ngx_current_msec - 5000 : ngx_current_msec;
+
+    rd->pending_ev.handler = ngx_http_idem_redis_pending_handler;
+    rd->pending_ev.data = rd;
+    rd->pending_ev.log = log;
+
+    rd->report_ev.handler = ngx_http_idem_redis_report_handler;
+    rd->report_ev.data = rd;
+    rd->report_ev.log = log;
+    rd->report_ev.cancelable = 1;
+
+    ngx_memzero(&ac, sizeof(redisAsyncContext));
+    ac.data = &node;
+
+    op = ngx_alloc(sizeof(ngx_http_idem_store_op_t), NULL);
+    if (op == NULL) {
+        ngx_http_idem_fuzz_abort("no memory");
+    }
+
+    ngx_memzero(op, sizeof(ngx_http_idem_store_op_t));
+
+    op->done = (flags & 2) ? 1 : 0;
+
+    if (flags & 1) {
+
+        /* GET /calls/<id> */
+
+        sctx = ngx_pcalloc(fz.pool, sizeof(ngx_http_idem_status_ctx_t));
+        if (sctx == NULL) {
+            ngx_http_idem_fuzz_abort("no memory");
+        }
+
+        sctx->request = fz.request;
+        sctx->op = op;
+        ngx_str_set(&sctx->id, "order-1234");
+
+        op->handler = ngx_http_idem_status_reply;
+        op->data = sctx;
+
+    } else {
+
+        /* a claim on a dedupe route */
+
+        fz.ilcf->dedupe = 1;
+        ngx_str_set(&fz.ilcf->status_url, "/calls/");
+        fz.ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_CLAIM;
+        fz.ctx->claim_op = op;
+        fz.ctx->resume_ev.data = fz.ctx;
+        fz.ctx->resume_ev.log = fz.request->connection->log;
+
+        op->handler = ngx_http_idem_dedupe_reply;
+        op->data = fz.ctx;
+    }
+
+    /* the op is freed by op_done, whatever the reply */
+
+    ngx_http_idem_redis_op_done(&ac, (flags & 4) ? NULL : reply, op);
+
+    freeReplyObject(reply);
+
+    ngx_http_idem_fuzz_assert(rd->stats.pending == 0);
+
+    if (flags & 2) {
+
+        /* a cancelled read: nobody is told */
+
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.finalized
+                                  == -100);
+        ngx_http_idem_fuzz_assert(fz.ctx->dedupe
+                                  != NGX_HTTP_IDEM_DEDUPE_DONE);
+
+    } else if (flags & 1) {
+
+        /* the status endpoint answered: 200 with its JSON, 404 or 503 */
+
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.finalized
+                                  != -100);
+
+        if (ngx_http_idem_fuzz_answer.finalized == NGX_OK) {
+            ngx_http_idem_fuzz_assert(
+                ngx_http_idem_fuzz_answer.status == NGX_HTTP_OK
+                || ngx_http_idem_fuzz_answer.status == NGX_HTTP_NOT_FOUND
+                || ngx_http_idem_fuzz_answer.status
+                   == NGX_HTTP_SERVICE_UNAVAILABLE);
+
+            ngx_http_idem_fuzz_body(fz.request);
+
+        } else {
+            ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.finalized
+                                      == NGX_HTTP_INTERNAL_SERVER_ERROR);
+        }
+
+    } else {
+
+        /* the claim's verdict, then the request resumes with it */
+
+        ngx_http_idem_fuzz_assert(fz.ctx->dedupe
+                                  == NGX_HTTP_IDEM_DEDUPE_DONE);
+        ngx_http_idem_fuzz_assert(fz.ctx->claim_op == NULL);
+        ngx_http_idem_fuzz_assert(fz.ctx->resume_ev.posted);
+
+        ngx_delete_posted_event(&fz.ctx->resume_ev);
+
+        if (ngx_http_idem_dedupe_answer(fz.request, fz.ctx)
+            == NGX_DECLINED)
+        {
+            /* this request owns the call: nothing answered yet */
+            ngx_http_idem_fuzz_assert(fz.ctx->owner);
+            ngx_http_idem_fuzz_assert(!ngx_http_idem_fuzz_answer.header_sent);
+
+        } else if (!fz.ctx->replayed) {
+            ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.finalized
+                                      != -100);
+
+            if (ngx_http_idem_fuzz_answer.header_sent) {
+                ngx_http_idem_fuzz_body(fz.request);
+            }
+        }
+    }
+
+    ngx_http_idem_fuzz_done(&fz);
+
+    return 0;
+}
+
+
+/* the module's own answers are JSON, whole */
+
+static void
+ngx_http_idem_fuzz_body(ngx_http_request_t *r)
+{
+    ngx_str_t  *body;
+
+    body = &ngx_http_idem_fuzz_answer.body;
+
+    ngx_http_idem_fuzz_assert(r->headers_out.content_length_n
+                              == (off_t) body->len);
+
+    if (!ngx_http_idem_fuzz_json(body->data, body->len)) {
+        fprintf(stderr, "not JSON: %.*s\n", (int) body->len, body->data);
+        ngx_http_idem_fuzz_abort("check failed: the answer's JSON");
+    }
+}
+
+
+/* the adapter (redis_adapter.c): no socket here */
+
+ngx_int_t
+ngx_http_idem_redis_attach(redisAsyncContext *ac, ngx_log_t *log)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_redis_attach");
+    return NGX_ERROR;
+}
