@@ -359,6 +359,9 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_ERROR;
     }
 
+    ctx->digest = claim.digest;
+    ctx->lease = claim.lease;
+
     p += NGX_HTTP_IDEM_SHA256_HEX_LEN;
 
     claim.arrival.data = p;
@@ -537,7 +540,16 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
     case NGX_HTTP_IDEM_STORE_CLAIMED:
         ctx->verdict = NGX_HTTP_IDEM_CLAIMED;
 
-        /* the claim set the record's expiry */
+        if (found->rest) {
+
+            /* the arrival completes the claim: its digest, its lease */
+
+            ctx->claim_rest = 1;
+            ctx->claim_fresh = 1;
+            return;
+        }
+
+        /* the claim wrote the arrival and set the record's expiry */
 
         ngx_http_idem_record_expiring(ctx);
         return;
@@ -641,9 +653,22 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         if (!ctx->owner) {
             ctx->owner = 1;
             ctx->record = 1;
-            ctx->arrived = 1;       /* the claim wrote the arrival */
 
             ngx_http_idem_count(dedupe_claims);
+
+            if (ctx->claim_rest) {
+
+                /*
+                 * The arrival goes at the end of this turn, with the rest
+                 * of the claim: one write, which says PROCESSING when the
+                 * first attempt starts in this turn
+                 */
+
+                ngx_post_event(&ctx->arrival_ev, &ngx_posted_events);
+
+            } else {
+                ctx->arrived = 1;   /* the claim wrote the arrival */
+            }
         }
 
         return NGX_DECLINED;

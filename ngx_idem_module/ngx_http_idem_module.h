@@ -257,6 +257,8 @@ typedef struct {
     ngx_uint_t                dedupe;       /* NGX_HTTP_IDEM_DEDUPE_* */
     ngx_uint_t                verdict;
     ngx_http_idem_store_op_t *claim_op;
+    ngx_str_t                 digest;       /* the claim's, hex */
+    ngx_msec_t                lease;        /* how long the claim holds */
     ngx_event_t               resume_ev;
     ngx_str_t                 found;        /* an answer, or a record */
     void                     *md;           /* EVP_MD_CTX: the digest */
@@ -274,6 +276,8 @@ typedef struct {
     unsigned                  record:1;
     unsigned                  arrived:1;    /* the arrival was written */
     unsigned                  expire_sent:1;    /* "expired" is set */
+    unsigned                  claim_rest:1; /* to write: digest, lease */
+    unsigned                  claim_fresh:1;    /* the id's first claim */
     unsigned                  owner:1;      /* this request holds a claim */
     unsigned                  replayed:1;   /* answered from the store */
     unsigned                  capture_done:1;   /* the whole answer */

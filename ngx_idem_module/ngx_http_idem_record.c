@@ -662,11 +662,25 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         w.ttl = imcf->record_ttl;
     }
 
+    if (ctx->claim_rest) {
+
+        /* the first write of a fresh claim's owner completes it */
+
+        w.claim = 1;
+        w.digest = ctx->digest;
+        w.lease = final ? 0 : ctx->lease;
+    }
+
     if (final) {
 
-        /* counted: past the cap, the store trims the record */
+        /*
+         * Counted: past the cap, the store trims the record.  Not the
+         * execution that made the id's first claim: the record holds
+         * no other (but for those of a record-only route under the same
+         * key, which the cap then counts one short).
+         */
 
-        w.count = 1;
+        w.count = !ctx->claim_fresh;
         w.max_executions = imcf->record_max_executions;
 
         /* the claim's lease goes with its owner's end */
@@ -683,6 +697,8 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     if (w.ttl) {
         ngx_http_idem_record_expiring(ctx);
     }
+
+    ctx->claim_rest = 0;
 
     ngx_http_idem_count(record_writes);
 

@@ -13,9 +13,10 @@
  *
  *   a recorded call  HSET + PEXPIRE (arrival), HSET (end; PEXPIRE only
  *                    when the expiry must move), HINCRBY (the count)
- *   a new claim      HSETNX "o" (the claim itself: atomic, one field),
- *                    then SET lease PX, HSET "d" and the arrival, PEXPIRE;
- *                    at the end HSET, HINCRBY and DEL of the lease
+ *   a new claim      HSETNX "o" (the claim itself: atomic, one field);
+ *                    with the arrival SET lease PX, HSET "d" and the
+ *                    arrival, PEXPIRE; at the end HSET and DEL of the
+ *                    lease
  *
  * Scripts (ngx_http_idem_redis_*.lua) run only when a claim finds an
  * owner already (a duplicate, an execution to take over), for a status
@@ -102,15 +103,16 @@ ngx_http_idem_redis_lease_key(ngx_str_t *key, u_char *buf, ngx_str_t *lk)
 ngx_int_t
 ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 {
-    u_char                     *lkbuf, ttl[NGX_INT64_LEN];
+    u_char                     *lkbuf, ttl[NGX_INT64_LEN],
+                                lease[NGX_INT64_LEN];
     ngx_int_t                   rc;
     ngx_str_t                   argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv,
-                                lk, cmd[4];
+                                lk, cmd[5];
     ngx_uint_t                  n, i;
     ngx_http_idem_store_op_t   *op;
 
     n = (w->nfields ? 1 : 0) + (w->ttl ? 1 : 0) + (w->release ? 1 : 0)
-        + (w->count ? 1 : 0);
+        + (w->count ? 1 : 0) + ((w->claim && w->lease) ? 1 : 0);
 
     if (n == 0) {
         return NGX_OK;
@@ -126,15 +128,47 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 
     rc = NGX_OK;
 
+    lkbuf = NULL;
+
+    if (w->claim || w->release) {
+        lkbuf = ngx_alloc(w->key.len + sizeof(NGX_HTTP_IDEM_REDIS_LEASE_SUFFIX),
+                          ngx_cycle->log);
+        if (lkbuf == NULL) {
+            return NGX_DECLINED;
+        }
+
+        ngx_http_idem_redis_lease_key(&w->key, lkbuf, &lk);
+    }
+
+    if (w->claim && w->lease) {
+
+        /*
+         * The lease before the digest: a duplicate that finds the claim
+         * without its digest takes it for one being written.
+         */
+
+        ngx_str_set(&cmd[0], "SET");
+        cmd[1] = lk;
+        cmd[2] = w->token;
+        ngx_str_set(&cmd[3], "PX");
+        cmd[4].data = lease;
+        cmd[4].len = ngx_sprintf(lease, "%M", w->lease) - lease;
+
+        if (ngx_http_idem_redis_write(5, cmd) != NGX_OK) {
+            goto failed;
+        }
+    }
+
     if (w->nfields) {
-        if (w->nfields + 2 <= NGX_HTTP_IDEM_REDIS_ARGS) {
+        i = w->nfields + 2 + (w->claim ? 2 : 0);
+
+        if (i <= NGX_HTTP_IDEM_REDIS_ARGS) {
             argv = argv_buf;
 
         } else {
-            argv = ngx_alloc((w->nfields + 2) * sizeof(ngx_str_t),
-                             ngx_cycle->log);
+            argv = ngx_alloc(i * sizeof(ngx_str_t), ngx_cycle->log);
             if (argv == NULL) {
-                return NGX_DECLINED;
+                goto failed;
             }
         }
 
@@ -145,14 +179,22 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
             argv[2 + i] = w->fields[i];
         }
 
-        rc = ngx_http_idem_redis_write(w->nfields + 2, argv);
+        i += 2;
+
+        if (w->claim) {
+            ngx_str_set(&argv[i], "d");
+            argv[i + 1] = w->digest;
+            i += 2;
+        }
+
+        rc = ngx_http_idem_redis_write(i, argv);
 
         if (argv != argv_buf) {
             ngx_free(argv);
         }
 
         if (rc != NGX_OK) {
-            return NGX_DECLINED;
+            goto failed;
         }
     }
 
@@ -164,31 +206,24 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
         cmd[2].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
 
         if (ngx_http_idem_redis_write(3, cmd) != NGX_OK) {
-            return NGX_DECLINED;
+            goto failed;
         }
     }
 
     if (w->release) {
-        lkbuf = ngx_alloc(w->key.len + sizeof(NGX_HTTP_IDEM_REDIS_LEASE_SUFFIX),
-                          ngx_cycle->log);
-        if (lkbuf == NULL) {
-            return NGX_DECLINED;
-        }
-
-        ngx_http_idem_redis_lease_key(&w->key, lkbuf, &lk);
-
         ngx_str_set(&cmd[0], "DEL");
         cmd[1] = lk;
 
-        rc = ngx_http_idem_redis_write(2, cmd);
-
-        ngx_free(lkbuf);
-
-        if (rc != NGX_OK) {
-            return NGX_DECLINED;
+        if (ngx_http_idem_redis_write(2, cmd) != NGX_OK) {
+            goto failed;
         }
 
         cmd[1] = w->key;
+    }
+
+    if (lkbuf != NULL) {
+        ngx_free(lkbuf);
+        lkbuf = NULL;
     }
 
     if (w->count) {
@@ -211,6 +246,14 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
     }
 
     return NGX_OK;
+
+failed:
+
+    if (lkbuf != NULL) {
+        ngx_free(lkbuf);
+    }
+
+    return NGX_DECLINED;
 }
 
 
@@ -367,45 +410,12 @@ ngx_http_idem_redis_claimed(void *data, ngx_int_t rc, ngx_str_t *elts,
 
     if (elts[0].len == 1 && elts[0].data[0] == '1') {
 
-        /*
-         * Taken.  The lease first: a duplicate that finds the claim
-         * without its digest takes it for one being written.
-         */
+        /* taken: the execution's arrival completes it */
 
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                        "idem store: \"%V\" claimed", &cl->argv[0]);
 
-        if (ngx_http_idem_redis_room(3) != NGX_OK) {
-
-            /* claimed without a lease: its end releases it (the caller) */
-
-            found.verdict = NGX_HTTP_IDEM_STORE_UNAVAILABLE;
-            cl->handler(cl->data, &found);
-            return;
-        }
-
-        ngx_str_set(&argv[0], "SET");
-        argv[1] = cl->argv[1];
-        argv[2] = cl->argv[2];
-        ngx_str_set(&argv[3], "PX");
-        argv[4] = cl->argv[4];
-
-        (void) ngx_http_idem_redis_write(5, argv);
-
-        ngx_str_set(&argv[0], "HSET");
-        argv[1] = cl->argv[0];
-        ngx_str_set(&argv[2], "d");
-        argv[3] = cl->argv[3];
-        argv[4] = cl->argv[7];
-        argv[5] = cl->argv[6];
-
-        (void) ngx_http_idem_redis_write(6, argv);
-
-        ngx_str_set(&argv[0], "PEXPIRE");
-        argv[2] = cl->argv[5];
-
-        (void) ngx_http_idem_redis_write(3, argv);
-
+        found.rest = 1;
         found.verdict = NGX_HTTP_IDEM_STORE_CLAIMED;
         cl->handler(cl->data, &found);
         return;

@@ -88,11 +88,18 @@ typedef struct {
 } ngx_http_idem_store_claim_t;
 
 
-/* what a claim found; the strings are valid during the handler only */
+/*
+ * What a claim found; the strings are valid during the handler only.
+ * CLAIMED with "rest": the claim holds, and the execution's next write
+ * completes it (ngx_http_idem_store_write_t's "claim": its digest, its
+ * lease, with its arrival), on the same connection, in the same turn;
+ * until then a duplicate reads the call as in flight.
+ */
 typedef struct {
     ngx_http_idem_store_verdict_e  verdict;
     ngx_str_t                      answer;     /* REPLAY */
     ngx_http_idem_store_record_t   record;     /* NOT_STORED, UNKNOWN */
+    unsigned                       rest:1;
 } ngx_http_idem_store_found_t;
 
 
@@ -101,17 +108,21 @@ typedef struct {
  * expiry is left as it is (the caller set it a moment ago); count: the
  * execution ended, count it and trim the record past max_executions
  * (+ a quarter); release: the execution held the claim and is done,
- * its lease goes.
+ * its lease goes; claim: the rest of a claim that said so (its digest,
+ * and its lease unless the execution is done).
  */
 typedef struct {
     ngx_str_t                  key;
-    ngx_str_t                  token;          /* release: the owner's */
+    ngx_str_t                  token;
+    ngx_str_t                  digest;         /* claim */
+    ngx_msec_t                 lease;          /* claim, 0: none */
     ngx_str_t                 *fields;         /* field, value, ... */
     ngx_uint_t                 nfields;        /* strings, 2 a field */
     ngx_msec_t                 ttl;
     ngx_uint_t                 max_executions;
     unsigned                   count:1;
     unsigned                   release:1;
+    unsigned                   claim:1;
 } ngx_http_idem_store_write_t;
 
 
