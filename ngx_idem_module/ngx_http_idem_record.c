@@ -8,7 +8,7 @@
  * <prefix>s:{<SHA-256 of the scope>:<call id>} where the route has a
  * scope (dedupe.c, which adds the claim's fields).  Every field is
  * written once and never changed, so that states only move forward
- * whatever order the writes arrive in, and a write is one cheap HSET (with
+ * whatever order the writes arrive in, and a write is one cheap store write (with
  * the TTL refreshed in the same turn):
  *
  *   e:<token>      an execution arrived: "<R|P> <created_ms> <source> <node>
@@ -35,7 +35,7 @@
  * and folds them into a summary:
  *
  *   n              its executions, as counted: one more per final write
- *                  (HINCRBY), set to those kept by a trim
+ *                  (one increment), set to those kept by a trim
  *   x              the dropped ones: "<count> <successes> <unknowns>
  *                  <updated_ms> <final status|-> <created_ms> <source>
  *                  <node> <method> <trace id> <uri>", the last six of the
@@ -57,7 +57,7 @@
 /*
  * A write refreshes the record's expiry, unless this request refreshed it
  * less than this part of the TTL ago (at most a second): a call's writes
- * a moment apart cost one PEXPIRE, not one each.
+ * a moment apart cost one expiry refresh, not one each.
  */
 #define NGX_HTTP_IDEM_RECORD_EXPIRE_SLACK(ttl)  ngx_min((ttl) / 100, 1000)
 

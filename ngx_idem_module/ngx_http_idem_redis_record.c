@@ -40,8 +40,7 @@
 typedef struct {
     ngx_http_idem_store_claim_pt     handler;
     void                            *data;
-    ngx_str_t                        argv[8];    /* key, lease key, ARGV,
-                                                    "e:<token>" */
+    ngx_str_t                        argv[6];    /* key, the script's ARGV */
 } ngx_http_idem_redis_claim_t;
 
 
@@ -322,25 +321,23 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
 {
     u_char                       *p, lease[NGX_INT64_LEN], ttl[NGX_INT64_LEN];
     size_t                        size;
-    ngx_str_t                     argv[4], a[8];
+    ngx_str_t                     argv[4], a[6];
     ngx_uint_t                    i;
     ngx_http_idem_store_op_t     *op;
     ngx_http_idem_redis_claim_t  *cl;
 
     a[0] = claim->key;
-    a[1].len = claim->key.len + sizeof(NGX_HTTP_IDEM_REDIS_LEASE_SUFFIX) - 1;
-    a[2] = claim->token;
-    a[3] = claim->digest;
-    a[4].data = lease;
-    a[4].len = ngx_sprintf(lease, "%M", claim->lease) - lease;
-    a[5].data = ttl;
-    a[5].len = ngx_sprintf(ttl, "%M", claim->ttl) - ttl;
-    a[6] = claim->arrival;
-    a[7].len = 2 + claim->token.len;
+    a[1] = claim->token;
+    a[2] = claim->digest;
+    a[3].data = lease;
+    a[3].len = ngx_sprintf(lease, "%M", claim->lease) - lease;
+    a[4].data = ttl;
+    a[4].len = ngx_sprintf(ttl, "%M", claim->ttl) - ttl;
+    a[5] = claim->arrival;
 
     size = sizeof(ngx_http_idem_redis_claim_t);
 
-    for (i = 0; i < 8; i++) {
+    for (i = 0; i < 6; i++) {
         size += a[i].len;
     }
 
@@ -363,22 +360,10 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
 
     p = (u_char *) &cl[1];
 
-    for (i = 0; i < 8; i++) {
+    for (i = 0; i < 6; i++) {
         cl->argv[i].data = p;
         cl->argv[i].len = a[i].len;
-
-        if (i == 1) {
-            ngx_http_idem_redis_lease_key(&claim->key, p, &cl->argv[1]);
-            p += cl->argv[1].len;
-
-        } else if (i == 7) {
-            *p++ = 'e';
-            *p++ = ':';
-            p = ngx_cpymem(p, claim->token.data, claim->token.len);
-
-        } else {
-            p = ngx_cpymem(p, a[i].data, a[i].len);
-        }
+        p = ngx_cpymem(p, a[i].data, a[i].len);
     }
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
@@ -394,7 +379,8 @@ ngx_http_idem_redis_claimed(void *data, ngx_int_t rc, ngx_str_t *elts,
 {
     ngx_http_idem_store_op_t *op = data;
 
-    ngx_str_t                     argv[9];
+    ngx_str_t                     argv[7];
+    ngx_uint_t                    i;
     ngx_http_idem_redis_claim_t  *cl;
     ngx_http_idem_store_found_t   found;
 
@@ -424,12 +410,10 @@ ngx_http_idem_redis_claimed(void *data, ngx_int_t rc, ngx_str_t *elts,
     /* an owner already: what became of it */
 
     ngx_str_set(&argv[0], "1");
-    argv[1] = cl->argv[0];
-    argv[2] = cl->argv[2];
-    argv[3] = cl->argv[3];
-    argv[4] = cl->argv[4];
-    argv[5] = cl->argv[5];
-    argv[6] = cl->argv[6];
+
+    for (i = 0; i < 6; i++) {
+        argv[1 + i] = cl->argv[i];
+    }
 
     op->handler = ngx_http_idem_redis_claim_verdict;
 
