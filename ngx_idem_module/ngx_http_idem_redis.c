@@ -1073,6 +1073,20 @@ ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
         return NGX_ERROR;
     }
 
+    /*
+     * A write nobody waits for may wait a moment for others to leave
+     * with (the adapter); anything else leaves at the end of this turn.
+     */
+
+    if (rd->urgent
+        || !(fn == ngx_http_idem_redis_written
+             || (fn == ngx_http_idem_redis_op_done
+                 && (((ngx_http_idem_store_op_t *) privdata)->handler == NULL
+                     || rd->lazy))))
+    {
+        ngx_http_idem_redis_flush(node->ac);
+    }
+
     rd->stats.sent++;
 
     ngx_http_idem_redis_pending_add(rd);
@@ -1217,6 +1231,26 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * The commands that follow leave at the end of this turn (urgent: a
+ * claim's writes), or may wait with the writes (lazy: a read whose reply
+ * no request waits for).
+ */
+
+void
+ngx_http_idem_redis_urgent(ngx_uint_t urgent)
+{
+    ngx_http_idem_redis.urgent = urgent ? 1 : 0;
+}
+
+
+void
+ngx_http_idem_redis_lazy(ngx_uint_t lazy)
+{
+    ngx_http_idem_redis.lazy = lazy ? 1 : 0;
 }
 
 
@@ -1417,7 +1451,7 @@ ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
         k = 1;
     }
 
-    if (k == 0) {
+    if (k == 0 || rd->cluster == NULL) {
         op->slot = NGX_HTTP_IDEM_REDIS_ANY_SLOT;
 
     } else {

@@ -182,6 +182,8 @@ struct ngx_http_idem_redis_s {
     unsigned                         started:1;
     unsigned                         closing:1;  /* exit_process */
     unsigned                         draining:1; /* exiting, pending */
+    unsigned                         urgent:1;   /* writes: flush now */
+    unsigned                         lazy:1;     /* reads: may wait */
 };
 
 
@@ -207,6 +209,8 @@ ngx_int_t ngx_http_idem_redis_again(ngx_http_idem_store_op_t *op,
     ngx_http_idem_redis_script_t *script, ngx_uint_t argc, ngx_str_t *argv);
 ngx_int_t ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv);
 ngx_int_t ngx_http_idem_redis_room(ngx_uint_t n);
+void ngx_http_idem_redis_urgent(ngx_uint_t urgent);
+void ngx_http_idem_redis_lazy(ngx_uint_t lazy);
 
 /* ngx_http_idem_redis_cluster.c */
 ngx_int_t ngx_http_idem_redis_cluster_init(ngx_http_idem_redis_t *rd,

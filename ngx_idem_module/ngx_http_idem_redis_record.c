@@ -129,6 +129,10 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 
     lkbuf = NULL;
 
+    /* a claim's rest leaves now: duplicates wait on it */
+
+    ngx_http_idem_redis_urgent(w->claim);
+
     if (w->claim || w->release) {
         lkbuf = ngx_alloc(w->key.len + sizeof(NGX_HTTP_IDEM_REDIS_LEASE_SUFFIX),
                           ngx_cycle->log);
@@ -225,6 +229,8 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
         lkbuf = NULL;
     }
 
+    ngx_http_idem_redis_urgent(0);
+
     if (w->count) {
 
         /* the cap goes with the op: the request may be gone by the reply */
@@ -233,9 +239,14 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
         ngx_str_set(&cmd[2], "n");
         ngx_str_set(&cmd[3], "1");
 
+        ngx_http_idem_redis_lazy(1);
+
         op = ngx_http_idem_redis_read(NULL, 4, cmd,
                                       ngx_http_idem_redis_counted, NULL,
                                       sizeof(ngx_uint_t));
+
+        ngx_http_idem_redis_lazy(0);
+
         if (op == NULL) {
             return NGX_DECLINED;
         }
@@ -247,6 +258,8 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
     return NGX_OK;
 
 failed:
+
+    ngx_http_idem_redis_urgent(0);
 
     if (lkbuf != NULL) {
         ngx_free(lkbuf);
