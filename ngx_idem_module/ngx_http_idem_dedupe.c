@@ -1,9 +1,10 @@
 
 /*
  * Duplicate suppression.  After access checks, a call on a dedupe route
- * claims its id in the store before anything is forwarded: one script,
- * atomic for every gateway on that store, that either makes this request
- * the owner of the call or says what became of the owner's execution.  A
+ * claims its id in the store before anything is forwarded, atomic for
+ * every gateway on that store (ngx_http_idem_store_claim()): it either
+ * makes this request the owner of the call or says what became of the
+ * owner's execution.  A
  * duplicate is answered from that: 409 while the owner runs or when its
  * outcome is unknown, the owner's stored answer replayed, 422 when the id
  * comes with another request.  The request waits for the claim without
@@ -11,9 +12,12 @@
  *
  * The claim adds these fields to the call's record (record.c):
  *
- *   d              SHA-256 of method, URI and body of the first claim
  *   o              the token of the execution that holds the claim
- *   l:<token>      when its claim lapses, Redis's clock, unix ms
+ *   d              SHA-256 of method, URI and body of the first claim,
+ *                  written with its owner's arrival (ctx->claim_rest)
+ *   l:<token>      when its claim lapses, Redis's clock, unix ms (the
+ *                  store may keep a new id's lease apart: it reads the
+ *                  same)
  *   k:<token>      what it left for duplicates (NGX_HTTP_IDEM_KEEP_*),
  *                  written with its final state
  *   r              the stored answer (answer.c), written with "k:"
