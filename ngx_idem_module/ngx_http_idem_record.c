@@ -8,8 +8,8 @@
  * <prefix>s:{<SHA-256 of the scope>:<call id>} where the route has a
  * scope (dedupe.c, which adds the claim's fields).  Every field is
  * written once and never changed, so that states only move forward
- * whatever order the writes arrive in, and a write is one cheap store write (with
- * the TTL refreshed in the same turn):
+ * whatever order the writes arrive in, and a write is one cheap store
+ * write (with the TTL refreshed in the same turn):
  *
  *   e:<token>      an execution arrived: "<R|P> <created_ms> <source> <node>
  *                  <method> <trace id> <uri>" (P: its first attempt had

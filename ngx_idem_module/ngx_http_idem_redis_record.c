@@ -134,7 +134,8 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
     ngx_http_idem_redis_urgent(w->claim);
 
     if (w->claim || w->release) {
-        lkbuf = ngx_alloc(w->key.len + sizeof(NGX_HTTP_IDEM_REDIS_LEASE_SUFFIX),
+        lkbuf = ngx_alloc(w->key.len
+                          + sizeof(NGX_HTTP_IDEM_REDIS_LEASE_SUFFIX),
                           ngx_cycle->log);
         if (lkbuf == NULL) {
             return NGX_DECLINED;
