@@ -15,9 +15,9 @@
  *   o              the token of the execution that holds the claim
  *   d              SHA-256 of method, URI and body of the first claim,
  *                  written with its owner's arrival (ctx->claim_rest)
- *   l:<token>      when its claim lapses, Redis's clock, unix ms (the
- *                  store may keep a new id's lease apart: it reads the
- *                  same)
+ *   l:<token>      when its claim lapses, Redis's clock, unix ms (for a
+ *                  new id's claim the store writes it relative to the
+ *                  record's expiry: it reads the same)
  *   k:<token>      what it left for duplicates (NGX_HTTP_IDEM_KEEP_*),
  *                  written with its final state
  *   r              the stored answer (answer.c), written with "k:"

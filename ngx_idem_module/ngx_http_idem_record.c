@@ -664,11 +664,15 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     if (ctx->claim_rest) {
 
-        /* the first write of a fresh claim's owner completes it */
+        /*
+         * The first write of a fresh claim's owner completes it; its
+         * lease is read against the expiry this write sets.
+         */
 
         w.claim = 1;
         w.digest = ctx->digest;
         w.lease = final ? 0 : ctx->lease;
+        w.ttl = imcf->record_ttl;
     }
 
     if (final) {
@@ -682,10 +686,6 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
         w.count = !ctx->claim_fresh;
         w.max_executions = imcf->record_max_executions;
-
-        /* the claim's lease goes with its owner's end */
-
-        w.release = ctx->owner;
     }
 
     if (ngx_http_idem_store_write(&w) != NGX_OK) {

@@ -17,14 +17,15 @@ if o then
   local w = redis.call('HMGET', k, 'k:' .. o, 'l:' .. o)
   local s = w[1]
   if not s then
-    local left = lease_left(o)
-    if w[2] then left = math.max(left, tonumber(w[2]) - now) end
-    if not v[1] and not w[2] then
+    local left = 0
+    if w[2] then
+      left = lease_at(w[2]) - now
+    elseif not v[1] then
       -- its owner is writing the rest of its claim right now, or died
       -- doing so: the lease starts here, so that the claim lapses
       redis.call('HSET', k, 'l:' .. o,
         string.format('%.0f', now + tonumber(ARGV[3])))
-      left = math.max(left, tonumber(ARGV[3]))
+      left = tonumber(ARGV[3])
     end
     if left > 0 then
       return {'inflight', string.format('%.0f', left)}

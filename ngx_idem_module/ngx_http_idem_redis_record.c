@@ -2,25 +2,23 @@
 /*
  * The record store's operations on Redis: a record's fields written, a
  * call id claimed, a record read, an execution counted and a record
- * trimmed.  A record is a hash (its fields: ngx_http_idem_record.c); a
- * claim made without a script keeps its lease in a key of its own next to
- * it, "<record's key>:lease" (the same slot in a cluster), which holds
- * the owner's token and expires with the lease, by Redis's clock.  The
- * scripts name only the record's key (KEYS[1]) and derive the lease's: a
- * script of two keys fails while a cluster migrates their slot.
+ * trimmed.  A record is a hash (its fields: ngx_http_idem_record.c).
  *
  * What a call costs Redis, on the common path, without a script:
  *
  *   a recorded call  HSET + PEXPIRE (arrival), HSET (end; PEXPIRE only
  *                    when the expiry must move), HINCRBY (the count)
  *   a new claim      HSETNX "o" (the claim itself: atomic, one field);
- *                    with the arrival SET lease PX, HSET "d" and the
- *                    arrival, PEXPIRE; at the end HSET and DEL of the
- *                    lease
+ *                    its owner's arrival completes it: HSET with "d" and
+ *                    the lease, PEXPIRE; at the end HSET
  *
- * Scripts (ngx_http_idem_redis_*.lua) run only when a claim finds an
- * owner already (a duplicate, an execution to take over), for a status
- * read, and for a trim; they run by SHA1 (ngx_http_idem_redis.c).
+ * A claim made without a script has no clock of Redis's to write its
+ * lease with: it writes "l:<token>" as "+<lease> <ttl>" in the write that
+ * sets the record's expiry to <ttl>, and the scripts read the lease from
+ * the record's PTTL (ngx_http_idem_redis_record.lua).  Scripts
+ * (ngx_http_idem_redis_*.lua) run only when a claim finds an owner
+ * already (a duplicate, an execution to take over), for a status read,
+ * and for a trim; they run by SHA1 (ngx_http_idem_redis.c).
  */
 
 
@@ -31,9 +29,6 @@
 #include "ngx_http_idem_store.h"
 #include "ngx_http_idem_redis.h"
 #include "ngx_http_idem_redis_lua.h"
-
-
-#define NGX_HTTP_IDEM_REDIS_LEASE_SUFFIX  ":lease"
 
 
 /* a claim on its way: copies, the request may go before the reply */
@@ -80,38 +75,23 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_trim_lua = {
 };
 
 
-/* "<key>:lease", into buf */
-
-static void
-ngx_http_idem_redis_lease_key(ngx_str_t *key, u_char *buf, ngx_str_t *lk)
-{
-    lk->data = buf;
-    lk->len = ngx_cpymem(ngx_cpymem(buf, key->data, key->len),
-                         NGX_HTTP_IDEM_REDIS_LEASE_SUFFIX,
-                         sizeof(NGX_HTTP_IDEM_REDIS_LEASE_SUFFIX) - 1)
-              - buf;
-}
-
-
 /*
- * SET <lease key> token PX lease (a claim's), HSET key fields, PEXPIRE
- * key ttl, DEL <lease key> (a release), HINCRBY key n 1 (a count): all of
- * them or none.
+ * HSET key fields (with a claim's "d" and "l:"), PEXPIRE key ttl,
+ * HINCRBY key n 1 (a count): all of them or none.
  */
 
 ngx_int_t
 ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 {
-    u_char                     *lkbuf, ttl[NGX_INT64_LEN],
-                                lease[NGX_INT64_LEN];
+    u_char                      ttl[NGX_INT64_LEN],
+                                lease[2 + 64 + 3 + 2 * NGX_INT64_LEN];
     ngx_int_t                   rc;
     ngx_str_t                   argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv,
-                                lk, cmd[5];
+                                cmd[4], lfield;
     ngx_uint_t                  n, i;
     ngx_http_idem_store_op_t   *op;
 
-    n = (w->nfields ? 1 : 0) + (w->ttl ? 1 : 0) + (w->release ? 1 : 0)
-        + (w->count ? 1 : 0) + ((w->claim && w->lease) ? 1 : 0);
+    n = (w->nfields ? 1 : 0) + (w->ttl ? 1 : 0) + (w->count ? 1 : 0);
 
     if (n == 0) {
         return NGX_OK;
@@ -127,44 +107,12 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 
     rc = NGX_OK;
 
-    lkbuf = NULL;
-
     /* a claim's rest leaves now: duplicates wait on it */
 
     ngx_http_idem_redis_urgent(w->claim);
 
-    if (w->claim || w->release) {
-        lkbuf = ngx_alloc(w->key.len
-                          + sizeof(NGX_HTTP_IDEM_REDIS_LEASE_SUFFIX),
-                          ngx_cycle->log);
-        if (lkbuf == NULL) {
-            return NGX_DECLINED;
-        }
-
-        ngx_http_idem_redis_lease_key(&w->key, lkbuf, &lk);
-    }
-
-    if (w->claim && w->lease) {
-
-        /*
-         * The lease before the digest: a duplicate that finds the claim
-         * without its digest takes it for one being written.
-         */
-
-        ngx_str_set(&cmd[0], "SET");
-        cmd[1] = lk;
-        cmd[2] = w->token;
-        ngx_str_set(&cmd[3], "PX");
-        cmd[4].data = lease;
-        cmd[4].len = ngx_sprintf(lease, "%M", w->lease) - lease;
-
-        if (ngx_http_idem_redis_write(5, cmd) != NGX_OK) {
-            goto failed;
-        }
-    }
-
     if (w->nfields) {
-        i = w->nfields + 2 + (w->claim ? 2 : 0);
+        i = w->nfields + 2 + (w->claim ? 4 : 0);
 
         if (i <= NGX_HTTP_IDEM_REDIS_ARGS) {
             argv = argv_buf;
@@ -189,6 +137,21 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
             ngx_str_set(&argv[i], "d");
             argv[i + 1] = w->digest;
             i += 2;
+
+            if (w->lease && w->ttl && w->token.len <= 64) {
+
+                /* "l:<token>": "+<lease> <ttl>", the PEXPIRE below's */
+
+                lfield.data = lease;
+                lfield.len = ngx_sprintf(lease, "l:%V", &w->token) - lease;
+
+                argv[i] = lfield;
+                argv[i + 1].data = lease + lfield.len;
+                argv[i + 1].len = ngx_sprintf(argv[i + 1].data, "+%M %M",
+                                              w->lease, w->ttl)
+                                  - argv[i + 1].data;
+                i += 2;
+            }
         }
 
         rc = ngx_http_idem_redis_write(i, argv);
@@ -212,22 +175,6 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
         if (ngx_http_idem_redis_write(3, cmd) != NGX_OK) {
             goto failed;
         }
-    }
-
-    if (w->release) {
-        ngx_str_set(&cmd[0], "DEL");
-        cmd[1] = lk;
-
-        if (ngx_http_idem_redis_write(2, cmd) != NGX_OK) {
-            goto failed;
-        }
-
-        cmd[1] = w->key;
-    }
-
-    if (lkbuf != NULL) {
-        ngx_free(lkbuf);
-        lkbuf = NULL;
     }
 
     ngx_http_idem_redis_urgent(0);
@@ -261,10 +208,6 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 failed:
 
     ngx_http_idem_redis_urgent(0);
-
-    if (lkbuf != NULL) {
-        ngx_free(lkbuf);
-    }
 
     return NGX_DECLINED;
 }

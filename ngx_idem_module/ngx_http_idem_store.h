@@ -107,13 +107,12 @@ typedef struct {
  * A write of a record's fields, fire and forget.  ttl 0: the record's
  * expiry is left as it is (the caller set it a moment ago); count: the
  * execution ended, count it and trim the record past max_executions
- * (+ a quarter); release: the execution held the claim and is done,
- * its lease goes; claim: the rest of a claim that said so (its digest,
- * and its lease unless the execution is done).
+ * (+ a quarter); claim: the rest of a claim that said so (its digest,
+ * and its lease unless the execution is done; the lease needs the ttl).
  */
 typedef struct {
     ngx_str_t                  key;
-    ngx_str_t                  token;
+    ngx_str_t                  token;          /* claim */
     ngx_str_t                  digest;         /* claim */
     ngx_msec_t                 lease;          /* claim, 0: none */
     ngx_str_t                 *fields;         /* field, value, ... */
@@ -121,7 +120,6 @@ typedef struct {
     ngx_msec_t                 ttl;
     ngx_uint_t                 max_executions;
     unsigned                   count:1;
-    unsigned                   release:1;
     unsigned                   claim:1;
 } ngx_http_idem_store_write_t;
 
