@@ -27,6 +27,8 @@ BUILD       := $(CURDIR)/build
 MODULE      := $(BUILD)/ngx_http_idem_module.so
 ECHO_MODULE ?= /usr/lib/nginx/modules/ngx_http_echo_module.so
 SOURCES     := $(wildcard ngx_idem_module/*.c ngx_idem_module/*.h)
+# the store's scripts: config makes a header of them, so configure again
+LUA         := $(wildcard ngx_idem_module/*.lua)
 
 # Debian's own flags for nginx (nginx -V); configure adds -Werror
 DEB_CFLAGS  := -g -O2 -fstack-protector-strong -Wformat \
@@ -70,7 +72,7 @@ deps:
 	@util/deps.sh
 
 # configure is slow (~20 s): re-run it only when config changes
-$(BUILD)/Makefile: config
+$(BUILD)/Makefile: config $(LUA)
 	@test -d $(NGINX_SRC) || { echo "no $(NGINX_SRC): run 'make deps'"; exit 1; }
 	mkdir -p $(BUILD)
 	cd $(NGINX_SRC) && . ./conf_flags && \

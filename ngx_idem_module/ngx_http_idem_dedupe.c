@@ -1,9 +1,10 @@
 
 /*
  * Duplicate suppression.  After access checks, a call on a dedupe route
- * claims its id in the store before anything is forwarded: one script,
- * atomic for every gateway on that store, that either makes this request
- * the owner of the call or says what became of the owner's execution.  A
+ * claims its id in the store before anything is forwarded, atomic for
+ * every gateway on that store (ngx_http_idem_store_claim()): it either
+ * makes this request the owner of the call or says what became of the
+ * owner's execution.  A
  * duplicate is answered from that: 409 while the owner runs or when its
  * outcome is unknown, the owner's stored answer replayed, 422 when the id
  * comes with another request.  The request waits for the claim without
@@ -11,9 +12,12 @@
  *
  * The claim adds these fields to the call's record (record.c):
  *
- *   d              SHA-256 of method, URI and body of the first claim
  *   o              the token of the execution that holds the claim
- *   l:<token>      when its claim lapses, Redis's clock, unix ms
+ *   d              SHA-256 of method, URI and body of the first claim,
+ *                  written with its owner's arrival (ctx->claim_rest)
+ *   l:<token>      when its claim lapses, Redis's clock, unix ms (for a
+ *                  new id's claim the store writes it relative to the
+ *                  record's expiry: it reads the same)
  *   k:<token>      what it left for duplicates (NGX_HTTP_IDEM_KEEP_*),
  *                  written with its final state
  *   r              the stored answer (answer.c), written with "k:"
@@ -49,48 +53,11 @@ static ngx_int_t ngx_http_idem_dedupe_digest_start(ngx_http_request_t *r,
     EVP_MD_CTX *md);
 static ngx_int_t ngx_http_idem_dedupe_digest(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, u_char *hex);
-static void ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc,
-    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_dedupe_reply(void *data,
+    ngx_http_idem_store_found_t *found);
 static void ngx_http_idem_dedupe_resume(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_dedupe_answer(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
-
-
-/*
- * KEYS[1]: the record; ARGV: token, digest, lease (ms), ttl (ms), arrival.
- * Replies {"claimed"}, {"mismatch"}, {"inflight", ms left},
- * {"replay", answer}, or {"large" | "unknown", now, the record's fields}.
- * A claim lapses by Redis's clock, so that gateways need not agree on the
- * time; its owner's final write applies whenever it comes.
- */
-
-static ngx_str_t  ngx_http_idem_claim_lua = ngx_string(
-    NGX_HTTP_IDEM_LUA_RECORD
-    "local k = KEYS[1]\n"
-    "local function record(v)\n"
-    "  return fields({v, string.format('%.0f', now)})\n"
-    "end\n"
-    "local v = redis.call('HMGET', k, 'd', 'o')\n"
-    "if v[1] and v[1] ~= ARGV[2] then return {'mismatch'} end\n"
-    "local o = v[2]\n"
-    "if o then\n"
-    "  v = redis.call('HMGET', k, 'k:' .. o, 'l:' .. o)\n"
-    "  local s = v[1]\n"
-    "  if not s then\n"
-    "    if now < (tonumber(v[2]) or 0) then\n"
-    "      return {'inflight', string.format('%.0f', tonumber(v[2]) - now)}\n"
-    "    end\n"
-    "    return record('unknown')\n"
-    "  end\n"
-    "  if s == 'R' then return {'replay', redis.call('HGET', k, 'r')} end\n"
-    "  if s == 'L' then return record('large') end\n"
-    "  if s ~= 'F' then return record('unknown') end\n"
-    "end\n"
-    "redis.call('HSET', k, 'd', ARGV[2], 'o', ARGV[1],\n"
-    "  'l:' .. ARGV[1], string.format('%.0f', now + tonumber(ARGV[3])),\n"
-    "  'e:' .. ARGV[1], ARGV[5])\n"
-    "redis.call('PEXPIRE', k, ARGV[4])\n"
-    "return {'claimed'}\n");
 
 
 /*
@@ -265,18 +232,18 @@ ngx_http_idem_dedupe_body(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
-    u_char                     *p;
-    ngx_str_t                   argv[9];
-    ngx_msec_int_t              lease;
-    ngx_http_idem_loc_conf_t   *ilcf;
-    ngx_http_idem_main_conf_t  *imcf;
+    u_char                       *p;
+    ngx_msec_int_t                lease;
+    ngx_http_idem_loc_conf_t     *ilcf;
+    ngx_http_idem_main_conf_t    *imcf;
+    ngx_http_idem_store_claim_t   claim;
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
     ctx->verdict = NGX_HTTP_IDEM_INTERNAL;
 
-    p = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_SHA256_HEX_LEN + 2 * NGX_INT64_LEN
+    p = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_SHA256_HEX_LEN
                              + ngx_http_idem_record_arrival_len(r, ctx));
     if (p == NULL) {
         return NGX_ERROR;
@@ -295,49 +262,39 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         lease = NGX_HTTP_IDEM_LEASE_DEFAULT;
     }
 
-    ngx_str_set(&argv[0], "EVAL");
-    argv[1] = ngx_http_idem_claim_lua;
-    ngx_str_set(&argv[2], "1");
-    argv[3] = ctx->key;
-    argv[4] = ctx->token;
+    claim.key = ctx->key;
+    claim.token = ctx->token;
+    claim.lease = (ngx_msec_t) lease;
+    claim.ttl = imcf->record_ttl;
 
-    argv[5].data = p;
-    argv[5].len = NGX_HTTP_IDEM_SHA256_HEX_LEN;
+    claim.digest.data = p;
+    claim.digest.len = NGX_HTTP_IDEM_SHA256_HEX_LEN;
 
     if (ngx_http_idem_dedupe_digest(r, ctx, p) != NGX_OK) {
         return NGX_ERROR;
     }
 
+    ctx->digest = claim.digest;
+    ctx->lease = claim.lease;
+
     p += NGX_HTTP_IDEM_SHA256_HEX_LEN;
 
-    argv[6].data = p;
-    p = ngx_sprintf(p, "%M", (ngx_msec_t) lease);
-    argv[6].len = p - argv[6].data;
-
-    argv[7].data = p;
-    p = ngx_sprintf(p, "%M", imcf->record_ttl);
-    argv[7].len = p - argv[7].data;
-
-    argv[8].data = p;
+    claim.arrival.data = p;
     p = ngx_http_idem_record_arrival(r, ctx, p, 'R');
-    argv[8].len = p - argv[8].data;
-
-    /*
-     * EVAL, not EVALSHA: Redis keeps the compiled script under its SHA1,
-     * and a restarted or failed-over Redis needs no NOSCRIPT dance.
-     */
+    claim.arrival.len = p - claim.arrival.data;
 
     ctx->verdict = NGX_HTTP_IDEM_UNAVAILABLE;
 
-    ctx->claim_op = ngx_http_idem_store_read(9, argv,
-                                             ngx_http_idem_dedupe_reply,
-                                             ctx, 0);
+    ctx->claim_op = ngx_http_idem_store_claim(&claim,
+                                              ngx_http_idem_dedupe_reply,
+                                              ctx);
     if (ctx->claim_op == NULL) {
         return NGX_ERROR;
     }
 
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idem dedupe: claim of \"%V\" sent", &ctx->key);
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem dedupe: claim of \"%V\" sent, lease %M",
+                   &ctx->key, claim.lease);
 
     return NGX_OK;
 }
@@ -476,12 +433,10 @@ failed:
 /* the claim's answer; the strings live during this call only */
 
 static void
-ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
-    ngx_uint_t n)
+ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 {
     ngx_http_idem_ctx_t *ctx = data;
 
-    ngx_int_t            now;
     ngx_http_request_t  *r;
 
     r = ctx->request;
@@ -491,29 +446,34 @@ ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
 
     ngx_post_event(&ctx->resume_ev, &ngx_posted_events);
 
-    if (rc != NGX_OK || n == 0) {
-
-        /* the claim may have been made: the final write releases it */
-
-        ctx->verdict = NGX_HTTP_IDEM_UNAVAILABLE;
-        ctx->owner = 1;
-        return;
-    }
-
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idem dedupe: claim: \"%V\", %ui elements", &elts[0], n);
+                   "idem dedupe: claim of \"%V\": verdict %d", &ctx->key,
+                   (int) found->verdict);
 
-    switch (elts[0].len ? elts[0].data[0] : '\0') {
+    switch (found->verdict) {
 
-    case 'c':
+    case NGX_HTTP_IDEM_STORE_CLAIMED:
         ctx->verdict = NGX_HTTP_IDEM_CLAIMED;
+
+        if (found->rest) {
+
+            /* the arrival completes the claim: its digest, its lease */
+
+            ctx->claim_rest = 1;
+            ctx->claim_fresh = 1;
+            return;
+        }
+
+        /* the claim wrote the arrival and set the record's expiry */
+
+        ngx_http_idem_record_expiring(ctx);
         return;
 
-    case 'm':
+    case NGX_HTTP_IDEM_STORE_MISMATCH:
         ctx->verdict = NGX_HTTP_IDEM_MISMATCH;
         return;
 
-    case 'i':
+    case NGX_HTTP_IDEM_STORE_IN_FLIGHT:
 
         /*
          * Retry-After stays 1: the owner usually ends long before its
@@ -523,35 +483,35 @@ ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
         ctx->verdict = NGX_HTTP_IDEM_IN_FLIGHT;
         return;
 
-    case 'r':
-        if (n > 1 && elts[1].len) {
-            ctx->verdict = NGX_HTTP_IDEM_REPLAY;
-
-            ctx->found.data = ngx_pstrdup(r->pool, &elts[1]);
-            if (ctx->found.data == NULL) {
-                ctx->verdict = NGX_HTTP_IDEM_INTERNAL;
-                return;
-            }
-
-            ctx->found.len = elts[1].len;
+    case NGX_HTTP_IDEM_STORE_REPLAY:
+        if (found->answer.len == 0) {
+            ctx->verdict = NGX_HTTP_IDEM_NOT_STORED;
             return;
         }
 
-        ctx->verdict = NGX_HTTP_IDEM_NOT_STORED;
+        ctx->verdict = NGX_HTTP_IDEM_REPLAY;
+
+        ctx->found.data = ngx_pstrdup(r->pool, &found->answer);
+        if (ctx->found.data == NULL) {
+            ctx->verdict = NGX_HTTP_IDEM_INTERNAL;
+            return;
+        }
+
+        ctx->found.len = found->answer.len;
         return;
 
-    case 'l':
-    case 'u':
-        ctx->verdict = (elts[0].data[0] == 'l') ? NGX_HTTP_IDEM_NOT_STORED
-                                                : NGX_HTTP_IDEM_OUTCOME_UNKNOWN;
+    case NGX_HTTP_IDEM_STORE_NOT_STORED:
+    case NGX_HTTP_IDEM_STORE_UNKNOWN:
+        ctx->verdict = (found->verdict == NGX_HTTP_IDEM_STORE_NOT_STORED)
+                       ? NGX_HTTP_IDEM_NOT_STORED
+                       : NGX_HTTP_IDEM_OUTCOME_UNKNOWN;
 
         /* the record goes with the 409: what the caller reconciles with */
 
-        now = (n > 1) ? ngx_atoi(elts[1].data, elts[1].len) : NGX_ERROR;
-
-        if (now == NGX_ERROR
-            || ngx_http_idem_record_json(r, &ctx->call_id, now, &elts[2],
-                                         n - 2, &ctx->found)
+        if (found->record.fields == NULL
+            || ngx_http_idem_record_json(r, &ctx->call_id, found->record.now,
+                                         found->record.fields,
+                                         found->record.nfields, &ctx->found)
                != NGX_OK)
         {
             ngx_str_null(&ctx->found);
@@ -559,11 +519,12 @@ ngx_http_idem_dedupe_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
 
         return;
 
-    default:
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "idem: unexpected answer to a claim: \"%V\"",
-                      &elts[0]);
+    default: /* NGX_HTTP_IDEM_STORE_UNAVAILABLE */
+
+        /* the claim may have been made: the final write releases it */
+
         ctx->verdict = NGX_HTTP_IDEM_UNAVAILABLE;
+        ctx->owner = 1;
         return;
     }
 }
@@ -611,9 +572,22 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         if (!ctx->owner) {
             ctx->owner = 1;
             ctx->record = 1;
-            ctx->arrived = 1;       /* the claim wrote the arrival */
 
             ngx_http_idem_count(dedupe_claims);
+
+            if (ctx->claim_rest) {
+
+                /*
+                 * The arrival goes at the end of this turn, with the rest
+                 * of the claim: one write, which says PROCESSING when the
+                 * first attempt starts in this turn
+                 */
+
+                ngx_post_event(&ctx->arrival_ev, &ngx_posted_events);
+
+            } else {
+                ctx->arrived = 1;   /* the claim wrote the arrival */
+            }
         }
 
         return NGX_DECLINED;

@@ -326,7 +326,6 @@ static void
 ngx_http_idem_exit_process(ngx_cycle_t *cycle)
 {
     ngx_http_idem_store_exit_process(cycle);
-    ngx_http_idem_record_exit_process();
 }
 
 

@@ -90,34 +90,6 @@
 /* idem_unknown_stream's default maxlen */
 #define NGX_HTTP_IDEM_STREAM_MAXLEN      100000
 
-/*
- * Lua shared by the claim (dedupe.c) and the status read (status.c): "now"
- * by Redis's clock, unix ms, and fields(out), which appends the record's
- * fields to out, all but the stored answer (never read: it may be large).
- * A record holds about idem_record_max_executions executions (record.c);
- * one of an older version may hold more, hence HMGET in chunks (Lua's
- * unpack() has a limit).
- */
-#define NGX_HTTP_IDEM_LUA_RECORD                                             \
-    "local t = redis.call('TIME')\n"                                         \
-    "local now = tonumber(t[1]) * 1000"                                      \
-    " + math.floor(tonumber(t[2]) / 1000)\n"                                 \
-    "local function fields(out)\n"                                           \
-    "  local ks, some = redis.call('HKEYS', KEYS[1]), {}\n"                  \
-    "  for i = 1, #ks + 1 do\n"                                              \
-    "    if #some == 1000 or (i > #ks and #some > 0) then\n"                 \
-    "      local vs = redis.call('HMGET', KEYS[1], unpack(some))\n"          \
-    "      for j = 1, #some do\n"                                            \
-    "        out[#out + 1] = some[j]\n"                                      \
-    "        out[#out + 1] = vs[j]\n"                                        \
-    "      end\n"                                                            \
-    "      some = {}\n"                                                      \
-    "    end\n"                                                              \
-    "    if i <= #ks and ks[i] ~= 'r' then some[#some + 1] = ks[i] end\n"    \
-    "  end\n"                                                                \
-    "  return out\n"                                                         \
-    "end\n"
-
 /* "PREFIX-" + unix ms (13 digits until 2286) + "-" + 8 hex + "-" + node */
 #define NGX_HTTP_IDEM_PREFIXED_FIXED_LEN (1 + 13 + 1 + 8 + 1)
 
@@ -303,11 +275,14 @@ typedef struct {
     uint64_t                  created_ms;
     ngx_uint_t                final_state;  /* 0 until the request ends */
     ngx_str_t                 key;          /* the record's */
+    ngx_msec_t                expired;      /* its expiry last refreshed */
 
     /* duplicate suppression (dedupe.c) and the stored answer (answer.c) */
     ngx_uint_t                dedupe;       /* NGX_HTTP_IDEM_DEDUPE_* */
     ngx_uint_t                verdict;
     ngx_http_idem_store_op_t *claim_op;
+    ngx_str_t                 digest;       /* the claim's, hex */
+    ngx_msec_t                lease;        /* how long the claim holds */
     ngx_event_t               resume_ev;
     ngx_str_t                 found;        /* an answer, or a record */
     void                     *md;           /* EVP_MD_CTX: the digest */
@@ -324,6 +299,9 @@ typedef struct {
     unsigned                  expire_after_backoff:1;
     unsigned                  record:1;
     unsigned                  arrived:1;    /* the arrival was written */
+    unsigned                  expire_sent:1;    /* "expired" is set */
+    unsigned                  claim_rest:1; /* to write: digest, lease */
+    unsigned                  claim_fresh:1;    /* the id's first claim */
     unsigned                  owner:1;      /* this request holds a claim */
     unsigned                  replayed:1;   /* answered from the store */
     unsigned                  capture_done:1;   /* the whole answer */
@@ -470,7 +448,7 @@ ngx_uint_t ngx_http_idem_current_state(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 char *ngx_http_idem_record_max_executions(ngx_conf_t *cf,
     ngx_command_t *cmd, void *conf);
-void ngx_http_idem_record_exit_process(void);
+void ngx_http_idem_record_expiring(ngx_http_idem_ctx_t *ctx);
 
 /* ngx_http_idem_stream.c */
 char *ngx_http_idem_unknown_stream(ngx_conf_t *cf, ngx_command_t *cmd,

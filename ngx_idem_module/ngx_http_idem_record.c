@@ -8,8 +8,8 @@
  * <prefix>s:{<SHA-256 of the scope>:<call id>} where the route has a
  * scope (dedupe.c, which adds the claim's fields).  Every field is
  * written once and never changed, so that states only move forward
- * whatever order the writes arrive in, and a write is one cheap HSET (with
- * the TTL refreshed in the same turn):
+ * whatever order the writes arrive in, and a write is one cheap store
+ * write (with the TTL refreshed in the same turn):
  *
  *   e:<token>      an execution arrived: "<R|P> <created_ms> <source> <node>
  *                  <method> <trace id> <uri>" (P: its first attempt had
@@ -25,16 +25,17 @@
  *
  * <token> names one execution (random, per request).  The record's state
  * and the order of executions are derived when it is read
- * (ngx_http_idem_record_parse.c).  A write is an HSET and a PEXPIRE that
- * refreshes the record's TTL.
+ * (ngx_http_idem_record_parse.c).  A write sets fields and refreshes the
+ * record's TTL, unless this request refreshed it a moment ago
+ * (ngx_http_idem_store_write()).
  *
  * A record keeps the newest idem_record_max_executions (N) executions.
  * Each final write counts its execution in a field of its own; when the
- * count passes N + N/4, a script drops the oldest executions down to N
+ * count passes N + N/4, the store drops the oldest executions down to N
  * and folds them into a summary:
  *
  *   n              its executions, as counted: one more per final write
- *                  (HINCRBY), set to those kept by a trim
+ *                  (one increment), set to those kept by a trim
  *   x              the dropped ones: "<count> <successes> <unknowns>
  *                  <updated_ms> <final status|-> <created_ms> <source>
  *                  <node> <method> <trace id> <uri>", the last six of the
@@ -53,25 +54,17 @@
 #include "ngx_http_idem_record.h"
 
 
-/* a trim on its way: it outlives the request that wrote the record */
-typedef struct {
-    ngx_queue_t                      queue;
-    ngx_str_t                        key;
-    ngx_str_t                        max;
-} ngx_http_idem_record_trim_t;
+/*
+ * A write refreshes the record's expiry, unless this request refreshed it
+ * less than this part of the TTL ago (at most a second): a call's writes
+ * a moment apart cost one expiry refresh, not one each.
+ */
+#define NGX_HTTP_IDEM_RECORD_EXPIRE_SLACK(ttl)  ngx_min((ttl) / 100, 1000)
 
 
 static void ngx_http_idem_arrival_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_record_write(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_uint_t final);
-static void ngx_http_idem_record_count(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-static void ngx_http_idem_record_counted(void *data, ngx_int_t rc,
-    ngx_str_t *elts, ngx_uint_t n);
-static void ngx_http_idem_record_trimmed(void *data, ngx_int_t rc,
-    ngx_str_t *elts, ngx_uint_t n);
-static void ngx_http_idem_record_trim_free(
-    ngx_http_idem_record_trim_t *trim);
 static ngx_uint_t ngx_http_idem_final_state(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 static void ngx_http_idem_record_uri(ngx_http_request_t *r, ngx_str_t *uri);
@@ -84,106 +77,6 @@ static ngx_str_t  ngx_http_idem_states[] = {
     ngx_string("FAILED"),
     ngx_string("UNKNOWN")
 };
-
-
-/*
- * KEYS[1]: the record; ARGV[1]: idem_record_max_executions.  Keeps the
- * newest ARGV[1] executions, folds the others into "x" and deletes their
- * fields, and fields of no execution, but for the claim's own fields of
- * the execution named by "o" (the dedupe claim reads them); sets "n" to
- * the executions kept.  Replies how many executions were dropped.  The
- * hash is about the cap when this runs (a record of an older version
- * aside, hence the chunks: Lua's unpack() has a limit).
- */
-
-static ngx_str_t  ngx_http_idem_record_trim_lua = ngx_string(
-    "local k, max = KEYS[1], tonumber(ARGV[1])\n"
-    "local h = redis.call('HGETALL', k)\n"
-    "local ex, list, gone, claim = {}, {}, {}, {}\n"
-    "local o = redis.call('HGET', k, 'o')\n"
-    "if o then\n"
-    "  claim['l:' .. o] = true\n"
-    "  claim['k:' .. o] = true\n"
-    "end\n"
-    "local function drop(e)\n"
-    "  for _, f in ipairs(e.fields) do\n"
-    "    if not claim[f] then gone[#gone + 1] = f end\n"
-    "  end\n"
-    "end\n"
-    "for i = 1, #h, 2 do\n"
-    "  local f, v = h[i], h[i + 1]\n"
-    "  local c, t = string.match(f, '^([epflka]):([^:]+)')\n"
-    "  if c then\n"
-    "    local e = ex[t]\n"
-    "    if not e then\n"
-    "      e = {t = t, fields = {}}\n"
-    "      ex[t] = e\n"
-    "    end\n"
-    "    e.fields[#e.fields + 1] = f\n"
-    "    e[c] = v\n"
-    "  end\n"
-    "end\n"
-    "for t, e in pairs(ex) do\n"
-    "  local info\n"
-    "  if e.f then\n"
-    "    info = string.match(e.f, '^%S+ %S+ %S+ (.*)$')\n"
-    "  elseif e.e then\n"
-    "    info = string.match(e.e, '^%S+ (.*)$')\n"
-    "  end\n"
-    "  if info then\n"
-    "    e.info = info\n"
-    "    e.c = tonumber(string.match(info, '^(%d+)')) or 0\n"
-    "    list[#list + 1] = e\n"
-    "  else\n"
-    "    drop(e)\n"
-    "  end\n"
-    "end\n"
-    "table.sort(list, function(a, b)\n"
-    "  if a.c ~= b.c then return a.c < b.c end\n"
-    "  return a.t < b.t\n"
-    "end)\n"
-    "local n = #list - max\n"
-    "if n > 0 then\n"
-    "  local s = {0, 0, 0, 0, '-', list[1].info}\n"
-    "  local x = redis.call('HGET', k, 'x')\n"
-    "  if x then\n"
-    "    local p = {string.match(x,"
-    " '^(%d+) (%d+) (%d+) (%d+) (%S+) (.*)$')}\n"
-    "    if #p == 6 then\n"
-    "      s = {tonumber(p[1]), tonumber(p[2]), tonumber(p[3]),"
-    " tonumber(p[4]), p[5], p[6]}\n"
-    "    end\n"
-    "  end\n"
-    "  for i = 1, n do\n"
-    "    local e = list[i]\n"
-    "    local st, fs, ms = 'UNKNOWN', nil, e.c\n"
-    "    if e.f then\n"
-    "      st, fs, ms = string.match(e.f, '^(%S+) (%S+) (%d+)')\n"
-    "      ms = tonumber(ms) or e.c\n"
-    "    end\n"
-    "    if e.p then ms = math.max(ms, tonumber(e.p) or 0) end\n"
-    "    s[1] = s[1] + 1\n"
-    "    if st == 'SUCCESS' then s[2] = s[2] + 1 end\n"
-    "    if st == 'UNKNOWN' then s[3] = s[3] + 1 end\n"
-    "    s[4] = math.max(s[4], ms)\n"
-    "    if fs then s[5] = fs end\n"
-    "    drop(e)\n"
-    "  end\n"
-    "  redis.call('HSET', k, 'x', string.format('%.0f %.0f %.0f %.0f %s %s',"
-    " s[1], s[2], s[3], s[4], s[5], s[6]))\n"
-    "end\n"
-    "for i = 1, #gone, 1000 do\n"
-    "  redis.call('HDEL', k, unpack(gone, i, math.min(i + 999, #gone)))\n"
-    "end\n"
-    "redis.call('HSET', k, 'n', math.min(#list, max))\n"
-    "return math.max(n, 0)\n");
-
-
-/*
- * Trims this worker has asked for: a worker that exits while the store
- * still owes their replies frees them (the store does not call back then).
- */
-static ngx_queue_t  ngx_http_idem_record_trims;
 
 
 static ngx_str_t  ngx_http_idem_outcomes[] = {
@@ -351,6 +244,16 @@ ngx_http_idem_record_unstart(ngx_http_idem_ctx_t *ctx)
     }
 
     ctx->record = 0;
+}
+
+
+/* the record's expiry was just refreshed, by a write or a claim */
+
+void
+ngx_http_idem_record_expiring(ngx_http_idem_ctx_t *ctx)
+{
+    ctx->expired = ngx_current_msec;
+    ctx->expire_sent = 1;
 }
 
 
@@ -673,8 +576,9 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_int_t                   rc;
     ngx_str_t                  *argv, answer, *outcome;
     ngx_uint_t                  i, n, argc, status;
-    ngx_http_idem_attempt_t    *a;
-    ngx_http_idem_main_conf_t  *imcf;
+    ngx_http_idem_attempt_t     *a;
+    ngx_http_idem_main_conf_t   *imcf;
+    ngx_http_idem_store_write_t  w;
 
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
@@ -697,8 +601,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         keep = ngx_http_idem_answer_keep(r, ctx, state, &answer);
     }
 
-    len = NGX_INT64_LEN
-          + 2 + ctx->token.len
+    len = 2 + ctx->token.len
           + sizeof("UNKNOWN 999  ") - 1 + NGX_INT64_LEN
           + ngx_http_idem_record_arrival_len(r, ctx)
           + n * (sizeof("a:::") + ctx->token.len + 5 * NGX_INT64_LEN
@@ -714,9 +617,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     last = p + len;
 
-    argv[0].data = p;
-    p = ngx_sprintf(p, "%M", imcf->record_ttl);
-    argv[0].len = p - argv[0].data;
+    argv[0].len = 0;
 
     argv[1].data = p;
     *p++ = final ? 'f' : (state == NGX_HTTP_IDEM_PROCESSING && ctx->arrived)
@@ -823,18 +724,60 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         ctx->arrived = 1;
     }
 
-    rc = ngx_http_idem_store_hset(&ctx->key, &argv[0], argc - 1, &argv[1]);
+    ngx_memzero(&w, sizeof(ngx_http_idem_store_write_t));
+
+    w.key = ctx->key;
+    w.token = ctx->token;
+    w.fields = &argv[1];
+    w.nfields = argc - 1;
+
+    if (!ctx->expire_sent
+        || ngx_current_msec - ctx->expired
+           >= NGX_HTTP_IDEM_RECORD_EXPIRE_SLACK(imcf->record_ttl))
+    {
+        w.ttl = imcf->record_ttl;
+    }
+
+    if (ctx->claim_rest) {
+
+        /*
+         * The first write of a fresh claim's owner completes it; its
+         * lease is read against the expiry this write sets.
+         */
+
+        w.claim = 1;
+        w.digest = ctx->digest;
+        w.lease = final ? 0 : ctx->lease;
+        w.ttl = imcf->record_ttl;
+    }
+
+    if (final) {
+
+        /*
+         * Counted: past the cap, the store trims the record.  Not the
+         * execution that made the id's first claim: the record holds
+         * no other (but for those of a record-only route under the same
+         * key, which the cap then counts one short).
+         */
+
+        w.count = !ctx->claim_fresh;
+        w.max_executions = imcf->record_max_executions;
+    }
+
+    rc = ngx_http_idem_store_write(&w);
 
     if (rc != NGX_OK) {
         /* the store logs drops itself, rate limited */
         ngx_http_idem_count(record_drops);
 
     } else {
-        ngx_http_idem_count(record_writes);
-
-        if (final) {
-            ngx_http_idem_record_count(r, ctx);
+        if (w.ttl) {
+            ngx_http_idem_record_expiring(ctx);
         }
+
+        ctx->claim_rest = 0;
+
+        ngx_http_idem_count(record_writes);
     }
 
     /* an UNKNOWN execution, queued behind its final write (stream.c) */
@@ -844,152 +787,6 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     }
 
     return (rc == NGX_OK) ? NGX_OK : NGX_DECLINED;
-}
-
-
-/*
- * The execution is counted in its record, after its final write on the
- * same connection; a count over the cap trims the record.  What it costs
- * a call: one HINCRBY more, its reply read in passing.
- */
-
-static void
-ngx_http_idem_record_count(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
-{
-    u_char                       *p;
-    ngx_str_t                     argv[4];
-    ngx_http_idem_main_conf_t    *imcf;
-    ngx_http_idem_record_trim_t  *trim;
-
-    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
-
-    /* the key and the cap, for the trim: the request may be gone by then */
-
-    trim = ngx_alloc(sizeof(ngx_http_idem_record_trim_t) + ctx->key.len
-                     + NGX_INT_T_LEN, r->connection->log);
-    if (trim == NULL) {
-        return;
-    }
-
-    if (ngx_http_idem_record_trims.next == NULL) {
-        ngx_queue_init(&ngx_http_idem_record_trims);
-    }
-
-    ngx_queue_insert_tail(&ngx_http_idem_record_trims, &trim->queue);
-
-    p = (u_char *) &trim[1];
-
-    trim->key.data = p;
-    trim->key.len = ctx->key.len;
-    p = ngx_cpymem(p, ctx->key.data, ctx->key.len);
-
-    trim->max.data = p;
-    trim->max.len = ngx_sprintf(p, "%ui", imcf->record_max_executions) - p;
-
-    ngx_str_set(&argv[0], "HINCRBY");
-    argv[1] = trim->key;
-    ngx_str_set(&argv[2], "n");
-    ngx_str_set(&argv[3], "1");
-
-    if (ngx_http_idem_store_read(4, argv, ngx_http_idem_record_counted, trim,
-                                 0)
-        == NULL)
-    {
-        ngx_http_idem_record_trim_free(trim);
-        return;
-    }
-
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idem record: execution of \"%V\" counted", &ctx->key);
-}
-
-
-static void
-ngx_http_idem_record_counted(void *data, ngx_int_t rc, ngx_str_t *elts,
-    ngx_uint_t n)
-{
-    ngx_http_idem_record_trim_t *trim = data;
-
-    ngx_int_t   count, max;
-    ngx_str_t   argv[5];
-
-    /* a store that did not answer says so itself (redis.c) */
-
-    count = (rc == NGX_OK && n == 1) ? ngx_atoi(elts[0].data, elts[0].len)
-                                     : NGX_ERROR;
-    max = ngx_atoi(trim->max.data, trim->max.len);
-
-    /*
-     * A trim reads the whole record (some 0.7 ms of Redis for 100
-     * executions): done once a quarter of the cap more has been counted,
-     * not for every call of an id sent over and over.
-     */
-
-    if (count == NGX_ERROR || count <= max + max / 4) {
-        ngx_http_idem_record_trim_free(trim);
-        return;
-    }
-
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "idem record: \"%V\" has %i executions, over %i: trim",
-                   &trim->key, count, max);
-
-    ngx_str_set(&argv[0], "EVAL");
-    argv[1] = ngx_http_idem_record_trim_lua;
-    ngx_str_set(&argv[2], "1");
-    argv[3] = trim->key;
-    argv[4] = trim->max;
-
-    if (ngx_http_idem_store_read(5, argv, ngx_http_idem_record_trimmed, trim,
-                                 0)
-        == NULL)
-    {
-        ngx_http_idem_record_trim_free(trim);
-    }
-}
-
-
-static void
-ngx_http_idem_record_trimmed(void *data, ngx_int_t rc, ngx_str_t *elts,
-    ngx_uint_t n)
-{
-    ngx_http_idem_record_trim_t *trim = data;
-
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "idem record: \"%V\" trimmed: rc %i, dropped \"%V\"",
-                   &trim->key, rc,
-                   (rc == NGX_OK && n == 1) ? &elts[0] : &trim->max);
-
-    ngx_http_idem_record_trim_free(trim);
-}
-
-
-static void
-ngx_http_idem_record_trim_free(ngx_http_idem_record_trim_t *trim)
-{
-    ngx_queue_remove(&trim->queue);
-    ngx_free(trim);
-}
-
-
-/* the worker exits, after the store: trims whose replies never came */
-
-void
-ngx_http_idem_record_exit_process(void)
-{
-    ngx_queue_t                  *q;
-    ngx_http_idem_record_trim_t  *trim;
-
-    if (ngx_http_idem_record_trims.next == NULL) {
-        return;
-    }
-
-    while (!ngx_queue_empty(&ngx_http_idem_record_trims)) {
-        q = ngx_queue_head(&ngx_http_idem_record_trims);
-        trim = ngx_queue_data(q, ngx_http_idem_record_trim_t, queue);
-
-        ngx_http_idem_record_trim_free(trim);
-    }
 }
 
 

@@ -33,6 +33,8 @@
 #include "ngx_http_idem_redis.h"
 #include "ngx_http_idem_redis_adapter.h"
 
+#include <openssl/evp.h>
+
 
 /* "idem_redis" defaults */
 #define NGX_HTTP_IDEM_REDIS_CONNECT_TIMEOUT  1000
@@ -48,9 +50,6 @@
 #define NGX_HTTP_IDEM_REDIS_WATCH            1000
 #define NGX_HTTP_IDEM_REDIS_DRAIN_CHECK      100
 #define NGX_HTTP_IDEM_REDIS_DRAIN_TIMEOUTS   5
-
-/* command arguments kept on the stack */
-#define NGX_HTTP_IDEM_REDIS_ARGS             16
 
 /* handshake replies, told apart by their privdata */
 #define NGX_HTTP_IDEM_REDIS_AUTH             0
@@ -89,8 +88,14 @@ static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
 static void ngx_http_idem_redis_written(redisAsyncContext *ac, void *r,
     void *privdata);
 static ngx_http_idem_store_op_t *ngx_http_idem_redis_op_create(
-    ngx_http_idem_redis_t *rd, ngx_uint_t argc, ngx_str_t *first,
-    ngx_str_t *argv);
+    ngx_http_idem_redis_t *rd, ngx_http_idem_redis_script_t *script,
+    ngx_uint_t argc, ngx_str_t *argv, size_t ext);
+static ngx_int_t ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, ngx_http_idem_redis_script_t *script,
+    ngx_uint_t argc, ngx_str_t *argv);
+static void ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op);
+static ngx_int_t ngx_http_idem_redis_noscript(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, redisReply *reply);
 static ngx_int_t ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op);
 static void ngx_http_idem_redis_answer(ngx_http_idem_redis_t *rd,
@@ -1068,6 +1073,20 @@ ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
         return NGX_ERROR;
     }
 
+    /*
+     * A write nobody waits for may wait a moment for others to leave
+     * with (the adapter); anything else leaves at the end of this turn.
+     */
+
+    if (rd->urgent
+        || !(fn == ngx_http_idem_redis_written
+             || (fn == ngx_http_idem_redis_op_done
+                 && (((ngx_http_idem_store_op_t *) privdata)->handler == NULL
+                     || rd->lazy))))
+    {
+        ngx_http_idem_redis_flush(node->ac);
+    }
+
     rd->stats.sent++;
 
     ngx_http_idem_redis_pending_add(rd);
@@ -1143,19 +1162,17 @@ ngx_http_idem_redis_handshake_done(redisAsyncContext *ac, void *r,
 
 
 /*
- * HSET of a few fields, then PEXPIRE, side by side in hiredis' buffer: they
- * leave in one write and Redis runs them in order.  In a cluster each is
- * an op of its own, kept for a redirect.
+ * A write, fire and forget.  Writes of one turn sit side by side in
+ * hiredis' buffer: they leave in one write and Redis runs them in order.
+ * In a cluster each is an op of its own, kept for a redirect.
  */
 
 ngx_int_t
-ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
-    ngx_str_t *argv)
+ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv)
 {
     size_t                       lens_buf[NGX_HTTP_IDEM_REDIS_ARGS], *lens;
     ngx_int_t                    rc;
-    ngx_str_t                    cmd[3];
-    ngx_uint_t                   i, n;
+    ngx_uint_t                   i;
     const char                  *args_buf[NGX_HTTP_IDEM_REDIS_ARGS], **args;
     ngx_http_idem_redis_t       *rd;
     ngx_http_idem_store_op_t    *op;
@@ -1169,39 +1186,13 @@ ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
     }
 
     if (rd->cluster) {
-
-        /* both or none: a record must not stay without its expiry */
-
-        if (rd->stats.pending + 2 > rd->conf->max_pending) {
-            rd->stats.dropped++;
-            rd->full++;
-            ngx_http_idem_redis_report_later(rd);
-            return NGX_DECLINED;
-        }
-
-        ngx_str_set(&cmd[0], "HSET");
-        cmd[1] = *key;
-
-        op = ngx_http_idem_redis_op_create(rd, argc + 2, cmd, argv);
+        op = ngx_http_idem_redis_op_create(rd, NULL, argc, argv, 0);
         if (op == NULL) {
             return NGX_DECLINED;
         }
 
         if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
-            ngx_free(op);
-            return NGX_DECLINED;
-        }
-
-        ngx_str_set(&cmd[0], "PEXPIRE");
-        cmd[2] = *ttl;
-
-        op = ngx_http_idem_redis_op_create(rd, 3, cmd, NULL);
-        if (op == NULL) {
-            return NGX_DECLINED;
-        }
-
-        if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
-            ngx_free(op);
+            ngx_http_idem_redis_op_free(op);
             return NGX_DECLINED;
         }
 
@@ -1214,43 +1205,82 @@ ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
         return NGX_DECLINED;
     }
 
-    n = ngx_max(argc + 2, 3);
-
-    args = ngx_http_idem_redis_argv(rd, n, args_buf, lens_buf, &lens);
+    args = ngx_http_idem_redis_argv(rd, argc, args_buf, lens_buf, &lens);
     if (args == NULL) {
         rd->stats.dropped++;
         return NGX_DECLINED;
     }
 
-    args[0] = "HSET";
-    lens[0] = sizeof("HSET") - 1;
-    args[1] = (const char *) key->data;
-    lens[1] = key->len;
-
     for (i = 0; i < argc; i++) {
-        args[2 + i] = (const char *) argv[i].data;
-        lens[2 + i] = argv[i].len;
+        args[i] = (const char *) argv[i].data;
+        lens[i] = argv[i].len;
     }
 
     rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_written,
-                                          NULL, argc + 2, args, lens);
-
-    if (rc == NGX_OK) {
-        args[0] = "PEXPIRE";
-        lens[0] = sizeof("PEXPIRE") - 1;
-        args[2] = (const char *) ttl->data;
-        lens[2] = ttl->len;
-
-        rc = ngx_http_idem_redis_node_command(node,
-                                              ngx_http_idem_redis_written,
-                                              NULL, 3, args, lens);
-    }
+                                          NULL, argc, args, lens);
 
     if (args != args_buf) {
         ngx_free(args);
     }
 
     if (rc != NGX_OK) {
+        rd->stats.dropped++;
+        rd->down++;
+        ngx_http_idem_redis_report_later(rd);
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The commands that follow leave at the end of this turn (urgent: a
+ * claim's writes), or may wait with the writes (lazy: a read whose reply
+ * no request waits for).
+ */
+
+void
+ngx_http_idem_redis_urgent(ngx_uint_t urgent)
+{
+    ngx_http_idem_redis.urgent = urgent ? 1 : 0;
+}
+
+
+void
+ngx_http_idem_redis_lazy(ngx_uint_t lazy)
+{
+    ngx_http_idem_redis.lazy = lazy ? 1 : 0;
+}
+
+
+/*
+ * Room for n commands more: a record's write is all of its commands or
+ * none (a record must not stay without its expiry).
+ */
+
+ngx_int_t
+ngx_http_idem_redis_room(ngx_uint_t n)
+{
+    ngx_http_idem_redis_t  *rd;
+
+    rd = &ngx_http_idem_redis;
+
+    if (!rd->started || rd->closing) {
+        rd->stats.dropped++;
+        return NGX_DECLINED;
+    }
+
+    if (rd->stats.pending + n > rd->conf->max_pending) {
+        rd->stats.dropped++;
+        rd->full++;
+        ngx_http_idem_redis_report_later(rd);
+        return NGX_DECLINED;
+    }
+
+    if (rd->cluster == NULL
+        && (rd->node == NULL || rd->node->state != NGX_HTTP_IDEM_REDIS_UP))
+    {
         rd->stats.dropped++;
         rd->down++;
         ngx_http_idem_redis_report_later(rd);
@@ -1301,32 +1331,18 @@ ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
 
 
 /*
- * A cluster's op: the command copied after it (the caller's strings are
- * gone by the time a MOVED comes back), and its key's slot.  "first" are
- * the first arguments (command, key, maybe one more), argv the rest.
+ * An op with room for "ext" bytes of its caller's, and its command.  A
+ * script's command is "EVALSHA <sha1>" and argv.
  */
 
 static ngx_http_idem_store_op_t *
-ngx_http_idem_redis_op_create(ngx_http_idem_redis_t *rd, ngx_uint_t argc,
-    ngx_str_t *first, ngx_str_t *argv)
+ngx_http_idem_redis_op_create(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_redis_script_t *script, ngx_uint_t argc, ngx_str_t *argv,
+    size_t ext)
 {
-    u_char                    *p;
-    size_t                     size;
-    ngx_str_t                 *a;
-    ngx_uint_t                 i, k, nfirst;
     ngx_http_idem_store_op_t  *op;
 
-    nfirst = (argv == NULL) ? argc : 2;
-
-    size = sizeof(ngx_http_idem_store_op_t)
-           + argc * (sizeof(char *) + sizeof(size_t));
-
-    for (i = 0; i < argc; i++) {
-        a = (i < nfirst) ? &first[i] : &argv[i - nfirst];
-        size += a->len;
-    }
-
-    op = ngx_alloc(size, rd->log);
+    op = ngx_alloc(sizeof(ngx_http_idem_store_op_t) + ext, rd->log);
     if (op == NULL) {
         rd->stats.dropped++;
         return NULL;
@@ -1334,42 +1350,108 @@ ngx_http_idem_redis_op_create(ngx_http_idem_redis_t *rd, ngx_uint_t argc,
 
     ngx_memzero(op, sizeof(ngx_http_idem_store_op_t));
 
-    op->argc = argc;
-    op->argv = (const char **) &op[1];
-    op->lens = (size_t *) &op->argv[argc];
+    op->ext = ext ? (void *) &op[1] : NULL;
 
-    p = (u_char *) &op->lens[argc];
+    op->timeout.handler = ngx_http_idem_redis_read_timeout;
+    op->timeout.data = op;
+    op->timeout.log = rd->log;
+
+    if (ngx_http_idem_redis_op_command(rd, op, script, argc, argv) != NGX_OK)
+    {
+        ngx_free(op);
+        rd->stats.dropped++;
+        return NULL;
+    }
+
+    return op;
+}
+
+
+/* the op's command, copied (a command it had before goes) */
+
+static ngx_int_t
+ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, ngx_http_idem_redis_script_t *script,
+    ngx_uint_t argc, ngx_str_t *argv)
+{
+    u_char       *p, md[EVP_MAX_MD_SIZE];
+    size_t        size;
+    ngx_uint_t    i, k, n, skip;
+    const char  **args;
+    unsigned int  len;
+
+    skip = 0;
+
+    if (script != NULL) {
+        if (!script->hashed) {
+            if (EVP_Digest(script->text.data, script->text.len, md, &len,
+                           EVP_sha1(), NULL)
+                != 1 || len != 20)
+            {
+                return NGX_ERROR;
+            }
+
+            ngx_hex_dump(script->sha1, md, 20);
+            script->hashed = 1;
+        }
+
+        skip = 2;
+    }
+
+    n = argc + skip;
+
+    size = n * (sizeof(char *) + sizeof(size_t));
 
     for (i = 0; i < argc; i++) {
-        a = (i < nfirst) ? &first[i] : &argv[i - nfirst];
+        size += argv[i].len;
+    }
 
-        op->argv[i] = (const char *) p;
-        op->lens[i] = a->len;
-        p = ngx_cpymem(p, a->data, a->len);
+    args = ngx_alloc(size, rd->log);
+    if (args == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (op->argv != NULL) {
+        ngx_free(op->argv);
+    }
+
+    op->script = script;
+    op->resent = 0;
+    op->redirects = 0;
+
+    op->argc = n;
+    op->argv = args;
+    op->lens = (size_t *) &args[n];
+
+    p = (u_char *) &op->lens[n];
+
+    if (script != NULL) {
+        op->argv[0] = "EVALSHA";
+        op->lens[0] = sizeof("EVALSHA") - 1;
+        op->argv[1] = (const char *) script->sha1;
+        op->lens[1] = sizeof(script->sha1);
+    }
+
+    for (i = 0; i < argc; i++) {
+        op->argv[skip + i] = (const char *) p;
+        op->lens[skip + i] = argv[i].len;
+        p = ngx_cpymem(p, argv[i].data, argv[i].len);
     }
 
     /* EVAL script numkeys key ...: the first key; else the argument 1 */
 
     k = 0;
 
-    if (argc >= 4
-        && ((op->lens[0] == 4
-             && ngx_strncasecmp((u_char *) op->argv[0], (u_char *) "EVAL", 4)
-                == 0)
-            || (op->lens[0] == 7
-                && ngx_strncasecmp((u_char *) op->argv[0],
-                                   (u_char *) "EVALSHA", 7)
-                   == 0)))
-    {
-        if (!(op->lens[2] == 1 && op->argv[2][0] == '0')) {
+    if (script != NULL) {
+        if (n >= 4 && !(op->lens[2] == 1 && op->argv[2][0] == '0')) {
             k = 3;
         }
 
-    } else if (argc >= 2) {
+    } else if (n >= 2) {
         k = 1;
     }
 
-    if (k == 0) {
+    if (k == 0 || rd->cluster == NULL) {
         op->slot = NGX_HTTP_IDEM_REDIS_ANY_SLOT;
 
     } else {
@@ -1377,15 +1459,22 @@ ngx_http_idem_redis_op_create(ngx_http_idem_redis_t *rd, ngx_uint_t argc,
                                                     op->lens[k]);
     }
 
-    op->timeout.handler = ngx_http_idem_redis_read_timeout;
-    op->timeout.data = op;
-    op->timeout.log = rd->log;
-
-    return op;
+    return NGX_OK;
 }
 
 
-/* a cluster's op to the node that holds its slot */
+static void
+ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op)
+{
+    if (op->argv != NULL) {
+        ngx_free(op->argv);
+    }
+
+    ngx_free(op);
+}
+
+
+/* an op to its node: the one Redis, or the node that holds its slot */
 
 static ngx_int_t
 ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
@@ -1393,6 +1482,16 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
 {
     ngx_int_t                    rc;
     ngx_http_idem_redis_node_t  *node;
+
+    if (rd->cluster == NULL) {
+        node = rd->node;
+
+        if (ngx_http_idem_redis_accept(rd, node) != NGX_OK) {
+            return NGX_DECLINED;
+        }
+
+        goto send;
+    }
 
     node = ngx_http_idem_redis_cluster_route(rd, op);
 
@@ -1418,6 +1517,8 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
                    "idem redis: %*s for slot %ui",
                    op->lens[0], op->argv[0], op->slot);
 
+send:
+
     rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
                                           op, op->argc, op->argv, op->lens);
     if (rc != NGX_OK) {
@@ -1432,21 +1533,19 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
 
 
 /*
- * The op belongs to the store: the caller forgets it when its handler runs
- * (the op is freed right after), or when it cancels it.
+ * A read: a command, or a script (argv without "EVALSHA <sha1>").  The op
+ * belongs to the store: the caller forgets it when its handler runs (the
+ * op is freed right after, unless the handler sent it again with
+ * ngx_http_idem_redis_again()), or when it cancels it.
  */
 
 ngx_http_idem_store_op_t *
-ngx_http_idem_store_read(ngx_uint_t argc, ngx_str_t *argv,
-    ngx_http_idem_store_read_pt handler, void *data, ngx_msec_t timeout)
+ngx_http_idem_redis_read(ngx_http_idem_redis_script_t *script,
+    ngx_uint_t argc, ngx_str_t *argv, ngx_http_idem_redis_reply_pt handler,
+    void *data, size_t ext)
 {
-    size_t                       lens_buf[NGX_HTTP_IDEM_REDIS_ARGS], *lens;
-    ngx_int_t                    rc;
-    ngx_uint_t                   i;
-    const char                  *args_buf[NGX_HTTP_IDEM_REDIS_ARGS], **args;
-    ngx_http_idem_redis_t       *rd;
-    ngx_http_idem_store_op_t    *op;
-    ngx_http_idem_redis_node_t  *node;
+    ngx_http_idem_redis_t     *rd;
+    ngx_http_idem_store_op_t  *op;
 
     rd = &ngx_http_idem_redis;
 
@@ -1455,78 +1554,54 @@ ngx_http_idem_store_read(ngx_uint_t argc, ngx_str_t *argv,
         return NULL;
     }
 
-    if (rd->cluster) {
-        op = ngx_http_idem_redis_op_create(rd, argc, argv, NULL);
-        if (op == NULL) {
-            return NULL;
-        }
-
-        op->handler = handler;
-        op->data = data;
-
-        if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
-            ngx_free(op);
-            return NULL;
-        }
-
-        ngx_add_timer(&op->timeout, timeout ? timeout : rd->conf->timeout);
-
-        return op;
-    }
-
-    node = rd->node;
-
-    if (ngx_http_idem_redis_accept(rd, node) != NGX_OK) {
-        return NULL;
-    }
-
-    op = ngx_alloc(sizeof(ngx_http_idem_store_op_t), rd->log);
+    op = ngx_http_idem_redis_op_create(rd, script, argc, argv, ext);
     if (op == NULL) {
-        rd->stats.dropped++;
         return NULL;
     }
-
-    ngx_memzero(op, sizeof(ngx_http_idem_store_op_t));
 
     op->handler = handler;
     op->data = data;
 
-    op->timeout.handler = ngx_http_idem_redis_read_timeout;
-    op->timeout.data = op;
-    op->timeout.log = rd->log;
-
-    args = ngx_http_idem_redis_argv(rd, argc, args_buf, lens_buf, &lens);
-    if (args == NULL) {
-        ngx_free(op);
-        rd->stats.dropped++;
-        return NULL;
-    }
-
-    for (i = 0; i < argc; i++) {
-        args[i] = (const char *) argv[i].data;
-        lens[i] = argv[i].len;
-    }
-
-    rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
-                                          op, argc, args, lens);
-
-    if (args != args_buf) {
-        ngx_free(args);
-    }
-
-    if (rc != NGX_OK) {
-        ngx_free(op);
-        rd->stats.dropped++;
-        rd->down++;
-        ngx_http_idem_redis_report_later(rd);
+    if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
+        ngx_http_idem_redis_op_free(op);
         return NULL;
     }
 
     /* not cancelable: a request waits on it, an exiting worker too */
 
-    ngx_add_timer(&op->timeout, timeout ? timeout : rd->conf->timeout);
+    ngx_add_timer(&op->timeout, rd->conf->timeout);
 
     return op;
+}
+
+
+/*
+ * From inside the op's handler (a reply, never a timeout): the same op
+ * asks again with another command, under a timeout of its own.
+ */
+
+ngx_int_t
+ngx_http_idem_redis_again(ngx_http_idem_store_op_t *op,
+    ngx_http_idem_redis_script_t *script, ngx_uint_t argc, ngx_str_t *argv)
+{
+    ngx_http_idem_redis_t  *rd;
+
+    rd = &ngx_http_idem_redis;
+
+    if (rd->closing
+        || ngx_http_idem_redis_op_command(rd, op, script, argc, argv)
+           != NGX_OK
+        || ngx_http_idem_redis_op_send(rd, op) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    op->done = 0;
+    op->again = 1;
+
+    ngx_add_timer(&op->timeout, rd->conf->timeout);
+
+    return NGX_OK;
 }
 
 
@@ -1568,12 +1643,18 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
 
     if (reply != NULL
         && reply->type == REDIS_REPLY_ERROR
-        && rd->cluster != NULL
         && !op->done
-        && !rd->closing
-        && ngx_http_idem_redis_cluster_redirect(rd, op, reply) == NGX_OK)
+        && !rd->closing)
     {
-        return;
+        if (rd->cluster != NULL
+            && ngx_http_idem_redis_cluster_redirect(rd, op, reply) == NGX_OK)
+        {
+            return;
+        }
+
+        if (ngx_http_idem_redis_noscript(rd, op, reply) == NGX_OK) {
+            return;
+        }
     }
 
     if (op->timeout.timer_set) {
@@ -1584,7 +1665,7 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
 
         /* timed out, cancelled, or the worker exits */
 
-        ngx_free(op);
+        ngx_http_idem_redis_op_free(op);
         return;
     }
 
@@ -1614,7 +1695,52 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
         }
     }
 
-    ngx_free(op);
+    if (op->again) {
+
+        /* its handler asked again (ngx_http_idem_redis_again) */
+
+        op->again = 0;
+        return;
+    }
+
+    ngx_http_idem_redis_op_free(op);
+}
+
+
+/*
+ * NOSCRIPT to an EVALSHA: the same script sent again with its text, once,
+ * to the same node (hiredis takes commands from a reply callback); the op
+ * waits on under its own timer, and the node keeps the script from then
+ * on.  NGX_OK: sent.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_noscript(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, redisReply *reply)
+{
+    if (op->script == NULL || op->resent
+        || reply->len < sizeof("NOSCRIPT") - 1
+        || ngx_strncmp(reply->str, "NOSCRIPT", sizeof("NOSCRIPT") - 1) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: NOSCRIPT for %*s, sending its text",
+                   (size_t) sizeof(op->script->sha1), op->script->sha1);
+
+    op->resent = 1;
+
+    op->argv[0] = "EVAL";
+    op->lens[0] = sizeof("EVAL") - 1;
+    op->argv[1] = (const char *) op->script->text.data;
+    op->lens[1] = op->script->text.len;
+
+    if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
 }
 
 

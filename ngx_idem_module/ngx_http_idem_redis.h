@@ -36,6 +36,9 @@
 /* the first delay before connecting again, doubled up to 5 s */
 #define NGX_HTTP_IDEM_REDIS_BACKOFF_MIN      100
 
+/* command arguments kept on the stack */
+#define NGX_HTTP_IDEM_REDIS_ARGS             16
+
 /* connections of one worker: cluster masters, replicas, sentinels */
 #define NGX_HTTP_IDEM_REDIS_MAX_NODES        64
 
@@ -60,23 +63,54 @@ typedef struct {
 
 
 /*
+ * The answer to an op: NGX_OK with the reply's elements (an array element
+ * by element, integers in decimal, nil as empty; a string, status or
+ * integer as one element; nil as none); NGX_ERROR when the store could not
+ * answer (down, error reply, disconnected, timed out).  The strings are
+ * valid during the call only.
+ */
+typedef void (*ngx_http_idem_redis_reply_pt)(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+
+
+/*
+ * A Lua script (ngx_idem_module/ngx_http_idem_redis_*.lua, made into C by
+ * the config script), run by its SHA1: EVALSHA, and EVAL once a node says
+ * NOSCRIPT (a restart, a failover, another cluster node), after which that
+ * node keeps it.
+ */
+typedef struct {
+    ngx_str_t                        text;
+    u_char                           sha1[40];   /* hex, at first use */
+    unsigned                         hashed:1;
+} ngx_http_idem_redis_script_t;
+
+
+/*
  * A command whose reply someone waits for: a read, or in a cluster any
- * command (it may have to be sent again to another node).  malloc()ed, it
- * outlives the request that asked for it.
+ * command (it may have to be sent again to another node).  malloc()ed with
+ * room for its caller's own data ("ext") and a copy of the command (the
+ * caller's strings are gone by the time a MOVED or a NOSCRIPT comes back),
+ * it outlives the request that asked for it.
  */
 struct ngx_http_idem_store_op_s {
-    ngx_http_idem_store_read_pt      handler;    /* NULL: a write */
+    ngx_http_idem_redis_reply_pt     handler;    /* NULL: a write */
     void                            *data;
     ngx_event_t                      timeout;
 
-    /* cluster: the command, kept for MOVED and ASK */
+    /* the command, kept for MOVED, ASK and NOSCRIPT */
     ngx_uint_t                       argc;
     const char                     **argv;
     size_t                          *lens;
     ngx_uint_t                       slot;
     ngx_uint_t                       redirects;
 
+    ngx_http_idem_redis_script_t    *script;
+    void                            *ext;        /* the caller's */
+
     unsigned                         done:1;     /* answered or cancelled */
+    unsigned                         resent:1;   /* as EVAL, after NOSCRIPT */
+    unsigned                         again:1;    /* re-armed by its handler */
 };
 
 
@@ -148,6 +182,8 @@ struct ngx_http_idem_redis_s {
     unsigned                         started:1;
     unsigned                         closing:1;  /* exit_process */
     unsigned                         draining:1; /* exiting, pending */
+    unsigned                         urgent:1;   /* writes: flush now */
+    unsigned                         lazy:1;     /* reads: may wait */
 };
 
 
@@ -166,6 +202,15 @@ void ngx_http_idem_redis_pending_done(ngx_http_idem_redis_t *rd);
 void ngx_http_idem_redis_report_later(ngx_http_idem_redis_t *rd);
 void ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r,
     void *privdata);
+ngx_http_idem_store_op_t *ngx_http_idem_redis_read(
+    ngx_http_idem_redis_script_t *script, ngx_uint_t argc, ngx_str_t *argv,
+    ngx_http_idem_redis_reply_pt handler, void *data, size_t ext);
+ngx_int_t ngx_http_idem_redis_again(ngx_http_idem_store_op_t *op,
+    ngx_http_idem_redis_script_t *script, ngx_uint_t argc, ngx_str_t *argv);
+ngx_int_t ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv);
+ngx_int_t ngx_http_idem_redis_room(ngx_uint_t n);
+void ngx_http_idem_redis_urgent(ngx_uint_t urgent);
+void ngx_http_idem_redis_lazy(ngx_uint_t lazy);
 
 /* ngx_http_idem_redis_cluster.c */
 ngx_int_t ngx_http_idem_redis_cluster_init(ngx_http_idem_redis_t *rd,

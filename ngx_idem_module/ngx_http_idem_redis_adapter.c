@@ -9,10 +9,13 @@
  * its output buffer is empty.
  *
  * Once connected, a write is not armed in epoll at all: the write event
- * is posted, so that every command queued during this turn of the event
- * loop leaves in one write(2) at its end, without two epoll_ctl(2) calls
- * per flush.  Only a write that could not finish (the socket is full) arms
- * the level-triggered event.
+ * waits on a timer of NGX_HTTP_IDEM_REDIS_FLUSH_DELAY, so that the writes
+ * of every call in that time leave in one write(2) (and their replies come
+ * back in one read), without two epoll_ctl(2) calls per flush.  A command
+ * someone waits for (a claim, a read) is flushed now, the writes queued
+ * before it with it: ngx_http_idem_redis_flush() posts the write event.
+ * Only a write that could not finish (the socket is full) arms the
+ * level-triggered event.
  *
  * The socket belongs to hiredis: it creates it, connects it and closes it
  * after the cleanup hook, which only releases the nginx connection.
@@ -24,6 +27,10 @@
 #include <ngx_event.h>
 
 #include "ngx_http_idem_redis_adapter.h"
+
+
+/* writes nobody waits for leave within this (ms) */
+#define NGX_HTTP_IDEM_REDIS_FLUSH_DELAY  1
 
 
 static void ngx_http_idem_redis_add_read(void *privdata);
@@ -112,14 +119,39 @@ ngx_http_idem_redis_add_write(void *privdata)
     /* c->write->ready: set while a posted flush runs (see write_handler) */
 
     if ((ac->c.flags & REDIS_CONNECTED) && !c->write->ready && !c->error) {
-        if (!c->write->posted && !c->write->active) {
-            ngx_post_event(c->write, &ngx_posted_events);
+        if (!c->write->posted && !c->write->active
+            && !c->write->timer_set)
+        {
+            ngx_add_timer(c->write, NGX_HTTP_IDEM_REDIS_FLUSH_DELAY);
         }
 
         return;
     }
 
     ngx_http_idem_redis_add_event(c, c->write, NGX_WRITE_EVENT);
+}
+
+
+/* what is queued leaves at the end of this turn, not after the delay */
+
+void
+ngx_http_idem_redis_flush(redisAsyncContext *ac)
+{
+    ngx_connection_t  *c;
+
+    c = ac->ev.data;
+
+    if (c == NULL || !(ac->c.flags & REDIS_CONNECTED) || c->write->ready
+        || c->error || c->write->posted || c->write->active)
+    {
+        return;
+    }
+
+    if (c->write->timer_set) {
+        ngx_del_timer(c->write);
+    }
+
+    ngx_post_event(c->write, &ngx_posted_events);
 }
 
 
@@ -130,6 +162,10 @@ ngx_http_idem_redis_del_write(void *privdata)
 
     if (c->write->posted) {
         ngx_delete_posted_event(c->write);
+    }
+
+    if (c->write->timer_set) {
+        ngx_del_timer(c->write);
     }
 
     ngx_http_idem_redis_del_event(c->write, NGX_WRITE_EVENT);
@@ -248,6 +284,14 @@ ngx_http_idem_redis_write_handler(ngx_event_t *wev)
 
     c = wev->data;
     ac = c->data;
+
+    /* the delay is over, or the flush was asked for before it */
+
+    wev->timedout = 0;
+
+    if (wev->timer_set) {
+        ngx_del_timer(wev);
+    }
 
     if (c->error) {
 

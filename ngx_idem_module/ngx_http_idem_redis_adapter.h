@@ -22,6 +22,7 @@
  * nothing is attached, the caller frees the context.
  */
 ngx_int_t ngx_http_idem_redis_attach(redisAsyncContext *ac, ngx_log_t *log);
+void ngx_http_idem_redis_flush(redisAsyncContext *ac);
 
 
 #endif /* _NGX_HTTP_IDEM_REDIS_ADAPTER_H_INCLUDED_ */

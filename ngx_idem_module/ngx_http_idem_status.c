@@ -20,20 +20,10 @@ typedef struct {
 
 static ngx_int_t ngx_http_idem_status_handler(ngx_http_request_t *r);
 static void ngx_http_idem_status_reply(void *data, ngx_int_t rc,
-    ngx_str_t *elts, ngx_uint_t n);
+    ngx_http_idem_store_record_t *record);
 static void ngx_http_idem_status_cleanup(void *data);
 static ngx_int_t ngx_http_idem_status_send(ngx_http_request_t *r,
     ngx_http_idem_status_ctx_t *sctx, ngx_uint_t status, ngx_str_t *body);
-
-
-/*
- * The record, without a stored answer (dedupe.c), after Redis's clock:
- * a claim that lapsed reads as UNKNOWN by that clock, on every gateway.
- */
-
-static ngx_str_t  ngx_http_idem_status_lua = ngx_string(
-    NGX_HTTP_IDEM_LUA_RECORD
-    "return fields({string.format('%.0f', now)})\n");
 
 
 char *
@@ -84,7 +74,7 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 {
     u_char                      *p, err[64];
     ngx_int_t                    rc;
-    ngx_str_t                    id, content, argv[4];
+    ngx_str_t                    id, content, key;
     ngx_pool_cleanup_t          *cln;
     ngx_http_idem_problem_t      problem;
     ngx_http_idem_loc_conf_t    *ilcf;
@@ -147,7 +137,7 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 
     /* under the caller's scope, where the location has one */
 
-    rc = ngx_http_idem_record_key(r, ilcf, &id, &argv[3]);
+    rc = ngx_http_idem_record_key(r, ilcf, &id, &key);
 
     if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -160,10 +150,6 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
                                   "call ids) is empty");
         return ngx_http_idem_send_problem(r, &problem, NULL);
     }
-
-    ngx_str_set(&argv[0], "EVAL");
-    argv[1] = ngx_http_idem_status_lua;
-    ngx_str_set(&argv[2], "1");
 
     sctx = ngx_pcalloc(r->pool, sizeof(ngx_http_idem_status_ctx_t));
     if (sctx == NULL) {
@@ -179,8 +165,11 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
     sctx->id = id;
     sctx->html = ngx_http_idem_timeline_wanted(r);
 
-    sctx->op = ngx_http_idem_store_read(4, argv, ngx_http_idem_status_reply,
-                                        sctx, 0);
+    /* read after Redis's clock: a lapsed claim is UNKNOWN on every gateway */
+
+    sctx->op = ngx_http_idem_store_read_record(&key,
+                                               ngx_http_idem_status_reply,
+                                               sctx);
 
     if (sctx->op == NULL) {
         return ngx_http_idem_status_send(r, sctx,
@@ -211,12 +200,11 @@ ngx_http_idem_status_cleanup(void *data)
 
 
 static void
-ngx_http_idem_status_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
-    ngx_uint_t n)
+ngx_http_idem_status_reply(void *data, ngx_int_t rc,
+    ngx_http_idem_store_record_t *record)
 {
     ngx_http_idem_status_ctx_t *sctx = data;
 
-    ngx_int_t            now;
     ngx_str_t            body;
     ngx_connection_t    *c;
     ngx_http_request_t  *r;
@@ -226,23 +214,20 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc, ngx_str_t *elts,
 
     sctx->op = NULL;
 
-    /* Redis's time, then the record's fields */
-
-    now = (rc == NGX_OK && n > 0) ? ngx_atoi(elts[0].data, elts[0].len)
-                                  : NGX_ERROR;
-
-    if (now == NGX_ERROR) {
+    if (rc == NGX_ERROR) {
         rc = ngx_http_idem_status_send(r, sctx, NGX_HTTP_SERVICE_UNAVAILABLE,
                                        NULL);
 
-    } else if (n == 1) {
+    } else if (rc == NGX_DECLINED) {
         rc = ngx_http_idem_status_send(r, sctx, NGX_HTTP_NOT_FOUND, NULL);
 
     } else {
         rc = sctx->html
-             ? ngx_http_idem_timeline_page(r, &sctx->id, now, &elts[1], n - 1,
+             ? ngx_http_idem_timeline_page(r, &sctx->id, record->now,
+                                           record->fields, record->nfields,
                                            &body)
-             : ngx_http_idem_record_json(r, &sctx->id, now, &elts[1], n - 1,
+             : ngx_http_idem_record_json(r, &sctx->id, record->now,
+                                         record->fields, record->nfields,
                                          &body);
 
         if (rc == NGX_OK) {

@@ -53,14 +53,95 @@ typedef struct {
 typedef struct ngx_http_idem_store_op_s  ngx_http_idem_store_op_t;
 
 
+/* what a claim found (ngx_http_idem_store_claim) */
+typedef enum {
+    NGX_HTTP_IDEM_STORE_CLAIMED = 0,    /* this execution owns the call */
+    NGX_HTTP_IDEM_STORE_IN_FLIGHT,      /* another one does, unfinished */
+    NGX_HTTP_IDEM_STORE_REPLAY,         /* its answer: "answer" */
+    NGX_HTTP_IDEM_STORE_NOT_STORED,     /* it ended, answer not kept */
+    NGX_HTTP_IDEM_STORE_UNKNOWN,        /* it may have run: the record */
+    NGX_HTTP_IDEM_STORE_MISMATCH,       /* the id came with another call */
+    NGX_HTTP_IDEM_STORE_UNAVAILABLE     /* no answer: it may be claimed */
+} ngx_http_idem_store_verdict_e;
+
+
 /*
- * The answer to a read.  rc: NGX_OK with the reply's elements (for HGETALL:
- * field, value, field, value ...; n == 0 when the key does not exist);
- * NGX_ERROR when the store could not answer (down, error reply,
- * disconnected, timed out).  The strings are valid during the call only.
+ * A record as the store holds it: Redis's clock when it was read (unix
+ * ms), and its fields as field, value, ... (ngx_http_idem_record.c names
+ * them), the stored answer left out.
  */
-typedef void (*ngx_http_idem_store_read_pt)(void *data, ngx_int_t rc,
-    ngx_str_t *elts, ngx_uint_t n);
+typedef struct {
+    uint64_t                   now;
+    ngx_str_t                 *fields;
+    ngx_uint_t                 nfields;        /* strings, 2 a field */
+} ngx_http_idem_store_record_t;
+
+
+/* a claim of a call id, for one execution of it */
+typedef struct {
+    ngx_str_t                  key;            /* the record's */
+    ngx_str_t                  token;          /* the execution's */
+    ngx_str_t                  digest;         /* method, URI and body */
+    ngx_str_t                  arrival;        /* its "e:" value */
+    ngx_msec_t                 lease;          /* held this long, at most */
+    ngx_msec_t                 ttl;            /* the record's */
+} ngx_http_idem_store_claim_t;
+
+
+/*
+ * What a claim found; the strings are valid during the handler only.
+ * CLAIMED with "rest": the claim holds, and the execution's next write
+ * completes it (ngx_http_idem_store_write_t's "claim": its digest, its
+ * lease, with its arrival), on the same connection, in the same turn;
+ * until then a duplicate reads the call as in flight.
+ */
+typedef struct {
+    ngx_http_idem_store_verdict_e  verdict;
+    ngx_str_t                      answer;     /* REPLAY */
+    ngx_http_idem_store_record_t   record;     /* NOT_STORED, UNKNOWN */
+    unsigned                       rest:1;
+} ngx_http_idem_store_found_t;
+
+
+/*
+ * A write of a record's fields, fire and forget.  ttl 0: the record's
+ * expiry is left as it is (the caller set it a moment ago); count: the
+ * execution ended, count it and trim the record past max_executions
+ * (+ a quarter); claim: the rest of a claim that said so (its digest,
+ * and its lease unless the execution is done; the lease needs the ttl).
+ */
+typedef struct {
+    ngx_str_t                  key;
+    ngx_str_t                  token;          /* claim */
+    ngx_str_t                  digest;         /* claim */
+    ngx_msec_t                 lease;          /* claim, 0: none */
+    ngx_str_t                 *fields;         /* field, value, ... */
+    ngx_uint_t                 nfields;        /* strings, 2 a field */
+    ngx_msec_t                 ttl;
+    ngx_uint_t                 max_executions;
+    unsigned                   count:1;
+    unsigned                   claim:1;
+} ngx_http_idem_store_write_t;
+
+
+/* an entry of a follow-up stream (idem_unknown_stream), capped near maxlen */
+typedef struct {
+    ngx_str_t                  stream;         /* its key */
+    ngx_uint_t                 maxlen;
+    ngx_str_t                 *fields;         /* field, value, ... */
+    ngx_uint_t                 nfields;        /* strings, 2 a field */
+} ngx_http_idem_store_entry_t;
+
+
+typedef void (*ngx_http_idem_store_claim_pt)(void *data,
+    ngx_http_idem_store_found_t *found);
+
+/* rc: NGX_OK (the store took it), NGX_ERROR (it did not say so) */
+typedef void (*ngx_http_idem_store_done_pt)(void *data, ngx_int_t rc);
+
+/* rc: NGX_OK, NGX_DECLINED (no record), NGX_ERROR (no answer) */
+typedef void (*ngx_http_idem_store_record_pt)(void *data, ngx_int_t rc,
+    ngx_http_idem_store_record_t *record);
 
 
 /* configuration time: "idem_redis ADDR ..." (messages name the directive) */
@@ -72,21 +153,28 @@ ngx_int_t ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
     ngx_http_idem_store_conf_t *conf);
 void ngx_http_idem_store_exit_process(ngx_cycle_t *cycle);
 
-/*
- * Fire and forget: HSET key field value ..., then PEXPIRE key ttl (ms).
- * NGX_OK: queued; NGX_DECLINED: dropped.
- */
-ngx_int_t ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl,
-    ngx_uint_t argc, ngx_str_t *argv);
+/* NGX_OK: queued; NGX_DECLINED: dropped (the store logs why) */
+ngx_int_t ngx_http_idem_store_write(ngx_http_idem_store_write_t *w);
 
 /*
- * A read.  The handler is called exactly once, never from inside this call,
- * unless the op is cancelled first.  NULL: could not even be queued.
+ * A claim, and a read of a record.  The handler is called exactly once,
+ * never from inside these calls, unless the op is cancelled first.  NULL:
+ * could not even be queued.
  */
-ngx_http_idem_store_op_t *ngx_http_idem_store_read(ngx_uint_t argc,
-    ngx_str_t *argv, ngx_http_idem_store_read_pt handler, void *data,
-    ngx_msec_t timeout);
+ngx_http_idem_store_op_t *ngx_http_idem_store_claim(
+    ngx_http_idem_store_claim_t *claim, ngx_http_idem_store_claim_pt handler,
+    void *data);
+ngx_http_idem_store_op_t *ngx_http_idem_store_read_record(ngx_str_t *key,
+    ngx_http_idem_store_record_pt handler, void *data);
 void ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op);
+
+/*
+ * An entry appended to a stream, after the writes queued before it on the
+ * same connection (a record's final write).  NGX_DECLINED: not queued;
+ * else the handler says whether the store took it.
+ */
+ngx_int_t ngx_http_idem_store_append(ngx_http_idem_store_entry_t *entry,
+    ngx_http_idem_store_done_pt handler, void *data);
 
 
 #endif /* _NGX_HTTP_IDEM_STORE_H_INCLUDED_ */

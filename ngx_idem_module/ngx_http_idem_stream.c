@@ -5,10 +5,9 @@
  * job follows it up (asks for the receipt again, reverses, or hands it to
  * a person) instead of the call waiting in its record until someone asks.
  *
- * The entry is an XADD queued right behind the record's final write
- * (record.c): the same hiredis buffer, the same write to Redis, run after
- * it, so that a consumer that reads the record finds the final write
- * there.  Nothing else is appended: SUCCESS and FAILED-not-sent are
+ * The entry is appended right behind the record's final write (record.c),
+ * on the same connection, so that a consumer that reads the record finds
+ * the final write there (the store's XADD).  Nothing else is appended: SUCCESS and FAILED-not-sent are
  * definite.  A store that is down loses the entry as it loses the final
  * write; it is counted, never waited for.
  *
@@ -23,12 +22,11 @@
 #include "ngx_http_idem_module.h"
 
 
-/* "XADD", key, "MAXLEN", "~", N, "*", then 13 field/value pairs */
-#define NGX_HTTP_IDEM_STREAM_ARGS        (6 + 2 * 13)
+/* 13 field/value pairs */
+#define NGX_HTTP_IDEM_STREAM_FIELDS      (2 * 13)
 
 
-static void ngx_http_idem_stream_added(void *data, ngx_int_t rc,
-    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_stream_added(void *data, ngx_int_t rc);
 
 
 /* idem_unknown_stream NAME [maxlen=N] | off */
@@ -113,14 +111,15 @@ void
 ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_uint_t state, ngx_uint_t ok)
 {
-    u_char                     *p, *last, *q;
-    size_t                      len;
-    ngx_str_t                   argv[NGX_HTTP_IDEM_STREAM_ARGS], uri;
-    ngx_str_t                  *outcome;
-    ngx_uint_t                  i, status, nattempts;
-    ngx_http_idem_attempt_t    *a;
-    ngx_http_idem_loc_conf_t   *ilcf;
-    ngx_http_idem_main_conf_t  *imcf;
+    u_char                       *p, *last, *q;
+    size_t                        len;
+    ngx_str_t                     argv[NGX_HTTP_IDEM_STREAM_FIELDS], uri;
+    ngx_str_t                    *outcome;
+    ngx_uint_t                    i, status, nattempts;
+    ngx_http_idem_attempt_t      *a;
+    ngx_http_idem_loc_conf_t     *ilcf;
+    ngx_http_idem_main_conf_t    *imcf;
+    ngx_http_idem_store_entry_t   entry;
 
     if (state != NGX_HTTP_IDEM_UNKNOWN) {
         return;
@@ -177,25 +176,13 @@ ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     last = p + len;
 
-    ngx_str_set(&argv[0], "XADD");
-
-    argv[1].data = p;
+    entry.stream.data = p;
     p = ngx_cpymem(p, imcf->key_prefix.data, imcf->key_prefix.len);
     p = ngx_cpymem(p, ilcf->unknown_stream.data, ilcf->unknown_stream.len);
-    argv[1].len = p - argv[1].data;
+    entry.stream.len = p - entry.stream.data;
+    entry.maxlen = ilcf->unknown_stream_maxlen;
 
-    /* approximate trimming: Redis drops whole nodes, cheaply */
-
-    ngx_str_set(&argv[2], "MAXLEN");
-    ngx_str_set(&argv[3], "~");
-
-    argv[4].data = p;
-    p = ngx_sprintf(p, "%ui", ilcf->unknown_stream_maxlen);
-    argv[4].len = p - argv[4].data;
-
-    ngx_str_set(&argv[5], "*");
-
-    i = 6;
+    i = 0;
 
     ngx_str_set(&argv[i], "call_id");
     argv[i + 1] = ctx->call_id;
@@ -281,17 +268,17 @@ ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     argv[i + 1].len = p - argv[i + 1].data;
     i += 2;
 
-    if (p > last || i != NGX_HTTP_IDEM_STREAM_ARGS) {
+    if (p > last || i != NGX_HTTP_IDEM_STREAM_FIELDS) {
         ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
                       "idem: stream buffer overrun");
         return;
     }
 
-    /* a read whose reply only says whether Redis took it */
+    entry.fields = argv;
+    entry.nfields = i;
 
-    if (ngx_http_idem_store_read(i, argv, ngx_http_idem_stream_added, NULL,
-                                 0)
-        == NULL)
+    if (ngx_http_idem_store_append(&entry, ngx_http_idem_stream_added, NULL)
+        != NGX_OK)
     {
         ngx_http_idem_count(unknown_stream_drops);
 
@@ -303,21 +290,16 @@ ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem stream: \"%V\" UNKNOWN appended to \"%V\", "
-                   "%ui attempts", &ctx->call_id, &argv[1], nattempts);
+                   "%ui attempts", &ctx->call_id, &entry.stream, nattempts);
 }
 
 
-/* the entry's id, or an error reply / a lost connection (redis.c logs) */
+/* the store did not take it (it logs why): lost, counted */
 
 static void
-ngx_http_idem_stream_added(void *data, ngx_int_t rc, ngx_str_t *elts,
-    ngx_uint_t n)
+ngx_http_idem_stream_added(void *data, ngx_int_t rc)
 {
-    if (rc != NGX_OK || n != 1) {
+    if (rc != NGX_OK) {
         ngx_http_idem_count(unknown_stream_drops);
-        return;
     }
-
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "idem stream: entry \"%V\" added", &elts[0]);
 }

@@ -149,6 +149,9 @@ exited on signal
     location /log/ {
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
     }
+    location /calls/ {
+        idem_status;
+    }
 --- init
 select(undef, undef, undef, 0.5);
 --- request eval
@@ -226,8 +229,54 @@ exited on signal
 
 
 
-=== TEST 11: clean up
+=== TEST 11: Redis restarted: a new call id is claimed (no script needed)
 --- init
+RedisFault::start();
+select(undef, undef, undef, 6);
+--- request
+POST /d
+x
+--- more_headers
+X-Call-Id: fault-dd-noscript
+--- error_code: 200
+--- response_headers
+!Idempotent-Replayed
+--- response_body_like
+^n=1 [^\n]*body=x$
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 12: Redis without the scripts: a duplicate, which needs one, is answered
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} SCRIPT FLUSH >/dev/null");
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} CONFIG RESETSTAT >/dev/null");
+--- request eval
+["POST /d\nx", "POST /d\ny", "GET /calls/fault-dd-noscript"]
+--- more_headers
+X-Call-Id: fault-dd-noscript
+--- error_code eval
+[200, 422, 200]
+--- response_headers eval
+["Idempotent-Replayed: true", "", ""]
+--- response_body_like eval
+['\An=1 [^\n]*\n\z', '"type":"urn:ngx-idem:problem:payload-mismatch"',
+ '"call_id":"fault-dd-noscript",.*"state":"SUCCESS"']
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 13: clean up; the scripts were run by SHA1, sent once each after NOSCRIPT
+--- init
+my $stats = `redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} INFO commandstats`;
+Test::More::like($stats, qr/^cmdstat_evalsha:calls=3,.*failed_calls=2\r?$/m,
+                 "EVALSHA: two claims and a read, NOSCRIPT for the first of each");
+Test::More::like($stats, qr/^cmdstat_eval:calls=2,/m,
+                 "EVAL: the first claim and the read again, with their text");
 RedisFault::stop();
 --- config
     location /t {

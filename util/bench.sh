@@ -499,7 +499,7 @@ wrk_parse() {
 # bench's own (INFO, CONFIG)
 redis_usec() {
     redis_cmd INFO commandstats | tr -d '\r' | awk -F'[:=,]' '
-        /^cmdstat_/ && $1 !~ /^cmdstat_(info|config)$/ {
+        /^cmdstat_/ && $1 !~ /^cmdstat_(info|config)/ {
             for (i = 2; i < NF; i += 2) {
                 if ($i == "calls") c += $(i + 1)
                 if ($i == "usec") u += $(i + 1)
@@ -528,6 +528,8 @@ for ((r = 1; r <= rounds; r++)); do
         # the writes of the last calls land a moment after wrk stops
         sleep 0.2
         read -r rps p99 non2xx sockerr reqs < <(wrk_parse "$out")
+        redis_cmd INFO commandstats | tr -d '\r' | grep '^cmdstat_' \
+            > "$run/wrk/$v-$r.redis" || true
         read -r rusec rcalls < <(redis_usec)
         echo "$v $r $rps $p99 $non2xx $sockerr $reqs $rusec $rcalls" \
             >> "$run/wrk/all.txt"
@@ -614,6 +616,27 @@ alerts=$(cat "$run/gateway/error.log" "$run/peer/error.log" 2>/dev/null \
              'BEGIN { printf "%+.2f ms", a - b }')"
     fi
     echo "  redis us per call: record <= 4.5, dedupe <= 10"
+    echo
+    echo "redis per call, by command (all rounds: commands, usec):"
+    for v in "${variants[@]}"; do
+        newid "$v" || continue
+        reqs=$(awk -v v="$v" '$1 == v { n += $7 } END { print n + 0 }' \
+               "$run/wrk/all.txt")
+        [ "$reqs" -gt 0 ] || continue
+        cat "$run/wrk/$v"-*.redis 2>/dev/null | awk -F'[:=,]' -v n="$reqs" '
+            { k = substr($1, 9) }
+            k !~ /^(info|config)/ {
+                for (i = 2; i < NF; i += 2) {
+                    if ($i == "calls") c[k] += $(i + 1)
+                    if ($i == "usec") u[k] += $(i + 1)
+                }
+            }
+            END {
+                for (k in c) printf "  %s %.2f x %.2f us", k, c[k] / n,
+                                    u[k] / n
+                printf "\n"
+            }' | sed "s/^/  $v:/"
+    done
     [ "${alerts:-0}" = 0 ] \
         || echo "error logs: $alerts error/alert line(s) under build/bench/run"
     echo "noise: a ratio means something only when its distance from 1 is" \

@@ -72,7 +72,10 @@ if [ ! -f "$dir/.unpacked" ]; then
     touch "$dir/.unpacked"
 fi
 
-if [ ! -f "$objs/Makefile" ] || [ config -nt "$objs/Makefile" ]; then
+lua_newer=$(find ngx_idem_module -name '*.lua' -newer "$objs/Makefile" \
+            2>/dev/null | head -1)
+if [ ! -f "$objs/Makefile" ] || [ config -nt "$objs/Makefile" ] \
+   || [ -n "$lua_newer" ]; then
     echo "configuring nginx $version (log: build/nginx-$version/build.log)" >&2
 
     (cd "$src" && auto/configure \

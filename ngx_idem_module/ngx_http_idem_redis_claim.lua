@@ -1,0 +1,43 @@
+-- The claim's rare paths, after HSETNX of "o" found an owner already
+-- (ngx_http_idem_redis_record.c), with the record prelude before it.
+-- KEYS[1]: the record; ARGV: token, digest,
+-- lease (ms), ttl (ms), arrival.  Replies {"claimed"}, {"mismatch"},
+-- {"inflight", ms left}, {"replay", answer}, or {"large" | "unknown",
+-- now, the record's fields}.  A claim lapses by Redis's clock, so that
+-- gateways need not agree on the time; its owner's final write applies
+-- whenever it comes.
+local k = KEYS[1]
+local function record(v)
+  return fields({v, string.format('%.0f', now)})
+end
+local v = redis.call('HMGET', k, 'd', 'o')
+local o = v[2]
+if o then
+  if v[1] and v[1] ~= ARGV[2] then return {'mismatch'} end
+  local w = redis.call('HMGET', k, 'k:' .. o, 'l:' .. o)
+  local s = w[1]
+  if not s then
+    local left = 0
+    if w[2] then
+      left = lease_at(w[2]) - now
+    elseif not v[1] then
+      -- its owner is writing the rest of its claim right now, or died
+      -- doing so: the lease starts here, so that the claim lapses
+      redis.call('HSET', k, 'l:' .. o,
+        string.format('%.0f', now + tonumber(ARGV[3])))
+      left = tonumber(ARGV[3])
+    end
+    if left > 0 then
+      return {'inflight', string.format('%.0f', left)}
+    end
+    return record('unknown')
+  end
+  if s == 'R' then return {'replay', redis.call('HGET', k, 'r')} end
+  if s == 'L' then return record('large') end
+  if s ~= 'F' then return record('unknown') end
+end
+redis.call('HSET', k, 'd', ARGV[2], 'o', ARGV[1],
+  'l:' .. ARGV[1], string.format('%.0f', now + tonumber(ARGV[3])),
+  'e:' .. ARGV[1], ARGV[5])
+redis.call('PEXPIRE', k, ARGV[4])
+return {'claimed'}

@@ -1,0 +1,642 @@
+
+/*
+ * The record store's operations on Redis: a record's fields written, a
+ * call id claimed, a record read, an execution counted and a record
+ * trimmed.  A record is a hash (its fields: ngx_http_idem_record.c).
+ *
+ * What a call costs Redis, on the common path, without a script:
+ *
+ *   a recorded call  HSET + PEXPIRE (arrival), HSET (end; PEXPIRE only
+ *                    when the expiry must move), HINCRBY (the count)
+ *   a new claim      HSETNX "o" (the claim itself: atomic, one field);
+ *                    its owner's arrival completes it: HSET with "d" and
+ *                    the lease, PEXPIRE; at the end HSET
+ *
+ * A claim made without a script has no clock of Redis's to write its
+ * lease with: it writes "l:<token>" as "+<lease> <ttl>" in the write that
+ * sets the record's expiry to <ttl>, and the scripts read the lease from
+ * the record's PTTL (ngx_http_idem_redis_record.lua).  Scripts
+ * (ngx_http_idem_redis_*.lua) run only when a claim finds an owner
+ * already (a duplicate, an execution to take over), for a status read,
+ * and for a trim; they run by SHA1 (ngx_http_idem_redis.c).
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_event.h>
+
+#include "ngx_http_idem_store.h"
+#include "ngx_http_idem_redis.h"
+#include "ngx_http_idem_redis_lua.h"
+
+
+/* a claim on its way: copies, the request may go before the reply */
+typedef struct {
+    ngx_http_idem_store_claim_pt     handler;
+    void                            *data;
+    ngx_str_t                        argv[6];    /* key, the script's ARGV */
+} ngx_http_idem_redis_claim_t;
+
+
+/* a record read's caller */
+typedef struct {
+    ngx_http_idem_store_record_pt    handler;
+    void                            *data;
+} ngx_http_idem_redis_reader_t;
+
+
+/* a stream entry's caller */
+typedef struct {
+    ngx_http_idem_store_done_pt      handler;
+    void                            *data;
+} ngx_http_idem_redis_appender_t;
+
+
+static void ngx_http_idem_redis_claimed(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_redis_appended(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_redis_record_read(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_redis_counted(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static ngx_int_t ngx_http_idem_redis_ms(ngx_str_t *value, uint64_t *ms);
+
+
+static ngx_http_idem_redis_script_t  ngx_http_idem_redis_claim_lua = {
+    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_RECORD NGX_HTTP_IDEM_REDIS_LUA_CLAIM),
+    { 0 }, 0
+};
+
+static ngx_http_idem_redis_script_t  ngx_http_idem_redis_read_lua = {
+    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_RECORD NGX_HTTP_IDEM_REDIS_LUA_READ),
+    { 0 }, 0
+};
+
+static ngx_http_idem_redis_script_t  ngx_http_idem_redis_trim_lua = {
+    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_TRIM),
+    { 0 }, 0
+};
+
+
+/*
+ * HSET key fields (with a claim's "d" and "l:"), PEXPIRE key ttl,
+ * HINCRBY key n 1 (a count): all of them or none.
+ */
+
+ngx_int_t
+ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
+{
+    u_char                      ttl[NGX_INT64_LEN],
+                                lease[2 + 64 + 3 + 2 * NGX_INT64_LEN];
+    ngx_int_t                   rc;
+    ngx_str_t                   argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv,
+                                cmd[4], lfield;
+    ngx_uint_t                  n, i;
+    ngx_http_idem_store_op_t   *op;
+
+    n = (w->nfields ? 1 : 0) + (w->ttl ? 1 : 0) + (w->count ? 1 : 0);
+
+    if (n == 0) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_idem_redis_room(n) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: write \"%V\": %ui fields, ttl %M, count %d",
+                   &w->key, w->nfields / 2, w->ttl, (int) w->count);
+
+    rc = NGX_OK;
+
+    /* a claim's rest leaves now: duplicates wait on it */
+
+    ngx_http_idem_redis_urgent(w->claim);
+
+    if (w->nfields) {
+        i = w->nfields + 2 + (w->claim ? 4 : 0);
+
+        if (i <= NGX_HTTP_IDEM_REDIS_ARGS) {
+            argv = argv_buf;
+
+        } else {
+            argv = ngx_alloc(i * sizeof(ngx_str_t), ngx_cycle->log);
+            if (argv == NULL) {
+                goto failed;
+            }
+        }
+
+        ngx_str_set(&argv[0], "HSET");
+        argv[1] = w->key;
+
+        for (i = 0; i < w->nfields; i++) {
+            argv[2 + i] = w->fields[i];
+        }
+
+        i += 2;
+
+        if (w->claim) {
+            ngx_str_set(&argv[i], "d");
+            argv[i + 1] = w->digest;
+            i += 2;
+
+            if (w->lease && w->ttl && w->token.len <= 64) {
+
+                /* "l:<token>": "+<lease> <ttl>", the PEXPIRE below's */
+
+                lfield.data = lease;
+                lfield.len = ngx_sprintf(lease, "l:%V", &w->token) - lease;
+
+                argv[i] = lfield;
+                argv[i + 1].data = lease + lfield.len;
+                argv[i + 1].len = ngx_sprintf(argv[i + 1].data, "+%M %M",
+                                              w->lease, w->ttl)
+                                  - argv[i + 1].data;
+                i += 2;
+            }
+        }
+
+        rc = ngx_http_idem_redis_write(i, argv);
+
+        if (argv != argv_buf) {
+            ngx_free(argv);
+        }
+
+        if (rc != NGX_OK) {
+            goto failed;
+        }
+    }
+
+    cmd[1] = w->key;
+
+    if (w->ttl) {
+        ngx_str_set(&cmd[0], "PEXPIRE");
+        cmd[2].data = ttl;
+        cmd[2].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
+
+        if (ngx_http_idem_redis_write(3, cmd) != NGX_OK) {
+            goto failed;
+        }
+    }
+
+    ngx_http_idem_redis_urgent(0);
+
+    if (w->count) {
+
+        /* the cap goes with the op: the request may be gone by the reply */
+
+        ngx_str_set(&cmd[0], "HINCRBY");
+        ngx_str_set(&cmd[2], "n");
+        ngx_str_set(&cmd[3], "1");
+
+        ngx_http_idem_redis_lazy(1);
+
+        op = ngx_http_idem_redis_read(NULL, 4, cmd,
+                                      ngx_http_idem_redis_counted, NULL,
+                                      sizeof(ngx_uint_t));
+
+        ngx_http_idem_redis_lazy(0);
+
+        if (op == NULL) {
+            return NGX_DECLINED;
+        }
+
+        op->data = op;
+        *(ngx_uint_t *) op->ext = w->max_executions;
+    }
+
+    return NGX_OK;
+
+failed:
+
+    ngx_http_idem_redis_urgent(0);
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * The execution's count: over the cap by a quarter, the record is trimmed.
+ * A trim reads the whole record (some 0.7 ms of Redis for 100
+ * executions): done once a quarter of the cap more has been counted, not
+ * for every call of an id sent over and over.
+ */
+
+static void
+ngx_http_idem_redis_counted(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    u_char      buf[NGX_INT_T_LEN];
+    ngx_int_t   count, max;
+    ngx_str_t   argv[3];
+
+    /* a store that did not answer says so itself */
+
+    count = (rc == NGX_OK && n == 1) ? ngx_atoi(elts[0].data, elts[0].len)
+                                     : NGX_ERROR;
+    max = *(ngx_uint_t *) op->ext;
+
+    if (count == NGX_ERROR || count <= max + max / 4) {
+        return;
+    }
+
+    ngx_str_set(&argv[0], "1");
+    argv[1].data = (u_char *) op->argv[1];
+    argv[1].len = op->lens[1];
+    argv[2].data = buf;
+    argv[2].len = ngx_sprintf(buf, "%i", max) - buf;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: \"%V\" has %i executions, over %i: trim",
+                   &argv[1], count, max);
+
+    (void) ngx_http_idem_redis_read(&ngx_http_idem_redis_trim_lua, 3, argv,
+                                    ngx_http_idem_redis_trimmed, NULL, 0);
+}
+
+
+static void
+ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: trimmed: rc %i, %ui dropped", rc,
+                   (rc == NGX_OK && n == 1)
+                   ? (ngx_uint_t) ngx_atoi(elts[0].data, elts[0].len) : 0);
+}
+
+
+/*
+ * HSETNX key o token: the claim, atomic with one field.  Taken, the rest
+ * of it follows without waiting (the lease, the digest, the arrival); an
+ * owner there already, the claim script says what became of it.
+ */
+
+ngx_http_idem_store_op_t *
+ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
+    ngx_http_idem_store_claim_pt handler, void *data)
+{
+    u_char                       *p, lease[NGX_INT64_LEN], ttl[NGX_INT64_LEN];
+    size_t                        size;
+    ngx_str_t                     argv[4], a[6];
+    ngx_uint_t                    i;
+    ngx_http_idem_store_op_t     *op;
+    ngx_http_idem_redis_claim_t  *cl;
+
+    a[0] = claim->key;
+    a[1] = claim->token;
+    a[2] = claim->digest;
+    a[3].data = lease;
+    a[3].len = ngx_sprintf(lease, "%M", claim->lease) - lease;
+    a[4].data = ttl;
+    a[4].len = ngx_sprintf(ttl, "%M", claim->ttl) - ttl;
+    a[5] = claim->arrival;
+
+    size = sizeof(ngx_http_idem_redis_claim_t);
+
+    for (i = 0; i < 6; i++) {
+        size += a[i].len;
+    }
+
+    ngx_str_set(&argv[0], "HSETNX");
+    argv[1] = claim->key;
+    ngx_str_set(&argv[2], "o");
+    argv[3] = claim->token;
+
+    op = ngx_http_idem_redis_read(NULL, 4, argv, ngx_http_idem_redis_claimed,
+                                  NULL, size);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    cl = op->ext;
+    op->data = op;
+
+    cl->handler = handler;
+    cl->data = data;
+
+    p = (u_char *) &cl[1];
+
+    for (i = 0; i < 6; i++) {
+        cl->argv[i].data = p;
+        cl->argv[i].len = a[i].len;
+        p = ngx_cpymem(p, a[i].data, a[i].len);
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: claim of \"%V\" sent", &claim->key);
+
+    return op;
+}
+
+
+static void
+ngx_http_idem_redis_claimed(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_str_t                     argv[7];
+    ngx_uint_t                    i;
+    ngx_http_idem_redis_claim_t  *cl;
+    ngx_http_idem_store_found_t   found;
+
+    cl = op->ext;
+
+    ngx_memzero(&found, sizeof(ngx_http_idem_store_found_t));
+
+    if (rc != NGX_OK || n != 1) {
+        found.verdict = NGX_HTTP_IDEM_STORE_UNAVAILABLE;
+        cl->handler(cl->data, &found);
+        return;
+    }
+
+    if (elts[0].len == 1 && elts[0].data[0] == '1') {
+
+        /* taken: the execution's arrival completes it */
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "idem store: \"%V\" claimed", &cl->argv[0]);
+
+        found.rest = 1;
+        found.verdict = NGX_HTTP_IDEM_STORE_CLAIMED;
+        cl->handler(cl->data, &found);
+        return;
+    }
+
+    /* an owner already: what became of it */
+
+    ngx_str_set(&argv[0], "1");
+
+    for (i = 0; i < 6; i++) {
+        argv[1 + i] = cl->argv[i];
+    }
+
+    op->handler = ngx_http_idem_redis_claim_verdict;
+
+    if (ngx_http_idem_redis_again(op, &ngx_http_idem_redis_claim_lua, 7, argv)
+        != NGX_OK)
+    {
+        found.verdict = NGX_HTTP_IDEM_STORE_UNAVAILABLE;
+        cl->handler(cl->data, &found);
+    }
+}
+
+
+/*
+ * The claim script's answer: {"claimed"}, {"mismatch"}, {"inflight", ms},
+ * {"replay", answer}, {"large" | "unknown", now, fields ...}.
+ */
+
+static void
+ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_http_idem_redis_claim_t  *cl;
+    ngx_http_idem_store_found_t   found;
+
+    cl = op->ext;
+
+    ngx_memzero(&found, sizeof(ngx_http_idem_store_found_t));
+
+    found.verdict = NGX_HTTP_IDEM_STORE_UNAVAILABLE;
+
+    if (rc != NGX_OK || n == 0) {
+        goto done;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: claim: \"%V\", %ui elements", &elts[0], n);
+
+    switch (elts[0].len ? elts[0].data[0] : '\0') {
+
+    case 'c':
+        found.verdict = NGX_HTTP_IDEM_STORE_CLAIMED;
+        break;
+
+    case 'm':
+        found.verdict = NGX_HTTP_IDEM_STORE_MISMATCH;
+        break;
+
+    case 'i':
+        found.verdict = NGX_HTTP_IDEM_STORE_IN_FLIGHT;
+        break;
+
+    case 'r':
+        found.verdict = NGX_HTTP_IDEM_STORE_REPLAY;
+
+        if (n > 1) {
+            found.answer = elts[1];
+        }
+
+        break;
+
+    case 'l':
+    case 'u':
+        found.verdict = (elts[0].data[0] == 'l')
+                        ? NGX_HTTP_IDEM_STORE_NOT_STORED
+                        : NGX_HTTP_IDEM_STORE_UNKNOWN;
+
+        if (n > 1 && ngx_http_idem_redis_ms(&elts[1], &found.record.now)
+                     == NGX_OK)
+        {
+            found.record.fields = &elts[2];
+            found.record.nfields = n - 2;
+        }
+
+        break;
+
+    default:
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "idem: unexpected answer to a claim: \"%V\"",
+                      &elts[0]);
+        break;
+    }
+
+done:
+
+    cl->handler(cl->data, &found);
+}
+
+
+/* the record, without its stored answer, and Redis's time */
+
+ngx_http_idem_store_op_t *
+ngx_http_idem_store_read_record(ngx_str_t *key,
+    ngx_http_idem_store_record_pt handler, void *data)
+{
+    ngx_str_t                      argv[2];
+    ngx_http_idem_store_op_t      *op;
+    ngx_http_idem_redis_reader_t  *rdr;
+
+    ngx_str_set(&argv[0], "1");
+    argv[1] = *key;
+
+    op = ngx_http_idem_redis_read(&ngx_http_idem_redis_read_lua, 2, argv,
+                                  ngx_http_idem_redis_record_read, NULL,
+                                  sizeof(ngx_http_idem_redis_reader_t));
+
+    if (op == NULL) {
+        return NULL;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: read of \"%V\" sent", key);
+
+    op->data = op;
+
+    rdr = op->ext;
+    rdr->handler = handler;
+    rdr->data = data;
+
+    return op;
+}
+
+
+static void
+ngx_http_idem_redis_record_read(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_http_idem_redis_reader_t  *rdr;
+    ngx_http_idem_store_record_t   record;
+
+    rdr = op->ext;
+
+    ngx_memzero(&record, sizeof(ngx_http_idem_store_record_t));
+
+    if (rc != NGX_OK || n == 0
+        || ngx_http_idem_redis_ms(&elts[0], &record.now) != NGX_OK)
+    {
+        rdr->handler(rdr->data, NGX_ERROR, &record);
+        return;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: record read, %ui strings", n - 1);
+
+    if (n == 1) {
+        rdr->handler(rdr->data, NGX_DECLINED, &record);
+        return;
+    }
+
+    record.fields = &elts[1];
+    record.nfields = n - 1;
+
+    rdr->handler(rdr->data, NGX_OK, &record);
+}
+
+
+/* XADD stream MAXLEN ~ maxlen * fields: approximate trimming is cheap */
+
+ngx_int_t
+ngx_http_idem_store_append(ngx_http_idem_store_entry_t *entry,
+    ngx_http_idem_store_done_pt handler, void *data)
+{
+    u_char                           num[NGX_INT_T_LEN];
+    ngx_str_t                        argv_buf[NGX_HTTP_IDEM_REDIS_ARGS],
+                                    *argv;
+    ngx_uint_t                       i, argc;
+    ngx_http_idem_store_op_t        *op;
+    ngx_http_idem_redis_appender_t  *ap;
+
+    argc = 6 + entry->nfields;
+
+    if (argc <= NGX_HTTP_IDEM_REDIS_ARGS) {
+        argv = argv_buf;
+
+    } else {
+        argv = ngx_alloc(argc * sizeof(ngx_str_t), ngx_cycle->log);
+        if (argv == NULL) {
+            return NGX_DECLINED;
+        }
+    }
+
+    ngx_str_set(&argv[0], "XADD");
+    argv[1] = entry->stream;
+    ngx_str_set(&argv[2], "MAXLEN");
+    ngx_str_set(&argv[3], "~");
+    argv[4].data = num;
+    argv[4].len = ngx_sprintf(num, "%ui", entry->maxlen) - num;
+    ngx_str_set(&argv[5], "*");
+
+    for (i = 0; i < entry->nfields; i++) {
+        argv[6 + i] = entry->fields[i];
+    }
+
+    op = ngx_http_idem_redis_read(NULL, argc, argv,
+                                  ngx_http_idem_redis_appended, NULL,
+                                  sizeof(ngx_http_idem_redis_appender_t));
+
+    if (argv != argv_buf) {
+        ngx_free(argv);
+    }
+
+    if (op == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: entry of \"%V\" sent, %ui fields",
+                   &entry->stream, entry->nfields / 2);
+
+    op->data = op;
+
+    ap = op->ext;
+    ap->handler = handler;
+    ap->data = data;
+
+    return NGX_OK;
+}
+
+
+/* the entry's id, or an error reply / no reply (redis.c logs which) */
+
+static void
+ngx_http_idem_redis_appended(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_http_idem_redis_appender_t  *ap;
+
+    ap = op->ext;
+
+    if (rc != NGX_OK || n != 1) {
+        ap->handler(ap->data, NGX_ERROR);
+        return;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: entry \"%V\" added", &elts[0]);
+
+    ap->handler(ap->data, NGX_OK);
+}
+
+
+static ngx_int_t
+ngx_http_idem_redis_ms(ngx_str_t *value, uint64_t *ms)
+{
+    ngx_int_t  n;
+
+    n = ngx_atoi(value->data, value->len);
+    if (n == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    *ms = (uint64_t) n;
+
+    return NGX_OK;
+}
