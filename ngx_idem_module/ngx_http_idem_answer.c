@@ -340,22 +340,20 @@ ngx_http_idem_answer_append(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
 /*
  * What a finished owner leaves for the duplicates of its call, and the
- * answer to store with it.
+ * answer to store with it; "sent": some attempt reached the upstream.
  */
 
 u_char
 ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
-    ngx_uint_t state, ngx_str_t *answer)
+    ngx_uint_t state, ngx_uint_t sent, ngx_str_t *answer)
 {
-    ngx_uint_t  unanswered;
-
     if (state == NGX_HTTP_IDEM_UNKNOWN) {
         return NGX_HTTP_IDEM_KEEP_UNKNOWN;
     }
 
     /* nothing reached the upstream: the call did not happen, run it again */
 
-    if (ngx_http_idem_sent(r, ctx, &unanswered) == 0 || ctx->retry_later) {
+    if (!sent || ctx->retry_later) {
         return NGX_HTTP_IDEM_KEEP_RELEASE;
     }
 

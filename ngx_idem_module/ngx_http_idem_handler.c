@@ -261,6 +261,7 @@ ngx_http_idem_refused(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 ngx_int_t
 ngx_http_idem_log_handler(ngx_http_request_t *r)
 {
+    ngx_int_t             rc;
     ngx_http_idem_ctx_t  *ctx;
 
     if (r != r->main) {
@@ -286,7 +287,14 @@ ngx_http_idem_log_handler(ngx_http_request_t *r)
     }
 
     ngx_http_idem_storm_finish(r, ctx);
-    ngx_http_idem_record_finish(r, ctx);
+
+    rc = ngx_http_idem_record_finish(r, ctx);
+
+    /* an UNKNOWN execution, queued behind its final write (stream.c) */
+
+    if (ctx->record) {
+        ngx_http_idem_stream_final(r, ctx, ctx->final_state, rc == NGX_OK);
+    }
 
     return NGX_OK;
 }

@@ -430,7 +430,7 @@ ngx_int_t ngx_http_idem_attempt_start(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 void ngx_http_idem_attempt_end(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_peer_connection_t *pc);
-void ngx_http_idem_record_finish(ngx_http_request_t *r,
+ngx_int_t ngx_http_idem_record_finish(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 ngx_str_t *ngx_http_idem_state_name(ngx_uint_t state);
 ngx_str_t *ngx_http_idem_outcome_name(ngx_http_request_t *r,
@@ -480,7 +480,8 @@ void ngx_http_idem_answer_body(ngx_http_request_t *r,
 ngx_int_t ngx_http_idem_answer_replay(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_str_t *answer);
 u_char ngx_http_idem_answer_keep(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_str_t *answer);
+    ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_uint_t sent,
+    ngx_str_t *answer);
 
 /* ngx_http_idem_status.c */
 char *ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

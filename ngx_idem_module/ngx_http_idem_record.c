@@ -391,7 +391,7 @@ ngx_http_idem_attempt_end(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
 /* the request is done (log phase): the execution's final state */
 
-void
+ngx_int_t
 ngx_http_idem_record_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
     ctx->final_state = ngx_http_idem_final_state(r, ctx);
@@ -403,14 +403,14 @@ ngx_http_idem_record_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                    ctx->attempts ? ctx->attempts->nelts : 0);
 
     if (!ctx->record) {
-        return;
+        return NGX_DECLINED;
     }
 
     if (ctx->arrival_ev.posted) {
         ngx_delete_posted_event(&ctx->arrival_ev);
     }
 
-    (void) ngx_http_idem_record_write(r, ctx, ctx->final_state, 1);
+    return ngx_http_idem_record_write(r, ctx, ctx->final_state, 1);
 }
 
 
@@ -575,7 +575,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     size_t                      len;
     ngx_int_t                   rc;
     ngx_str_t                  *argv, answer, *outcome;
-    ngx_uint_t                  i, n, argc, status;
+    ngx_uint_t                  i, n, argc, status, unanswered;
     ngx_http_idem_attempt_t     *a;
     ngx_http_idem_main_conf_t   *imcf;
     ngx_http_idem_store_write_t  w;
@@ -598,7 +598,10 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_str_null(&answer);
 
     if (final && ctx->owner) {
-        keep = ngx_http_idem_answer_keep(r, ctx, state, &answer);
+        keep = ngx_http_idem_answer_keep(r, ctx, state,
+                                         ngx_http_idem_sent(r, ctx,
+                                                            &unanswered),
+                                         &answer);
     }
 
     len = 2 + ctx->token.len
@@ -778,12 +781,6 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         ctx->claim_rest = 0;
 
         ngx_http_idem_count(record_writes);
-    }
-
-    /* an UNKNOWN execution, queued behind its final write (stream.c) */
-
-    if (final) {
-        ngx_http_idem_stream_final(r, ctx, state, rc == NGX_OK);
     }
 
     return (rc == NGX_OK) ? NGX_OK : NGX_DECLINED;

@@ -203,8 +203,9 @@ sub start_daemon {
     }
 
     # nginx listens before it daemonizes, and the daemon writes its pid file
-    # just after the launcher has exited: both are a short wait at most.
-    for (1 .. 100) {
+    # just after the launcher has exited: a short wait, longer on a loaded
+    # machine.
+    for (1 .. 200) {
         $Pid = read_pid_file();
         last if $Pid && listening($ServerPort);
         sleep 0.05;
@@ -212,11 +213,15 @@ sub start_daemon {
 
     $IsChild = 0;
 
-    return "nginx started but wrote no pid file " . pid_file() unless $Pid;
-    return "nginx started but does not listen on port $ServerPort"
-        unless listening($ServerPort);
+    my $why = !$Pid ? "nginx started but wrote no pid file " . pid_file()
+            : !listening($ServerPort)
+              ? "nginx started but does not listen on port $ServerPort"
+            : undef;
 
-    return undef;
+    # never left behind, holding the port against the next blocks
+    stop(5) if defined $why;
+
+    return $why;
 }
 
 # Runs the nginx command in the foreground (it exits once daemonized) with
