@@ -5,17 +5,18 @@
  * job follows it up (asks for the receipt again, reverses, or hands it to
  * a person) instead of the call waiting in its record until someone asks.
  *
- * The entry is appended right behind the record's final write (record.c),
- * on the same connection, so that a consumer that reads the record finds
- * the final write there (the store's XADD).  Nothing else is appended: SUCCESS and FAILED-not-sent are
- * definite.  A store that is down loses the entry as it loses the final
- * write; it is counted, never waited for.
+ * The entry is appended right behind the record's final write (the log
+ * phase, handler.c), on the same connection, so that a consumer that
+ * reads the record finds the final write there.
+ * Nothing else is appended: SUCCESS and FAILED-not-sent are definite.  A
+ * store that is down loses the entry as it loses the final write; it is
+ * counted, never waited for.
  *
- *   XADD <prefix><NAME> MAXLEN ~ <N> * call_id <id> trace_id <id>
- *        key <record key> token <execution token> method <method>
- *        uri <path> node <node> attempts <n> last_outcome <outcome|->
- *        last_sent <0|1> final_status <status> created_ms <ms>
- *        ended_ms <ms>
+ * The stream <prefix><NAME>, kept near maxlen entries; an entry's fields:
+ *   call_id <id> trace_id <id> key <record key> token <execution token>
+ *   method <method> uri <path> node <node> attempts <n>
+ *   last_outcome <outcome|-> last_sent <0|1> final_status <status>
+ *   created_ms <ms> ended_ms <ms>
  */
 
 
