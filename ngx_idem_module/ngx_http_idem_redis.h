@@ -228,4 +228,50 @@ ngx_int_t ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,
     ngx_cycle_t *cycle);
 
 
+/* "idem_redis" defaults */
+#define NGX_HTTP_IDEM_REDIS_CONNECT_TIMEOUT  1000
+#define NGX_HTTP_IDEM_REDIS_TIMEOUT          1000
+#define NGX_HTTP_IDEM_REDIS_MAX_PENDING      10000
+#define NGX_HTTP_IDEM_REDIS_BACKOFF_MAX      5000
+
+/* at most one error line a second for what requests run into */
+#define NGX_HTTP_IDEM_REDIS_REPORT           1000
+
+/* outstanding commands are looked at this often, and when exiting */
+#define NGX_HTTP_IDEM_REDIS_WATCH            1000
+#define NGX_HTTP_IDEM_REDIS_DRAIN_CHECK      100
+#define NGX_HTTP_IDEM_REDIS_DRAIN_TIMEOUTS   5
+
+/* handshake replies, told apart by their privdata */
+#define NGX_HTTP_IDEM_REDIS_AUTH             0
+#define NGX_HTTP_IDEM_REDIS_SELECT           1
+
+/* a command without a key: any node of a cluster */
+#define NGX_HTTP_IDEM_REDIS_ANY_SLOT         16384
+
+
+/* the store of this worker process (ngx_http_idem_redis.c) */
+extern ngx_http_idem_redis_t  ngx_http_idem_redis;
+
+
+/* shared by redis.c, redis_node.c and redis_op.c */
+void ngx_http_idem_redis_free_all(ngx_http_idem_redis_t *rd);
+const char **ngx_http_idem_redis_argv(ngx_http_idem_redis_t *rd,
+    ngx_uint_t n, const char **args_buf, size_t *lens_buf, size_t **lens);
+void ngx_http_idem_redis_written(redisAsyncContext *ac, void *r,
+    void *privdata);
+ngx_http_idem_store_op_t *ngx_http_idem_redis_op_create(
+    ngx_http_idem_redis_t *rd, ngx_http_idem_redis_script_t *script,
+    ngx_uint_t argc, ngx_str_t *argv, size_t ext);
+void ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op);
+ngx_int_t ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op);
+ngx_int_t ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_redis_node_t *node);
+void ngx_http_idem_redis_answered(ngx_http_idem_redis_node_t *node);
+void ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd,
+    redisReply *reply);
+void ngx_http_idem_redis_pending_add(ngx_http_idem_redis_t *rd);
+
+
 #endif /* _NGX_HTTP_IDEM_REDIS_H_INCLUDED_ */

@@ -1,0 +1,356 @@
+
+/*
+ * "idem_redis": where the store is (one Redis, a cluster's nodes, the
+ * sentinels of a master) and how it is used, parsed at configuration time.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_event.h>
+
+#include "ngx_http_idem_store.h"
+#include "ngx_http_idem_redis.h"
+#include "ngx_http_idem_redis_adapter.h"
+
+
+static ngx_int_t ngx_http_idem_redis_parse_addr(ngx_conf_t *cf,
+    ngx_command_t *cmd, ngx_str_t *addr, ngx_http_idem_store_addr_t *a,
+    ngx_uint_t ip_only);
+static ngx_int_t ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf,
+    ngx_command_t *cmd, ngx_str_t *value,
+    ngx_http_idem_store_conf_t *conf);
+static ngx_int_t ngx_http_idem_redis_parse_msec(ngx_str_t *value,
+    size_t skip, ngx_msec_t *msec);
+
+
+/*
+ * idem_redis ADDR [db=N] [password=S] [connect_timeout=T] [timeout=T]
+ *            [max_pending=N]
+ * idem_redis cluster ADDR ... [password=S] [connect_timeout=T] ...
+ * idem_redis sentinel=NAME ADDR ... [sentinel_password=S] [db=N] ...
+ */
+
+char *
+ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_http_idem_store_conf_t *conf)
+{
+    ngx_int_t                    n;
+    ngx_str_t                   *value;
+    ngx_uint_t                   i;
+    ngx_http_idem_store_addr_t   a;
+
+    if (conf->addr.data != NULL) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    conf->addr = value[1];
+    conf->db = 0;
+    ngx_str_null(&conf->password);
+    ngx_str_null(&conf->sentinel_password);
+    conf->connect_timeout = NGX_HTTP_IDEM_REDIS_CONNECT_TIMEOUT;
+    conf->timeout = NGX_HTTP_IDEM_REDIS_TIMEOUT;
+    conf->max_pending = NGX_HTTP_IDEM_REDIS_MAX_PENDING;
+
+    if (value[1].len == 7 && ngx_strncmp(value[1].data, "cluster", 7) == 0) {
+        conf->mode = NGX_HTTP_IDEM_STORE_CLUSTER;
+
+    } else if (value[1].len > 9
+               && ngx_strncmp(value[1].data, "sentinel=", 9) == 0)
+    {
+        conf->mode = NGX_HTTP_IDEM_STORE_SENTINEL;
+        conf->master_name.data = value[1].data + 9;
+        conf->master_name.len = value[1].len - 9;
+
+    } else {
+        conf->mode = NGX_HTTP_IDEM_STORE_SINGLE;
+
+        if (ngx_http_idem_redis_parse_addr(cf, cmd, &value[1], &a, 0)
+            != NGX_OK)
+        {
+            return NGX_CONF_ERROR;
+        }
+
+        conf->host = a.host;
+        conf->port = a.port;
+        conf->unix_path = a.unix_path;
+    }
+
+    if (conf->mode != NGX_HTTP_IDEM_STORE_SINGLE
+        && ngx_http_idem_redis_parse_seeds(cf, cmd, value, conf) != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
+    for (i = 2; i < cf->args->nelts; i++) {
+
+        if (conf->mode != NGX_HTTP_IDEM_STORE_SINGLE
+            && ngx_strlchr(value[i].data, value[i].data + value[i].len, '=')
+               == NULL)
+        {
+            /* a seed, parsed above */
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "db=", 3) == 0
+            && conf->mode != NGX_HTTP_IDEM_STORE_CLUSTER)
+        {
+            n = ngx_atoi(value[i].data + 3, value[i].len - 3);
+            if (n == NGX_ERROR || n > NGX_MAX_INT32_VALUE) {
+                goto invalid;
+            }
+
+            conf->db = n;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "password=", 9) == 0) {
+            if (value[i].len == 9) {
+                goto invalid;
+            }
+
+            conf->password.data = value[i].data + 9;
+            conf->password.len = value[i].len - 9;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "sentinel_password=", 18) == 0
+            && conf->mode == NGX_HTTP_IDEM_STORE_SENTINEL)
+        {
+            if (value[i].len == 18) {
+                goto invalid;
+            }
+
+            conf->sentinel_password.data = value[i].data + 18;
+            conf->sentinel_password.len = value[i].len - 18;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "connect_timeout=", 16) == 0) {
+            if (ngx_http_idem_redis_parse_msec(&value[i], 16,
+                                               &conf->connect_timeout)
+                != NGX_OK)
+            {
+                goto invalid;
+            }
+
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "timeout=", 8) == 0) {
+            if (ngx_http_idem_redis_parse_msec(&value[i], 8, &conf->timeout)
+                != NGX_OK)
+            {
+                goto invalid;
+            }
+
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "max_pending=", 12) == 0) {
+            n = ngx_atoi(value[i].data + 12, value[i].len - 12);
+            if (n == NGX_ERROR || n == 0) {
+                goto invalid;
+            }
+
+            conf->max_pending = n;
+            continue;
+        }
+
+        goto invalid;
+    }
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\" in \"%V\" directive",
+                       &value[i], &cmd->name);
+
+    return NGX_CONF_ERROR;
+}
+
+
+/* cluster nodes or sentinels: the arguments without "=", IPs only */
+
+static ngx_int_t
+ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *value, ngx_http_idem_store_conf_t *conf)
+{
+    ngx_uint_t                   i;
+    ngx_http_idem_store_addr_t  *a;
+
+    conf->seeds = ngx_array_create(cf->pool, 4,
+                                   sizeof(ngx_http_idem_store_addr_t));
+    if (conf->seeds == NULL) {
+        return NGX_ERROR;
+    }
+
+    for (i = 2; i < cf->args->nelts; i++) {
+
+        if (ngx_strlchr(value[i].data, value[i].data + value[i].len, '=')
+            != NULL)
+        {
+            continue;
+        }
+
+        if (conf->seeds->nelts == NGX_HTTP_IDEM_REDIS_MAX_NODES / 2) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "too many addresses in \"%V\" directive",
+                               &cmd->name);
+            return NGX_ERROR;
+        }
+
+        a = ngx_array_push(conf->seeds);
+        if (a == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ngx_http_idem_redis_parse_addr(cf, cmd, &value[i], a, 1)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (conf->seeds->nelts == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V %V\" needs at least one IP address and port",
+                           &cmd->name, &value[1]);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * "IPv4:port", "[IPv6]:port" or "unix:/path" (not for cluster nodes and
+ * sentinels).  Host names are refused: hiredis would resolve them with a
+ * blocking getaddrinfo() in the worker.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_parse_addr(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *addr, ngx_http_idem_store_addr_t *a, ngx_uint_t ip_only)
+{
+    u_char              *p, *last;
+    ngx_int_t            port;
+    ngx_str_t            host;
+    struct sockaddr_un  *saun;
+#if (NGX_HAVE_INET6)
+    u_char               inaddr6[16];
+#endif
+
+    ngx_memzero(a, sizeof(ngx_http_idem_store_addr_t));
+
+    a->addr = *addr;
+
+    if (addr->len >= 5 && ngx_strncmp(addr->data, "unix:", 5) == 0) {
+
+        host.data = addr->data + 5;
+        host.len = addr->len - 5;
+
+        if (ip_only || host.len == 0 || host.len >= sizeof(saun->sun_path)) {
+            goto invalid;
+        }
+
+        a->unix_path.data = ngx_pnalloc(cf->pool, host.len + 1);
+        if (a->unix_path.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_cpystrn(a->unix_path.data, host.data, host.len + 1);
+        a->unix_path.len = host.len;
+
+        return NGX_OK;
+    }
+
+    last = addr->data + addr->len;
+
+    if (addr->len && addr->data[0] == '[') {
+
+        p = ngx_strlchr(addr->data, last, ']');
+        if (p == NULL || p + 1 == last || p[1] != ':') {
+            goto invalid;
+        }
+
+        host.data = addr->data + 1;
+        host.len = p - host.data;
+
+#if (NGX_HAVE_INET6)
+        if (ngx_inet6_addr(host.data, host.len, inaddr6) != NGX_OK) {
+            goto invalid;
+        }
+#else
+        goto invalid;
+#endif
+
+        p += 2;
+
+    } else {
+
+        p = ngx_strlchr(addr->data, last, ':');
+        if (p == NULL) {
+            goto invalid;
+        }
+
+        host.data = addr->data;
+        host.len = p - addr->data;
+
+        if (ngx_inet_addr(host.data, host.len) == INADDR_NONE) {
+            goto invalid;
+        }
+
+        p++;
+    }
+
+    port = ngx_atoi(p, last - p);
+    if (port < 1 || port > 65535) {
+        goto invalid;
+    }
+
+    a->host.data = ngx_pnalloc(cf->pool, host.len + 1);
+    if (a->host.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_cpystrn(a->host.data, host.data, host.len + 1);
+    a->host.len = host.len;
+    a->port = port;
+
+    return NGX_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid value \"%V\" in \"%V\" directive, "
+                       "it must be an IP address and port%s",
+                       addr, &cmd->name, ip_only ? "" : ", or unix:/path");
+
+    return NGX_ERROR;
+}
+
+
+static ngx_int_t
+ngx_http_idem_redis_parse_msec(ngx_str_t *value, size_t skip,
+    ngx_msec_t *msec)
+{
+    ngx_str_t   s;
+    ngx_msec_t  ms;
+
+    s.data = value->data + skip;
+    s.len = value->len - skip;
+
+    ms = ngx_parse_time(&s, 0);
+    if (ms == (ngx_msec_t) NGX_ERROR || ms == 0) {
+        return NGX_ERROR;
+    }
+
+    *msec = ms;
+
+    return NGX_OK;
+}

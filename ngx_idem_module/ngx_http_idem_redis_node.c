@@ -1,0 +1,611 @@
+
+/*
+ * The store's connections ("nodes"): connect with a timeout, AUTH and
+ * SELECT pipelined ahead of anything else, reconnect after 100 ms doubling
+ * up to 5 s, close.  See ngx_http_idem_redis.c for the whole store.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_event.h>
+
+#include "ngx_http_idem_store.h"
+#include "ngx_http_idem_redis.h"
+#include "ngx_http_idem_redis_adapter.h"
+
+
+static void ngx_http_idem_redis_connect_failed(
+    ngx_http_idem_redis_node_t *node, const char *err);
+static void ngx_http_idem_redis_retry(ngx_http_idem_redis_node_t *node);
+static ngx_uint_t ngx_http_idem_redis_conn_level(
+    ngx_http_idem_redis_node_t *node);
+static void ngx_http_idem_redis_connected(const redisAsyncContext *ac,
+    int status);
+static void ngx_http_idem_redis_disconnected(const redisAsyncContext *ac,
+    int status);
+static void ngx_http_idem_redis_connect_timeout(ngx_event_t *ev);
+static void ngx_http_idem_redis_reconnect(ngx_event_t *ev);
+static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
+    void *r, void *privdata);
+
+
+/* a connection of this worker's store; it lives as long as the process */
+
+ngx_http_idem_redis_node_t *
+ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
+{
+    ngx_http_idem_redis_node_t  *node;
+
+    if (rd->nnodes == NGX_HTTP_IDEM_REDIS_MAX_NODES) {
+        ngx_log_error(NGX_LOG_ERR, rd->log, 0,
+                      "idem: redis \"%V\": more than %d nodes",
+                      &rd->name, NGX_HTTP_IDEM_REDIS_MAX_NODES);
+        return NULL;
+    }
+
+    node = ngx_calloc(sizeof(ngx_http_idem_redis_node_t), rd->log);
+    if (node == NULL) {
+        return NULL;
+    }
+
+    node->rd = rd;
+    node->role = role;
+    node->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
+    node->name = rd->name;
+
+    node->connect_ev.handler = ngx_http_idem_redis_connect_timeout;
+    node->connect_ev.data = node;
+    node->connect_ev.log = rd->log;
+    node->connect_ev.cancelable = 1;
+
+    node->reconnect_ev.handler = ngx_http_idem_redis_reconnect;
+    node->reconnect_ev.data = node;
+    node->reconnect_ev.log = rd->log;
+    node->reconnect_ev.cancelable = 1;
+
+    rd->nodes[rd->nnodes++] = node;
+
+    return node;
+}
+
+
+/* an IP (as Redis or a sentinel wrote it) and port; the name follows */
+
+void
+ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
+    u_char *host, size_t len, ngx_int_t port)
+{
+    u_char  *p, *last;
+
+    len = ngx_min(len, NGX_SOCKADDR_STRLEN);
+
+    ngx_memcpy(node->host, host, len);
+    node->host[len] = '\0';
+    node->port = port;
+
+    p = node->name_buf;
+    last = node->name_buf + NGX_HTTP_IDEM_REDIS_NAME_LEN;
+
+    if (ngx_strlchr(host, host + len, ':') != NULL) {
+        p = ngx_slprintf(p, last, "[%*s]:%i", len, host, port);
+
+    } else {
+        p = ngx_slprintf(p, last, "%*s:%i", len, host, port);
+    }
+
+    node->name.data = node->name_buf;
+    node->name.len = p - node->name_buf;
+}
+
+
+void
+ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
+{
+    redisAsyncContext      *ac;
+    ngx_http_idem_redis_t  *rd;
+
+    rd = node->rd;
+
+    if (node->ac != NULL || rd->closing
+        || ngx_exiting || ngx_quit || ngx_terminate)
+    {
+        return;
+    }
+
+    if (node->unix_path.len == 0 && node->port == 0) {
+        return;
+    }
+
+    if (node->reconnect_ev.timer_set) {
+        ngx_del_timer(&node->reconnect_ev);
+    }
+
+    node->idle = 0;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: connecting to \"%V\"", &node->name);
+
+    if (node->unix_path.len) {
+        ac = redisAsyncConnectUnix((const char *) node->unix_path.data);
+
+    } else {
+        ac = redisAsyncConnect((const char *) node->host, (int) node->port);
+    }
+
+    if (ac == NULL) {
+        ngx_http_idem_redis_connect_failed(node, "out of memory");
+        return;
+    }
+
+    if (ac->err) {
+        ngx_http_idem_redis_connect_failed(node, ac->errstr);
+        redisAsyncFree(ac);
+        return;
+    }
+
+    if (node->unix_path.len == 0 && redisEnableKeepAlive(&ac->c) != REDIS_OK)
+    {
+        ngx_http_idem_redis_connect_failed(node, ac->c.errstr);
+        redisAsyncFree(ac);
+        return;
+    }
+
+    ac->data = node;
+
+    if (ngx_http_idem_redis_attach(ac, rd->log) != NGX_OK) {
+        ngx_http_idem_redis_connect_failed(node, "no connection to watch it");
+        redisAsyncFree(ac);
+        return;
+    }
+
+    redisAsyncSetConnectCallback(ac, ngx_http_idem_redis_connected);
+    redisAsyncSetDisconnectCallback(ac, ngx_http_idem_redis_disconnected);
+
+    node->ac = ac;
+    node->state = NGX_HTTP_IDEM_REDIS_CONNECTING;
+
+    ngx_add_timer(&node->connect_ev, rd->conf->connect_timeout);
+}
+
+
+static void
+ngx_http_idem_redis_connect_failed(ngx_http_idem_redis_node_t *node,
+    const char *err)
+{
+    ngx_uint_t  level;
+
+    node->attempts++;
+
+    ngx_http_idem_redis_retry(node);
+
+    level = ngx_http_idem_redis_conn_level(node);
+
+    if (node->retry_in) {
+        ngx_log_error(level, node->rd->log, 0,
+                      "idem: redis \"%V\": connect failed: %s, "
+                      "next attempt in %M ms",
+                      &node->name, err, node->retry_in);
+
+    } else {
+        ngx_log_error(level, node->rd->log, 0,
+                      "idem: redis \"%V\": connect failed: %s",
+                      &node->name, err);
+    }
+
+    if (node->down) {
+        node->down(node);
+    }
+}
+
+
+static void
+ngx_http_idem_redis_retry(ngx_http_idem_redis_node_t *node)
+{
+    node->retry_in = 0;
+    node->failing = 1;
+
+    if (node->rd->closing || node->idle
+        || ngx_exiting || ngx_quit || ngx_terminate)
+    {
+        return;
+    }
+
+    node->retry_in = node->backoff;
+
+    if (node->reconnect_ev.timer_set) {
+        ngx_del_timer(&node->reconnect_ev);
+    }
+
+    ngx_add_timer(&node->reconnect_ev, node->backoff);
+
+    node->backoff = ngx_min(node->backoff * 2,
+                            NGX_HTTP_IDEM_REDIS_BACKOFF_MAX);
+}
+
+
+/*
+ * Connection errors: the first one after a working connection is logged,
+ * then one a second at most (the others at "info").  "attempts" counts the
+ * failures since the last good reply.
+ */
+
+static ngx_uint_t
+ngx_http_idem_redis_conn_level(ngx_http_idem_redis_node_t *node)
+{
+    if (node->attempts > 1
+        && ngx_current_msec - node->conn_logged < NGX_HTTP_IDEM_REDIS_REPORT)
+    {
+        return NGX_LOG_INFO;
+    }
+
+    node->conn_logged = ngx_current_msec;
+
+    return NGX_LOG_ERR;
+}
+
+
+static void
+ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
+{
+    u_char                       db[NGX_INT_T_LEN];
+    size_t                       lens[2];
+    ngx_uint_t                   level;
+    const char                  *argv[2];
+    redisAsyncContext           *ac;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
+
+    ac = (redisAsyncContext *) c;
+    node = ac->data;
+    rd = node->rd;
+
+    if (node->connect_ev.timer_set) {
+        ngx_del_timer(&node->connect_ev);
+    }
+
+    if (status != REDIS_OK) {
+
+        /* hiredis frees the context when this returns */
+
+        node->ac = NULL;
+        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+
+        ngx_http_idem_redis_connect_failed(node,
+                                           c->errstr ? c->errstr : "?");
+        return;
+    }
+
+    node->state = NGX_HTTP_IDEM_REDIS_UP;
+    rd->stats.connects++;
+
+    level = node->failing ? NGX_LOG_NOTICE : NGX_LOG_INFO;
+
+    ngx_log_error(level, rd->log, 0, "idem: redis \"%V\": connected%s",
+                  &node->name, node->failing ? " again" : "");
+
+    node->failing = 0;
+
+    /* pipelined: Redis runs them before anything sent after them */
+
+    if (node->password.len) {
+        argv[0] = "AUTH";
+        lens[0] = sizeof("AUTH") - 1;
+        argv[1] = (const char *) node->password.data;
+        lens[1] = node->password.len;
+
+        (void) ngx_http_idem_redis_node_command(node,
+                              ngx_http_idem_redis_handshake_done,
+                              (void *) NGX_HTTP_IDEM_REDIS_AUTH, 2, argv, lens);
+    }
+
+    if (node->db) {
+        argv[0] = "SELECT";
+        lens[0] = sizeof("SELECT") - 1;
+        argv[1] = (const char *) db;
+        lens[1] = ngx_sprintf(db, "%i", node->db) - db;
+
+        (void) ngx_http_idem_redis_node_command(node,
+                            ngx_http_idem_redis_handshake_done,
+                            (void *) NGX_HTTP_IDEM_REDIS_SELECT, 2, argv, lens);
+    }
+
+    if (node->up) {
+        node->up(node);
+    }
+}
+
+
+static void
+ngx_http_idem_redis_disconnected(const redisAsyncContext *ac, int status)
+{
+    ngx_uint_t                   level;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
+
+    node = ac->data;
+    rd = node->rd;
+
+    /* the replies still expected were answered with NULL already */
+
+    node->ac = NULL;
+    node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+
+    if (rd->closing) {
+        return;
+    }
+
+    if (node->dropping) {
+        node->dropping = 0;
+
+    } else if (status != REDIS_OK) {
+
+        /* a connection that never answered well is one more attempt */
+
+        node->attempts++;
+        level = ngx_http_idem_redis_conn_level(node);
+
+        ngx_log_error(level, rd->log, 0,
+                      "idem: redis \"%V\": connection lost: %s, "
+                      "%ui commands unanswered",
+                      &node->name, ac->errstr ? ac->errstr : "?",
+                      rd->lost);
+
+        /* reported here, not again */
+
+        rd->lost = 0;
+
+    } else {
+        ngx_log_error(NGX_LOG_INFO, rd->log, 0,
+                      "idem: redis \"%V\": connection closed",
+                      &node->name);
+    }
+
+    ngx_http_idem_redis_retry(node);
+
+    if (node->down) {
+        node->down(node);
+    }
+}
+
+
+static void
+ngx_http_idem_redis_connect_timeout(ngx_event_t *ev)
+{
+    ngx_http_idem_redis_node_t *node = ev->data;
+
+    u_char              err[64];
+    redisAsyncContext  *ac;
+
+    ac = node->ac;
+
+    if (ac == NULL || node->state != NGX_HTTP_IDEM_REDIS_CONNECTING) {
+        return;
+    }
+
+    /* not connected: hiredis calls no disconnect callback */
+
+    node->ac = NULL;
+    node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+
+    redisAsyncFree(ac);
+
+    *ngx_snprintf(err, sizeof(err) - 1, "timed out after %M ms",
+                  node->rd->conf->connect_timeout) = '\0';
+
+    ngx_http_idem_redis_connect_failed(node, (const char *) err);
+}
+
+
+static void
+ngx_http_idem_redis_reconnect(ngx_event_t *ev)
+{
+    ngx_http_idem_redis_node_t *node = ev->data;
+
+    if (node->rd->closing || node->ac != NULL
+        || ngx_exiting || ngx_quit || ngx_terminate)
+    {
+        return;
+    }
+
+    ngx_http_idem_redis_node_connect(node);
+}
+
+
+/*
+ * From a reply callback of this node only: hiredis frees the context when
+ * the callback returns, answers what is outstanding with NULL and calls
+ * the disconnect callback, which arms the reconnect.
+ */
+
+void
+ngx_http_idem_redis_node_drop(ngx_http_idem_redis_node_t *node)
+{
+    if (node->ac == NULL || node->dropping) {
+        return;
+    }
+
+    node->dropping = 1;
+    node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+
+    redisAsyncFree(node->ac);
+}
+
+
+/*
+ * Never from a reply callback of this node: the context is freed now, its
+ * outstanding commands are answered with NULL, and no reconnect is armed
+ * (the caller connects again, elsewhere, or the worker exits).
+ */
+
+void
+ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node)
+{
+    redisAsyncContext  *ac;
+
+    if (node->connect_ev.timer_set) {
+        ngx_del_timer(&node->connect_ev);
+    }
+
+    if (node->reconnect_ev.timer_set) {
+        ngx_del_timer(&node->reconnect_ev);
+    }
+
+    ac = node->ac;
+
+    if (ac == NULL) {
+        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+        return;
+    }
+
+    node->dropping = 1;
+    node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+
+    redisAsyncFree(ac);
+
+    node->ac = NULL;
+    node->dropping = 0;
+
+    if (node->reconnect_ev.timer_set) {
+        ngx_del_timer(&node->reconnect_ev);
+    }
+
+    node->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
+}
+
+
+/* a timer handler, not a hiredis callback: every context freed now */
+
+void
+ngx_http_idem_redis_free_all(ngx_http_idem_redis_t *rd)
+{
+    ngx_uint_t                   i;
+    redisAsyncContext           *ac;
+    ngx_http_idem_redis_node_t  *node;
+
+    for (i = 0; i < rd->nnodes; i++) {
+        node = rd->nodes[i];
+        ac = node->ac;
+
+        if (ac == NULL) {
+            continue;
+        }
+
+        node->dropping = 1;
+        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+
+        redisAsyncFree(ac);
+
+        node->ac = NULL;
+        node->dropping = 0;
+    }
+}
+
+
+ngx_int_t
+ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
+    redisCallbackFn *fn, void *privdata, ngx_uint_t argc, const char **argv,
+    size_t *lens)
+{
+    ngx_http_idem_redis_t  *rd;
+
+    rd = node->rd;
+
+    if (node->state != NGX_HTTP_IDEM_REDIS_UP || node->ac == NULL) {
+        return NGX_DECLINED;
+    }
+
+    /* appends to hiredis' output buffer and arms the write event, no I/O */
+
+    if (redisAsyncCommandArgv(node->ac, fn, privdata, (int) argc, argv, lens)
+        != REDIS_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /*
+     * A write nobody waits for may wait a moment for others to leave
+     * with (the adapter); anything else leaves at the end of this turn.
+     */
+
+    if (rd->urgent
+        || !(fn == ngx_http_idem_redis_written
+             || (fn == ngx_http_idem_redis_op_done
+                 && (((ngx_http_idem_store_op_t *) privdata)->handler == NULL
+                     || rd->lazy))))
+    {
+        ngx_http_idem_redis_flush(node->ac);
+    }
+
+    rd->stats.sent++;
+
+    ngx_http_idem_redis_pending_add(rd);
+
+    return NGX_OK;
+}
+
+
+/* argument arrays for hiredis: on the caller's stack when they fit */
+
+const char **
+ngx_http_idem_redis_argv(ngx_http_idem_redis_t *rd, ngx_uint_t n,
+    const char **args_buf, size_t *lens_buf, size_t **lens)
+{
+    const char  **args;
+
+    if (n <= NGX_HTTP_IDEM_REDIS_ARGS) {
+        *lens = lens_buf;
+        return args_buf;
+    }
+
+    args = ngx_alloc(n * (sizeof(char *) + sizeof(size_t)), rd->log);
+    if (args == NULL) {
+        return NULL;
+    }
+
+    *lens = (size_t *) &args[n];
+
+    return args;
+}
+
+
+static void
+ngx_http_idem_redis_handshake_done(redisAsyncContext *ac, void *r,
+    void *privdata)
+{
+    redisReply *reply = r;
+
+    ngx_uint_t                   level;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
+
+    node = ac->data;
+    rd = node->rd;
+
+    ngx_http_idem_redis_pending_done(rd);
+
+    if (reply == NULL || rd->closing) {
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_ERROR) {
+        ngx_http_idem_redis_answered(node);
+        return;
+    }
+
+    rd->stats.failed++;
+    node->attempts++;
+
+    /* ngx_log_error() evaluates its level twice */
+
+    level = ngx_http_idem_redis_conn_level(node);
+
+    ngx_log_error(level, rd->log, 0,
+                  "idem: redis \"%V\": %s failed: \"%*s\", "
+                  "closing the connection", &node->name,
+                  privdata == (void *) NGX_HTTP_IDEM_REDIS_AUTH
+                  ? "AUTH" : "SELECT",
+                  reply->len, reply->str);
+
+    ngx_http_idem_redis_node_drop(node);
+}

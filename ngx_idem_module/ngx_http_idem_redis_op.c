@@ -1,0 +1,605 @@
+
+/*
+ * Commands that wait for a reply ("ops"): each a copy of its command, sent
+ * to its node (its slot's in a cluster), answered once (a reply, an error,
+ * a lost connection or its timeout), a script's NOSCRIPT answered by
+ * sending its text once.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_event.h>
+
+#include "ngx_http_idem_store.h"
+#include "ngx_http_idem_redis.h"
+#include "ngx_http_idem_redis_adapter.h"
+
+#include <openssl/evp.h>
+
+
+static ngx_int_t ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, ngx_http_idem_redis_script_t *script,
+    ngx_uint_t argc, ngx_str_t *argv);
+static ngx_int_t ngx_http_idem_redis_noscript(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, redisReply *reply);
+static void ngx_http_idem_redis_answer(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, redisReply *reply);
+static void ngx_http_idem_redis_read_timeout(ngx_event_t *ev);
+
+
+/*
+ * An op with room for "ext" bytes of its caller's, and its command.  A
+ * script's command is "EVALSHA <sha1>" and argv.
+ */
+
+ngx_http_idem_store_op_t *
+ngx_http_idem_redis_op_create(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_redis_script_t *script, ngx_uint_t argc, ngx_str_t *argv,
+    size_t ext)
+{
+    ngx_http_idem_store_op_t  *op;
+
+    op = ngx_alloc(sizeof(ngx_http_idem_store_op_t) + ext, rd->log);
+    if (op == NULL) {
+        rd->stats.dropped++;
+        return NULL;
+    }
+
+    ngx_memzero(op, sizeof(ngx_http_idem_store_op_t));
+
+    op->ext = ext ? (void *) &op[1] : NULL;
+
+    op->timeout.handler = ngx_http_idem_redis_read_timeout;
+    op->timeout.data = op;
+    op->timeout.log = rd->log;
+
+    if (ngx_http_idem_redis_op_command(rd, op, script, argc, argv) != NGX_OK)
+    {
+        ngx_free(op);
+        rd->stats.dropped++;
+        return NULL;
+    }
+
+    return op;
+}
+
+
+/* the op's command, copied (a command it had before goes) */
+
+static ngx_int_t
+ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, ngx_http_idem_redis_script_t *script,
+    ngx_uint_t argc, ngx_str_t *argv)
+{
+    u_char       *p, md[EVP_MAX_MD_SIZE];
+    size_t        size;
+    ngx_uint_t    i, k, n, skip;
+    const char  **args;
+    unsigned int  len;
+
+    skip = 0;
+
+    if (script != NULL) {
+        if (!script->hashed) {
+            if (EVP_Digest(script->text.data, script->text.len, md, &len,
+                           EVP_sha1(), NULL)
+                != 1 || len != 20)
+            {
+                return NGX_ERROR;
+            }
+
+            ngx_hex_dump(script->sha1, md, 20);
+            script->hashed = 1;
+        }
+
+        skip = 2;
+    }
+
+    n = argc + skip;
+
+    size = n * (sizeof(char *) + sizeof(size_t));
+
+    for (i = 0; i < argc; i++) {
+        size += argv[i].len;
+    }
+
+    args = ngx_alloc(size, rd->log);
+    if (args == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (op->argv != NULL) {
+        ngx_free(op->argv);
+    }
+
+    op->script = script;
+    op->resent = 0;
+    op->redirects = 0;
+
+    op->argc = n;
+    op->argv = args;
+    op->lens = (size_t *) &args[n];
+
+    p = (u_char *) &op->lens[n];
+
+    if (script != NULL) {
+        op->argv[0] = "EVALSHA";
+        op->lens[0] = sizeof("EVALSHA") - 1;
+        op->argv[1] = (const char *) script->sha1;
+        op->lens[1] = sizeof(script->sha1);
+    }
+
+    for (i = 0; i < argc; i++) {
+        op->argv[skip + i] = (const char *) p;
+        op->lens[skip + i] = argv[i].len;
+        p = ngx_cpymem(p, argv[i].data, argv[i].len);
+    }
+
+    /* EVAL script numkeys key ...: the first key; else the argument 1 */
+
+    k = 0;
+
+    if (script != NULL) {
+        if (n >= 4 && !(op->lens[2] == 1 && op->argv[2][0] == '0')) {
+            k = 3;
+        }
+
+    } else if (n >= 2) {
+        k = 1;
+    }
+
+    if (k == 0 || rd->cluster == NULL) {
+        op->slot = NGX_HTTP_IDEM_REDIS_ANY_SLOT;
+
+    } else {
+        op->slot = ngx_http_idem_redis_cluster_slot((u_char *) op->argv[k],
+                                                    op->lens[k]);
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op)
+{
+    if (op->argv != NULL) {
+        ngx_free(op->argv);
+    }
+
+    ngx_free(op);
+}
+
+
+/* an op to its node: the one Redis, or the node that holds its slot */
+
+ngx_int_t
+ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op)
+{
+    ngx_int_t                    rc;
+    ngx_http_idem_redis_node_t  *node;
+
+    if (rd->cluster == NULL) {
+        node = rd->node;
+
+        if (ngx_http_idem_redis_accept(rd, node) != NGX_OK) {
+            return NGX_DECLINED;
+        }
+
+        goto send;
+    }
+
+    node = ngx_http_idem_redis_cluster_route(rd, op);
+
+    if (node == NULL || node->state != NGX_HTTP_IDEM_REDIS_UP) {
+
+        /* a failover may have given the slot to another node by now */
+
+        ngx_http_idem_redis_cluster_stale(rd);
+    }
+
+    if (node == NULL) {
+        rd->stats.dropped++;
+        rd->down++;
+        ngx_http_idem_redis_report_later(rd);
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_idem_redis_accept(rd, node) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: %*s for slot %ui",
+                   op->lens[0], op->argv[0], op->slot);
+
+send:
+
+    rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
+                                          op, op->argc, op->argv, op->lens);
+    if (rc != NGX_OK) {
+        rd->stats.dropped++;
+        rd->down++;
+        ngx_http_idem_redis_report_later(rd);
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A read: a command, or a script (argv without "EVALSHA <sha1>").  The op
+ * belongs to the store: the caller forgets it when its handler runs (the
+ * op is freed right after, unless the handler sent it again with
+ * ngx_http_idem_redis_again()), or when it cancels it.
+ */
+
+ngx_http_idem_store_op_t *
+ngx_http_idem_redis_read(ngx_http_idem_redis_script_t *script,
+    ngx_uint_t argc, ngx_str_t *argv, ngx_http_idem_redis_reply_pt handler,
+    void *data, size_t ext)
+{
+    ngx_http_idem_redis_t     *rd;
+    ngx_http_idem_store_op_t  *op;
+
+    rd = &ngx_http_idem_redis;
+
+    if (!rd->started || rd->closing || argc == 0) {
+        rd->stats.dropped++;
+        return NULL;
+    }
+
+    op = ngx_http_idem_redis_op_create(rd, script, argc, argv, ext);
+    if (op == NULL) {
+        return NULL;
+    }
+
+    op->handler = handler;
+    op->data = data;
+
+    if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
+        ngx_http_idem_redis_op_free(op);
+        return NULL;
+    }
+
+    /* not cancelable: a request waits on it, an exiting worker too */
+
+    ngx_add_timer(&op->timeout, rd->conf->timeout);
+
+    return op;
+}
+
+
+/*
+ * From inside the op's handler (a reply, never a timeout): the same op
+ * asks again with another command, under a timeout of its own.
+ */
+
+ngx_int_t
+ngx_http_idem_redis_again(ngx_http_idem_store_op_t *op,
+    ngx_http_idem_redis_script_t *script, ngx_uint_t argc, ngx_str_t *argv)
+{
+    ngx_http_idem_redis_t  *rd;
+
+    rd = &ngx_http_idem_redis;
+
+    if (rd->closing
+        || ngx_http_idem_redis_op_command(rd, op, script, argc, argv)
+           != NGX_OK
+        || ngx_http_idem_redis_op_send(rd, op) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    op->done = 0;
+    op->again = 1;
+
+    ngx_add_timer(&op->timeout, rd->conf->timeout);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op)
+{
+    if (op == NULL) {
+        return;
+    }
+
+    /* freed when its reply comes, or the connection goes */
+
+    op->done = 1;
+
+    if (op->timeout.timer_set) {
+        ngx_del_timer(&op->timeout);
+    }
+}
+
+
+/*
+ * The reply to an op.  In a cluster, MOVED and ASK send it again to the
+ * node named, the same op with the same timeout.
+ */
+
+void
+ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
+{
+    redisReply                *reply = r;
+    ngx_http_idem_store_op_t  *op = privdata;
+
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
+
+    node = ac->data;
+    rd = node->rd;
+
+    ngx_http_idem_redis_pending_done(rd);
+
+    if (reply != NULL
+        && reply->type == REDIS_REPLY_ERROR
+        && !op->done
+        && !rd->closing)
+    {
+        if (rd->cluster != NULL
+            && ngx_http_idem_redis_cluster_redirect(rd, op, reply) == NGX_OK)
+        {
+            return;
+        }
+
+        if (ngx_http_idem_redis_noscript(rd, op, reply) == NGX_OK) {
+            return;
+        }
+    }
+
+    if (op->timeout.timer_set) {
+        ngx_del_timer(&op->timeout);
+    }
+
+    if (op->done || rd->closing) {
+
+        /* timed out, cancelled, or the worker exits */
+
+        ngx_http_idem_redis_op_free(op);
+        return;
+    }
+
+    op->done = 1;
+
+    if (reply == NULL) {
+        rd->stats.failed++;
+        rd->lost++;
+
+        if (op->handler) {
+            op->handler(op->data, NGX_ERROR, NULL, 0);
+        }
+
+    } else if (reply->type == REDIS_REPLY_ERROR) {
+        rd->stats.failed++;
+        ngx_http_idem_redis_error_reply(rd, reply);
+
+        if (op->handler) {
+            op->handler(op->data, NGX_ERROR, NULL, 0);
+        }
+
+    } else {
+        ngx_http_idem_redis_answered(node);
+
+        if (op->handler) {
+            ngx_http_idem_redis_answer(rd, op, reply);
+        }
+    }
+
+    if (op->again) {
+
+        /* its handler asked again (ngx_http_idem_redis_again) */
+
+        op->again = 0;
+        return;
+    }
+
+    ngx_http_idem_redis_op_free(op);
+}
+
+
+/*
+ * NOSCRIPT to an EVALSHA: the same script sent again with its text, once,
+ * to the same node (hiredis takes commands from a reply callback); the op
+ * waits on under its own timer, and the node keeps the script from then
+ * on.  NGX_OK: sent.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_noscript(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, redisReply *reply)
+{
+    if (op->script == NULL || op->resent
+        || reply->len < sizeof("NOSCRIPT") - 1
+        || ngx_strncmp(reply->str, "NOSCRIPT", sizeof("NOSCRIPT") - 1) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: NOSCRIPT for %*s, sending its text",
+                   (size_t) sizeof(op->script->sha1), op->script->sha1);
+
+    op->resent = 1;
+
+    op->argv[0] = "EVAL";
+    op->lens[0] = sizeof("EVAL") - 1;
+    op->argv[1] = (const char *) op->script->text.data;
+    op->lens[1] = op->script->text.len;
+
+    if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A reply as strings: an array element by element (integers in decimal,
+ * nil and nested arrays as empty strings), a string or status as one
+ * element, an integer as one, nil as none.
+ */
+
+static void
+ngx_http_idem_redis_answer(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, redisReply *reply)
+{
+    u_char      *p, num[NGX_INT64_LEN];
+    size_t       i, n;
+    ngx_str_t   *elts, one;
+    redisReply  *e;
+
+    switch (reply->type) {
+
+    case REDIS_REPLY_NIL:
+        op->handler(op->data, NGX_OK, NULL, 0);
+        return;
+
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+        one.data = (u_char *) reply->str;
+        one.len = reply->len;
+        op->handler(op->data, NGX_OK, &one, 1);
+        return;
+
+    case REDIS_REPLY_INTEGER:
+        one.data = num;
+        one.len = ngx_sprintf(num, "%L", (int64_t) reply->integer) - num;
+        op->handler(op->data, NGX_OK, &one, 1);
+        return;
+
+    case REDIS_REPLY_ARRAY:
+        break;
+
+    default:
+        op->handler(op->data, NGX_ERROR, NULL, 0);
+        return;
+    }
+
+    n = reply->elements;
+
+    if (n == 0) {
+        op->handler(op->data, NGX_OK, NULL, 0);
+        return;
+    }
+
+    /* the strings first, then room for integers formatted */
+
+    elts = ngx_alloc(n * (sizeof(ngx_str_t) + NGX_INT64_LEN), rd->log);
+    if (elts == NULL) {
+        op->handler(op->data, NGX_ERROR, NULL, 0);
+        return;
+    }
+
+    p = (u_char *) &elts[n];
+
+    for (i = 0; i < n; i++) {
+        e = reply->element[i];
+
+        switch (e->type) {
+
+        case REDIS_REPLY_STRING:
+        case REDIS_REPLY_STATUS:
+        case REDIS_REPLY_ERROR:
+            elts[i].data = (u_char *) e->str;
+            elts[i].len = e->len;
+            break;
+
+        case REDIS_REPLY_INTEGER:
+            elts[i].data = p;
+            p = ngx_sprintf(p, "%L", (int64_t) e->integer);
+            elts[i].len = p - elts[i].data;
+            break;
+
+        default:
+            ngx_str_set(&elts[i], "");
+            break;
+        }
+    }
+
+    op->handler(op->data, NGX_OK, elts, n);
+
+    ngx_free(elts);
+}
+
+
+static void
+ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
+{
+    ngx_http_idem_store_op_t *op = ev->data;
+
+    ngx_http_idem_redis_t  *rd;
+
+    rd = &ngx_http_idem_redis;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: no reply within the timeout, %ui redirects",
+                   op->redirects);
+
+    /* the late reply, or the disconnect, frees the op */
+
+    op->done = 1;
+
+    rd->stats.failed++;
+    rd->timedout++;
+    ngx_http_idem_redis_report_later(rd);
+
+    op->handler(op->data, NGX_ERROR, NULL, 0);
+}
+
+
+ngx_int_t
+ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_redis_node_t *node)
+{
+    if (node == NULL || node->state != NGX_HTTP_IDEM_REDIS_UP) {
+        rd->stats.dropped++;
+        rd->down++;
+        ngx_http_idem_redis_report_later(rd);
+        return NGX_DECLINED;
+    }
+
+    if (rd->stats.pending >= rd->conf->max_pending) {
+        rd->stats.dropped++;
+        rd->full++;
+        ngx_http_idem_redis_report_later(rd);
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/* a reply that is not an error: the connection works */
+
+void
+ngx_http_idem_redis_answered(ngx_http_idem_redis_node_t *node)
+{
+    node->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
+    node->attempts = 0;
+}
+
+
+/*
+ * OOM, READONLY (a replica), MOVED (not a cluster, or too many
+ * redirects), CLUSTERDOWN, LOADING ...: the store cannot take the command
+ * now; counted and reported.
+ */
+
+void
+ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd, redisReply *reply)
+{
+    rd->errors++;
+    rd->errstr_len = ngx_min(reply->len, NGX_HTTP_IDEM_REDIS_ERRSTR_LEN);
+    ngx_memcpy(rd->errstr, reply->str, rd->errstr_len);
+
+    ngx_http_idem_redis_report_later(rd);
+}
