@@ -20,6 +20,8 @@
 
 
 #include "ngx_http_idem_redis.c"
+#include "ngx_http_idem_redis_node.c"
+#include "ngx_http_idem_redis_op.c"
 #include "ngx_http_idem_redis_record.c"
 #include "ngx_http_idem_dedupe.c"
 #include "ngx_http_idem_status.c"
