@@ -4,7 +4,7 @@
  * the wire to what the client gets.  The store's real operations send the
  * commands (ngx_http_idem_store_claim, ngx_http_idem_store_read_record;
  * hiredis only takes them, nothing is written); hiredis' own parser makes
- * a redisReply of each reply; redis.c turns it into strings; the record
+ * a redisReply of each reply; redis_op.c turns it into strings; the record
  * operations (redis_record.c) decode them: the HSETNX's answer, then the
  * claim script's verdict, or the record and Redis's clock; and dedupe's
  * reply handler (a verdict: 409, 422, 503, a replay) or the status
