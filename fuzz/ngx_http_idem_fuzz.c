@@ -756,6 +756,13 @@ ngx_http_idem_record_arrival_len(ngx_http_request_t *r,
 
 
 __attribute__((weak)) void
+ngx_http_idem_record_expiring(ngx_http_idem_ctx_t *ctx)
+{
+    /* a claim that wrote the record's expiry: nothing to keep here */
+}
+
+
+__attribute__((weak)) void
 ngx_http_idem_record_unstart(ngx_http_idem_ctx_t *ctx)
 {
     ngx_http_idem_fuzz_unreached("ngx_http_idem_record_unstart");
@@ -785,11 +792,28 @@ ngx_http_idem_arm_try_timer(ngx_http_idem_ctx_t *ctx)
 }
 
 
-__attribute__((weak)) ngx_http_idem_store_op_t *
-ngx_http_idem_store_read(ngx_uint_t argc, ngx_str_t *argv,
-    ngx_http_idem_store_read_pt handler, void *data, ngx_msec_t timeout)
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 {
-    ngx_http_idem_fuzz_unreached("ngx_http_idem_store_read");
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_store_write");
+    return NGX_DECLINED;
+}
+
+
+__attribute__((weak)) ngx_http_idem_store_op_t *
+ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
+    ngx_http_idem_store_claim_pt handler, void *data)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_store_claim");
+    return NULL;
+}
+
+
+__attribute__((weak)) ngx_http_idem_store_op_t *
+ngx_http_idem_store_read_record(ngx_str_t *key,
+    ngx_http_idem_store_record_pt handler, void *data)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_store_read_record");
     return NULL;
 }
 
@@ -802,10 +826,10 @@ ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op)
 
 
 __attribute__((weak)) ngx_int_t
-ngx_http_idem_store_hset(ngx_str_t *key, ngx_str_t *ttl, ngx_uint_t argc,
-    ngx_str_t *argv)
+ngx_http_idem_store_append(ngx_http_idem_store_entry_t *entry,
+    ngx_http_idem_store_done_pt handler, void *data)
 {
-    ngx_http_idem_fuzz_unreached("ngx_http_idem_store_hset");
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_store_append");
     return NGX_DECLINED;
 }
 

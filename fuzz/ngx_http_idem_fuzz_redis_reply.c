@@ -1,19 +1,28 @@
 
 /*
- * Fuzz target: what Redis answers to a read, from the bytes on the wire
- * to what the client gets: hiredis' own parser makes the redisReply,
- * redis.c turns it into strings, and the claim's reply handler (a verdict:
- * 409, 422, 503, a replay) or the status endpoint's (200, 404, 503) makes
- * the answer.
+ * Fuzz target: what Redis answers to a claim or a read, from the bytes on
+ * the wire to what the client gets.  The store's real operations send the
+ * commands (ngx_http_idem_store_claim, ngx_http_idem_store_read_record;
+ * hiredis only takes them, nothing is written); hiredis' own parser makes
+ * a redisReply of each reply; redis_op.c turns it into strings; the record
+ * operations (redis_record.c) decode them: the HSETNX's answer, then the
+ * claim script's verdict, or the record and Redis's clock; and dedupe's
+ * reply handler (a verdict: 409, 422, 503, a replay) or the status
+ * endpoint's (200, 404, 503) makes the answer.
  *
  * Input: a flags byte (bit 0: the status endpoint's read, else a claim;
- * bit 1: the read was cancelled or timed out before; bit 2: the
- * connection went, no reply; bit 3: no error line for a while), then RESP
- * bytes, as Redis sends them.
+ * bit 1: the op was cancelled before its first reply; bit 2: the
+ * connection went before the first reply; bit 3: no error line for a
+ * while), then RESP bytes, as Redis sends them: each reply answers the
+ * command outstanding (a claim's HSETNX, then its script, or a script
+ * sent again after NOSCRIPT); when they run out, the connection goes.
  */
 
 
 #include "ngx_http_idem_redis.c"
+#include "ngx_http_idem_redis_node.c"
+#include "ngx_http_idem_redis_op.c"
+#include "ngx_http_idem_redis_record.c"
 #include "ngx_http_idem_dedupe.c"
 #include "ngx_http_idem_status.c"
 #include "ngx_http_idem_record_parse.c"
@@ -28,6 +37,18 @@
 
 
 #define NGX_HTTP_IDEM_FUZZ_ELEMENTS  4096
+#define NGX_HTTP_IDEM_FUZZ_COMMANDS  8
+
+
+/* the commands the store gave hiredis, in order */
+typedef struct {
+    ngx_uint_t                   sent;
+    void                        *privdata[NGX_HTTP_IDEM_FUZZ_COMMANDS];
+    redisCallbackFn             *fn[NGX_HTTP_IDEM_FUZZ_COMMANDS];
+} ngx_http_idem_fuzz_wire_t;
+
+
+static ngx_http_idem_fuzz_wire_t  ngx_http_idem_fuzz_wire;
 
 
 static void ngx_http_idem_fuzz_body(ngx_http_request_t *r);
@@ -38,7 +59,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     void                        *reply;
     u_char                      *p, *q;
-    ngx_uint_t                   flags, n;
+    ngx_uint_t                   flags, n, i;
     redisReader                 *reader;
     redisAsyncContext            ac;
     ngx_http_idem_fuzz_t         fz;
@@ -46,6 +67,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_http_idem_fuzz_input_t   input;
     ngx_http_idem_status_ctx_t  *sctx;
     ngx_http_idem_store_conf_t   conf;
+    ngx_http_idem_store_claim_t  claim;
     ngx_http_idem_redis_t       *rd;
     ngx_http_idem_redis_node_t   node;
     ngx_log_t                   *log;
@@ -83,37 +105,27 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
 
-    /* the reply, parsed by hiredis as it reads it from the socket */
+    /* the replies, parsed by hiredis as it reads them from the socket */
 
     reader = redisReaderCreate();
     if (reader == NULL) {
         ngx_http_idem_fuzz_abort("no memory");
     }
 
-    reply = NULL;
-
     if (redisReaderFeed(reader, (char *) input.pos, input.last - input.pos)
-        != REDIS_OK
-        || redisReaderGetReply(reader, &reply) != REDIS_OK
-        || reply == NULL)
+        != REDIS_OK)
     {
-        /* not a whole reply: hiredis waits for more, or drops the link */
-
         redisReaderFree(reader);
         ngx_http_idem_fuzz_done(&fz);
         return 0;
     }
 
-    redisReaderFree(reader);
-
-    /* the worker's store, up, with this read outstanding */
+    /* the worker's store, as init_process leaves it, connected */
 
     ngx_memzero(&conf, sizeof(ngx_http_idem_store_conf_t));
     ngx_str_set(&conf.addr, "127.0.0.1:6379");
     conf.timeout = 1000;
     conf.max_pending = 10;
-
-    /* as init_process leaves it, connected */
 
     rd = &ngx_http_idem_redis;
     log = fz.request->connection->log;
@@ -124,14 +136,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rd->log = log;
     ngx_str_set(&rd->name, "127.0.0.1:6379");
     rd->started = 1;
-    rd->stats.pending = 1;
 
-    /* its one node, up: the reply came on it */
+    /* its one node, up: the replies come on it */
 
+    ngx_memzero(&ac, sizeof(redisAsyncContext));
     ngx_memzero(&node, sizeof(ngx_http_idem_redis_node_t));
     node.rd = rd;
     node.state = NGX_HTTP_IDEM_REDIS_UP;
     node.name = rd->name;
+    node.ac = &ac;
+    ac.data = &node;
     rd->node = &node;
 
     /* the last error line: long ago (an error reply is logged at once) */
@@ -146,17 +160,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rd->report_ev.log = log;
     rd->report_ev.cancelable = 1;
 
-    ngx_memzero(&ac, sizeof(redisAsyncContext));
-    ac.data = &node;
-
-    op = ngx_alloc(sizeof(ngx_http_idem_store_op_t), NULL);
-    if (op == NULL) {
-        ngx_http_idem_fuzz_abort("no memory");
-    }
-
-    ngx_memzero(op, sizeof(ngx_http_idem_store_op_t));
-
-    op->done = (flags & 2) ? 1 : 0;
+    ngx_memzero(&ngx_http_idem_fuzz_wire, sizeof(ngx_http_idem_fuzz_wire_t));
 
     if (flags & 1) {
 
@@ -168,11 +172,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
 
         sctx->request = fz.request;
-        sctx->op = op;
         ngx_str_set(&sctx->id, "order-1234");
 
-        op->handler = ngx_http_idem_status_reply;
-        op->data = sctx;
+        op = ngx_http_idem_store_read_record(&fz.ctx->call_id,
+                                             ngx_http_idem_status_reply,
+                                             sctx);
+        sctx->op = op;
 
     } else {
 
@@ -181,25 +186,70 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fz.ilcf->dedupe = 1;
         ngx_str_set(&fz.ilcf->status_url, "/calls/");
         fz.ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_CLAIM;
-        fz.ctx->claim_op = op;
         fz.ctx->resume_ev.data = fz.ctx;
-        fz.ctx->resume_ev.log = fz.request->connection->log;
+        fz.ctx->resume_ev.log = log;
+        fz.ctx->arrival_ev.data = fz.ctx;
+        fz.ctx->arrival_ev.log = log;
 
-        op->handler = ngx_http_idem_dedupe_reply;
-        op->data = fz.ctx;
+        /* as dedupe_claim makes it, from the ctx */
+
+        ngx_str_set(&fz.ctx->key, "idem:c:{order-1234}");
+        ngx_str_set(&fz.ctx->token, "aaaaaaaaaaaaaaaa");
+
+        claim.key = fz.ctx->key;
+        claim.token = fz.ctx->token;
+        ngx_str_set(&claim.digest, "0123456789abcdef");
+        ngx_str_set(&claim.arrival, "R 1700000000000 fuzz-node");
+        claim.lease = 30000;
+        claim.ttl = 86400000;
+
+        op = ngx_http_idem_store_claim(&claim, ngx_http_idem_dedupe_reply,
+                                       fz.ctx);
+        fz.ctx->claim_op = op;
     }
 
-    /* the op is freed by op_done, whatever the reply */
+    /* sent: one command, nobody told yet */
 
-    ngx_http_idem_redis_op_done(&ac, (flags & 4) ? NULL : reply, op);
+    ngx_http_idem_fuzz_assert(op != NULL);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_wire.sent == 1);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_wire.privdata[0] == op);
+    ngx_http_idem_fuzz_assert(rd->stats.pending == 1);
 
-    freeReplyObject(reply);
+    if (flags & 2) {
+        ngx_http_idem_store_cancel(op);
+    }
+
+    /*
+     * Each reply to the command outstanding; a handler or a NOSCRIPT may
+     * send another (the op is freed when none follows); then hiredis
+     * calls back what is left with no reply, as when the link goes.
+     */
+
+    for (i = 0; i < ngx_http_idem_fuzz_wire.sent; i++) {
+
+        reply = NULL;
+
+        if (!(i == 0 && (flags & 4))
+            && (redisReaderGetReply(reader, &reply) != REDIS_OK))
+        {
+            reply = NULL;
+        }
+
+        ngx_http_idem_fuzz_wire.fn[i](&ac, reply,
+                                      ngx_http_idem_fuzz_wire.privdata[i]);
+
+        if (reply != NULL) {
+            freeReplyObject(reply);
+        }
+    }
+
+    redisReaderFree(reader);
 
     ngx_http_idem_fuzz_assert(rd->stats.pending == 0);
 
     if (flags & 2) {
 
-        /* a cancelled read: nobody is told */
+        /* a cancelled op: nobody is told */
 
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.finalized
                                   == -100);
@@ -212,6 +262,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.finalized
                                   != -100);
+        ngx_http_idem_fuzz_assert(sctx->op == NULL);
 
         if (ngx_http_idem_fuzz_answer.finalized == NGX_OK) {
             ngx_http_idem_fuzz_assert(
@@ -244,6 +295,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             /* this request owns the call: nothing answered yet */
             ngx_http_idem_fuzz_assert(fz.ctx->owner);
             ngx_http_idem_fuzz_assert(!ngx_http_idem_fuzz_answer.header_sent);
+
+            /* a claim's rest leaves with the arrival, at the turn's end */
+
+            if (fz.ctx->arrival_ev.posted) {
+                ngx_http_idem_fuzz_assert(fz.ctx->claim_rest);
+                ngx_delete_posted_event(&fz.ctx->arrival_ev);
+            }
 
         } else if (!fz.ctx->replayed) {
             ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.finalized
@@ -287,4 +345,37 @@ ngx_http_idem_redis_attach(redisAsyncContext *ac, ngx_log_t *log)
 {
     ngx_http_idem_fuzz_unreached("ngx_http_idem_redis_attach");
     return NGX_ERROR;
+}
+
+
+/*
+ * hiredis' side of a command: taken, never written; the target answers
+ * it (this definition comes before the library's)
+ */
+
+int
+redisAsyncCommandArgv(redisAsyncContext *ac, redisCallbackFn *fn,
+    void *privdata, int argc, const char **argv, const size_t *argvlen)
+{
+    ngx_http_idem_fuzz_wire_t  *w;
+
+    w = &ngx_http_idem_fuzz_wire;
+
+    ngx_http_idem_fuzz_assert(argc > 0 && argv != NULL && argvlen != NULL);
+
+    if (w->sent == NGX_HTTP_IDEM_FUZZ_COMMANDS) {
+        ngx_http_idem_fuzz_abort("check failed: commands for one op");
+    }
+
+    w->fn[w->sent] = fn;
+    w->privdata[w->sent] = privdata;
+    w->sent++;
+
+    return REDIS_OK;
+}
+
+
+void
+ngx_http_idem_redis_flush(redisAsyncContext *ac)
+{
 }

@@ -11,9 +11,11 @@
  *
  * Input: a byte of idem_record_max_executions (0: the default), a byte of
  * idem_call_id_max_length (0: 128), the URI up to a line feed, the Accept
- * header up to a line feed (empty: none), then strings, each a length byte (255: two bytes of length follow) and its
- * bytes: Redis's time (unix ms, in decimal; none: the store did not
- * answer), then the record's fields and values, in turns.
+ * header up to a line feed (empty: none), then strings, each a length
+ * byte (255: two bytes of length follow) and its bytes: Redis's time
+ * (unix ms, in decimal; none or not a number: the store did not answer;
+ * alone: no record), then the record's fields and values, in turns.  The
+ * store's decoding of a real reply is the redis_reply target's.
  */
 
 
@@ -32,10 +34,10 @@
 #define NGX_HTTP_IDEM_FUZZ_FIELDS  512
 
 
-static ngx_http_idem_store_read_pt  ngx_http_idem_fuzz_handler;
-static void                        *ngx_http_idem_fuzz_data;
-static ngx_http_idem_store_op_t    *ngx_http_idem_fuzz_op;
-static ngx_str_t                    ngx_http_idem_fuzz_read_key;
+static ngx_http_idem_store_record_pt  ngx_http_idem_fuzz_handler;
+static void                          *ngx_http_idem_fuzz_data;
+static ngx_http_idem_store_op_t      *ngx_http_idem_fuzz_op;
+static ngx_str_t                      ngx_http_idem_fuzz_read_key;
 
 
 static ngx_uint_t ngx_http_idem_fuzz_canary(ngx_str_t *page);
@@ -45,10 +47,11 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     u_char                      *p;
-    ngx_int_t                    rc;
+    ngx_int_t                    rc, now;
     ngx_str_t                    uri, id, content, accept, *elts, *body;
     ngx_uint_t                   n, max, valid, sf, status, html;
     ngx_http_idem_fuzz_t         fz;
+    ngx_http_idem_store_record_t record;
     ngx_http_idem_fuzz_input_t   input;
     ngx_http_idem_status_ctx_t  *sctx;
 
@@ -160,8 +163,30 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ngx_http_idem_fuzz_string(&input, &elts[n]);
     }
 
-    ngx_http_idem_fuzz_handler(ngx_http_idem_fuzz_data,
-                               n ? NGX_OK : NGX_ERROR, elts, n);
+    /*
+     * As the store hands it over (store.h): no answer or no clock is
+     * NGX_ERROR, the clock alone is no record, else the record's strings
+     */
+
+    ngx_memzero(&record, sizeof(ngx_http_idem_store_record_t));
+
+    now = n ? ngx_atoi(elts[0].data, elts[0].len) : NGX_ERROR;
+
+    if (now == NGX_ERROR) {
+        rc = NGX_ERROR;
+
+    } else if (n == 1) {
+        record.now = (uint64_t) now;
+        rc = NGX_DECLINED;
+
+    } else {
+        record.now = (uint64_t) now;
+        record.fields = &elts[1];
+        record.nfields = n - 1;
+        rc = NGX_OK;
+    }
+
+    ngx_http_idem_fuzz_handler(ngx_http_idem_fuzz_data, rc, &record);
 
     status = ngx_http_idem_fuzz_answer.status;
 
@@ -171,10 +196,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                               || status == NGX_HTTP_SERVICE_UNAVAILABLE);
     ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.finalized == NGX_OK);
 
-    if (n == 0 || ngx_atoi(elts[0].data, elts[0].len) == NGX_ERROR) {
+    if (rc == NGX_ERROR) {
         ngx_http_idem_fuzz_assert(status == NGX_HTTP_SERVICE_UNAVAILABLE);
 
-    } else if (n == 1) {
+    } else if (rc == NGX_DECLINED) {
         ngx_http_idem_fuzz_assert(status == NGX_HTTP_NOT_FOUND);
     }
 
@@ -254,16 +279,14 @@ ngx_http_idem_fuzz_canary(ngx_str_t *page)
 /* the store: a read is kept, answered by the target */
 
 ngx_http_idem_store_op_t *
-ngx_http_idem_store_read(ngx_uint_t argc, ngx_str_t *argv,
-    ngx_http_idem_store_read_pt handler, void *data, ngx_msec_t timeout)
+ngx_http_idem_store_read_record(ngx_str_t *key,
+    ngx_http_idem_store_record_pt handler, void *data)
 {
     static u_char  op;
 
-    ngx_http_idem_fuzz_assert(argc == 4);
-
     ngx_http_idem_fuzz_handler = handler;
     ngx_http_idem_fuzz_data = data;
-    ngx_http_idem_fuzz_read_key = argv[3];
+    ngx_http_idem_fuzz_read_key = *key;
     ngx_http_idem_fuzz_op = (ngx_http_idem_store_op_t *) &op;
 
     return ngx_http_idem_fuzz_op;

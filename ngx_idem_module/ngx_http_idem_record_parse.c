@@ -341,7 +341,11 @@ ngx_http_idem_record_summary(ngx_http_idem_record_t *rec, ngx_str_t *value,
     success = ngx_atoi(parts[1].data, parts[1].len);
     unsure = ngx_atoi(parts[2].data, parts[2].len);
 
-    if (count == NGX_ERROR || success == NGX_ERROR || unsure == NGX_ERROR) {
+    /* more succeeded or unsure than summarised: not the module's, ignored */
+
+    if (count == NGX_ERROR || success == NGX_ERROR || unsure == NGX_ERROR
+        || success > count || unsure > count - success)
+    {
         return;
     }
 
