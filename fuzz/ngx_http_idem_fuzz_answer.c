@@ -309,7 +309,10 @@ ngx_http_idem_fuzz_keep(ngx_http_idem_fuzz_t *fz,
 
     ngx_str_null(&kept);
 
-    k = ngx_http_idem_answer_keep(r, fz->ctx, NGX_HTTP_IDEM_SUCCESS, &kept);
+    /* the answer came from the upstream: the call was sent */
+
+    k = ngx_http_idem_answer_keep(r, fz->ctx, NGX_HTTP_IDEM_SUCCESS, 1,
+                                  &kept);
 
     if (fz->ctx->retry_later) {
         ngx_http_idem_fuzz_assert(k == NGX_HTTP_IDEM_KEEP_RELEASE);
