@@ -37,7 +37,7 @@ X_Deadline_Ms: 1
 grpc_timeout: 1m
 X_Other_Header: kept
 --- response_body_like
-\A(?!.*\n(?i:x_call|x_trace|x_deadline|grpc_timeout|x-deadline-ms))GET /back HTTP/1\.0\r
+\A(?!.*\n(?i:x_call|x_trace|x_deadline|grpc_timeout|x-deadline-ms))GET /back HTTP/1\.[01]\r
 (?:[^\r\n]+\r\n)*X-Call-Id: u-1\r
 (?:[^\r\n]+\r\n)*X_Other_Header: kept\r
 (?:[^\r\n]+\r\n)*X-Call-Id-Source: client\r

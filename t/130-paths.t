@@ -298,8 +298,8 @@ http init upstream
 --- more_headers eval
 ["X-Call-Id: accel-1\r\nX-Call-Id-Source: gateway", ""]
 --- response_body_like eval
-['\AGET /back HTTP/1\.0\r\n(?:(?!(?i)x-call-id:)[^\r\n]+\r\n)*X-Call-Id: accel-1\r\n(?:(?!(?i)x-call-id(?:-source)?:)[^\r\n]+\r\n)*X-Call-Id-Source: client\r\n(?:(?!(?i)x-call-(?:id|id-source|attempt):)[^\r\n]+\r\n)*X-Call-Attempt: \d+\r\n(?:(?!(?i)x-call-)[^\r\n]+\r\n)*\r\n\z',
- '\AGET /back HTTP/1\.0\r\n(?:(?!(?i)x-call-id:)[^\r\n]+\r\n)*X-Call-Id: [0-9a-f-]{36}\r\n(?:(?!(?i)x-call-id(?:-source)?:)[^\r\n]+\r\n)*X-Call-Id-Source: gateway\r\n(?:(?!(?i)x-call-)[^\r\n]+\r\n)*X-Call-Attempt: \d+\r\n(?:(?!(?i)x-call-)[^\r\n]+\r\n)*\r\n\z']
+['\AGET /back HTTP/1\.[01]\r\n(?:(?!(?i)x-call-id:)[^\r\n]+\r\n)*X-Call-Id: accel-1\r\n(?:(?!(?i)x-call-id(?:-source)?:)[^\r\n]+\r\n)*X-Call-Id-Source: client\r\n(?:(?!(?i)x-call-(?:id|id-source|attempt):)[^\r\n]+\r\n)*X-Call-Attempt: \d+\r\n(?:(?!(?i)x-call-)[^\r\n]+\r\n)*\r\n\z',
+ '\AGET /back HTTP/1\.[01]\r\n(?:(?!(?i)x-call-id:)[^\r\n]+\r\n)*X-Call-Id: [0-9a-f-]{36}\r\n(?:(?!(?i)x-call-id(?:-source)?:)[^\r\n]+\r\n)*X-Call-Id-Source: gateway\r\n(?:(?!(?i)x-call-)[^\r\n]+\r\n)*X-Call-Attempt: \d+\r\n(?:(?!(?i)x-call-)[^\r\n]+\r\n)*\r\n\z']
 --- raw_response_headers_like eval
 ['\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: accel-1\r\n(?:(?!(?i)x-call-id:).)*\z',
  '\A(?s)(?:(?!(?i)x-call-id:).)*X-Call-Id: [0-9a-f-]{36}\r\n(?:(?!(?i)x-call-id:).)*\z']
@@ -328,7 +328,7 @@ GET /t
 --- raw_response_headers_like chomp
 (?s)\A(?:(?!(?i)x-call-id:).)*X-Call-Id: ([0-9a-f-]{36})\r\n(?:(?!(?i)x-call-id:).)*\z
 --- response_body_like chomp
-\AGET /back HTTP/1\.0\r\n(?:(?!(?i)x-call-id:)[^\r\n]+\r\n)*X-Call-Id: [0-9a-f-]{36}\r\n(?:(?!(?i)x-call-id(?:-source)?:)[^\r\n]+\r\n)*X-Call-Id-Source: gateway\r\n(?:(?!(?i)x-call-)[^\r\n]+\r\n)*X-Call-Attempt: 1\r\n
+\AGET /back HTTP/1\.[01]\r\n(?:(?!(?i)x-call-id:)[^\r\n]+\r\n)*X-Call-Id: [0-9a-f-]{36}\r\n(?:(?!(?i)x-call-id(?:-source)?:)[^\r\n]+\r\n)*X-Call-Id-Source: gateway\r\n(?:(?!(?i)x-call-)[^\r\n]+\r\n)*X-Call-Attempt: 1\r\n
 --- no_error_log
 [error]
 
