@@ -220,7 +220,7 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv)
 
     node = rd->node;
 
-    if (ngx_http_idem_redis_accept(rd, node) != NGX_OK) {
+    if (ngx_http_idem_redis_accept(rd, node, 1) != NGX_OK) {
         return NGX_DECLINED;
     }
 
@@ -243,10 +243,7 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv)
     }
 
     if (rc != NGX_OK) {
-        rd->stats.dropped++;
-        rd->down++;
-        ngx_http_idem_redis_report_later(rd);
-        return NGX_DECLINED;
+        return ngx_http_idem_redis_drop(rd, &rd->down);
     }
 
     return NGX_OK;
@@ -290,20 +287,12 @@ ngx_http_idem_redis_room(ngx_uint_t n)
         return NGX_DECLINED;
     }
 
-    if (rd->stats.pending + n > rd->conf->max_pending) {
-        rd->stats.dropped++;
-        rd->full++;
-        ngx_http_idem_redis_report_later(rd);
-        return NGX_DECLINED;
+    if (rd->cluster == NULL) {
+        return ngx_http_idem_redis_accept(rd, rd->node, n);
     }
 
-    if (rd->cluster == NULL
-        && (rd->node == NULL || rd->node->state != NGX_HTTP_IDEM_REDIS_UP))
-    {
-        rd->stats.dropped++;
-        rd->down++;
-        ngx_http_idem_redis_report_later(rd);
-        return NGX_DECLINED;
+    if (rd->stats.pending + n > rd->conf->max_pending) {
+        return ngx_http_idem_redis_drop(rd, &rd->full);
     }
 
     return NGX_OK;

@@ -267,7 +267,9 @@ void ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op);
 ngx_int_t ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op);
 ngx_int_t ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_redis_node_t *node);
+    ngx_http_idem_redis_node_t *node, ngx_uint_t n);
+ngx_int_t ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd,
+    ngx_uint_t *why);
 void ngx_http_idem_redis_answered(ngx_http_idem_redis_node_t *node);
 void ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd,
     redisReply *reply);

@@ -184,7 +184,7 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
     if (rd->cluster == NULL) {
         node = rd->node;
 
-        if (ngx_http_idem_redis_accept(rd, node) != NGX_OK) {
+        if (ngx_http_idem_redis_accept(rd, node, 1) != NGX_OK) {
             return NGX_DECLINED;
         }
 
@@ -200,14 +200,9 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
         ngx_http_idem_redis_cluster_stale(rd);
     }
 
-    if (node == NULL) {
-        rd->stats.dropped++;
-        rd->down++;
-        ngx_http_idem_redis_report_later(rd);
-        return NGX_DECLINED;
-    }
+    /* no node for the slot counts as one that is down */
 
-    if (ngx_http_idem_redis_accept(rd, node) != NGX_OK) {
+    if (ngx_http_idem_redis_accept(rd, node, 1) != NGX_OK) {
         return NGX_DECLINED;
     }
 
@@ -220,10 +215,7 @@ send:
     rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
                                           op, op->argc, op->argv, op->lens);
     if (rc != NGX_OK) {
-        rd->stats.dropped++;
-        rd->down++;
-        ngx_http_idem_redis_report_later(rd);
-        return NGX_DECLINED;
+        return ngx_http_idem_redis_drop(rd, &rd->down);
     }
 
     return NGX_OK;
@@ -556,25 +548,34 @@ ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
 }
 
 
+/* room on the node for n commands more; else counted and reported */
+
 ngx_int_t
 ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_redis_node_t *node)
+    ngx_http_idem_redis_node_t *node, ngx_uint_t n)
 {
     if (node == NULL || node->state != NGX_HTTP_IDEM_REDIS_UP) {
-        rd->stats.dropped++;
-        rd->down++;
-        ngx_http_idem_redis_report_later(rd);
-        return NGX_DECLINED;
+        return ngx_http_idem_redis_drop(rd, &rd->down);
     }
 
-    if (rd->stats.pending >= rd->conf->max_pending) {
-        rd->stats.dropped++;
-        rd->full++;
-        ngx_http_idem_redis_report_later(rd);
-        return NGX_DECLINED;
+    if (rd->stats.pending + n > rd->conf->max_pending) {
+        return ngx_http_idem_redis_drop(rd, &rd->full);
     }
 
     return NGX_OK;
+}
+
+
+/* a command not taken: counted, and said in the next report */
+
+ngx_int_t
+ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd, ngx_uint_t *why)
+{
+    rd->stats.dropped++;
+    (*why)++;
+    ngx_http_idem_redis_report_later(rd);
+
+    return NGX_DECLINED;
 }
 
 
