@@ -72,12 +72,12 @@ static ngx_str_t  ngx_http_idem_replayed = ngx_string("true");
 ngx_int_t
 ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
-    size_t                     len;
-    u_char                    *p;
-    ngx_uint_t                 i, status;
-    ngx_list_part_t           *part;
-    ngx_table_elt_t           *h;
-    ngx_http_idem_loc_conf_t  *ilcf;
+    size_t                        len;
+    u_char                       *p;
+    ngx_uint_t                    status;
+    ngx_table_elt_t              *h;
+    ngx_http_idem_loc_conf_t     *ilcf;
+    ngx_http_idem_header_iter_t   it;
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
@@ -88,22 +88,11 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
           + r->headers_out.status_line.len + r->headers_out.content_type.len
           + NGX_OFF_T_LEN;
 
-    part = &r->headers_out.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash == 0) {
+    for (h = ngx_http_idem_header_first(&it, &r->headers_out.headers);
+         h != NULL;
+         h = ngx_http_idem_header_next(&it))
+    {
+        if (h->hash == 0) {
             continue;
         }
 
@@ -111,14 +100,14 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
         if ((status == NGX_HTTP_TOO_MANY_REQUESTS
              || status == NGX_HTTP_SERVICE_UNAVAILABLE)
-            && ngx_http_idem_header_named(&h[i], &ngx_http_idem_retry_after))
+            && ngx_http_idem_header_named(h, &ngx_http_idem_retry_after))
         {
             ctx->retry_later = 1;
             ctx->capture_over = 1;
             return NGX_OK;
         }
 
-        if (ngx_http_idem_answer_skip(ctx, &h[i])) {
+        if (ngx_http_idem_answer_skip(ctx, h)) {
             continue;
         }
 
@@ -127,12 +116,12 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
          * upstream send one) would come back as a trailer; not kept
          */
 
-        if (h[i].key.len && h[i].key.data[0] == '~') {
+        if (h->key.len && h->key.data[0] == '~') {
             ctx->capture_over = 1;
             return NGX_OK;
         }
 
-        len += h[i].key.len + sizeof(": \n") - 1 + h[i].value.len;
+        len += h->key.len + sizeof(": \n") - 1 + h->value.len;
     }
 
     if (status == NGX_HTTP_SWITCHING_PROTOCOLS
@@ -176,26 +165,15 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                         r->headers_out.content_length_n);
     }
 
-    part = &r->headers_out.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash == 0 || ngx_http_idem_answer_skip(ctx, &h[i])) {
+    for (h = ngx_http_idem_header_first(&it, &r->headers_out.headers);
+         h != NULL;
+         h = ngx_http_idem_header_next(&it))
+    {
+        if (h->hash == 0 || ngx_http_idem_answer_skip(ctx, h)) {
             continue;
         }
 
-        p = ngx_sprintf(p, "%V: %V\n", &h[i].key, &h[i].value);
+        p = ngx_sprintf(p, "%V: %V\n", &h->key, &h->value);
     }
 
     *p++ = '\n';
@@ -384,21 +362,19 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 static ngx_int_t
 ngx_http_idem_answer_trailers(ngx_http_request_t *r, ngx_str_t *answer)
 {
-    size_t            len;
-    u_char           *p, *end, *last;
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
+    size_t                        len;
+    u_char                       *p, *end, *last;
+    ngx_table_elt_t              *h;
+    ngx_http_idem_header_iter_t   it;
 
     len = 0;
 
-    for (part = &r->headers_out.trailers.part; part; part = part->next) {
-        h = part->elts;
-
-        for (i = 0; i < part->nelts; i++) {
-            if (h[i].hash != 0) {
-                len += sizeof("~: \n") - 1 + h[i].key.len + h[i].value.len;
-            }
+    for (h = ngx_http_idem_header_first(&it, &r->headers_out.trailers);
+         h != NULL;
+         h = ngx_http_idem_header_next(&it))
+    {
+        if (h->hash != 0) {
+            len += sizeof("~: \n") - 1 + h->key.len + h->value.len;
         }
     }
 
@@ -429,14 +405,13 @@ ngx_http_idem_answer_trailers(ngx_http_request_t *r, ngx_str_t *answer)
 
     answer->data = ngx_cpymem(p, answer->data, end - answer->data);
 
-    for (part = &r->headers_out.trailers.part; part; part = part->next) {
-        h = part->elts;
-
-        for (i = 0; i < part->nelts; i++) {
-            if (h[i].hash != 0) {
-                answer->data = ngx_sprintf(answer->data, "~%V: %V\n",
-                                           &h[i].key, &h[i].value);
-            }
+    for (h = ngx_http_idem_header_first(&it, &r->headers_out.trailers);
+         h != NULL;
+         h = ngx_http_idem_header_next(&it))
+    {
+        if (h->hash != 0) {
+            answer->data = ngx_sprintf(answer->data, "~%V: %V\n",
+                                       &h->key, &h->value);
         }
     }
 

@@ -21,8 +21,6 @@
 
 static ngx_uint_t ngx_http_idem_grpc_code(ngx_uint_t status,
     ngx_str_t *type);
-static ngx_table_elt_t *ngx_http_idem_grpc_find(ngx_list_t *list,
-    char *name, size_t len);
 static ngx_int_t ngx_http_idem_grpc_message(ngx_http_request_t *r,
     ngx_str_t *title, ngx_str_t *detail, ngx_str_t *out);
 static void ngx_http_idem_grpc_body_read(ngx_http_request_t *r);
@@ -217,7 +215,7 @@ ngx_http_idem_grpc_trailers_only(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    h = ngx_http_idem_grpc_find(&r->headers_out.headers, "Retry-After",
+    h = ngx_http_idem_header_find(&r->headers_out.headers, "Retry-After",
                                 sizeof("Retry-After") - 1);
 
     if (h == NULL) {
@@ -375,11 +373,11 @@ ngx_http_idem_grpc_status(ngx_http_request_t *r)
     ngx_int_t         n;
     ngx_table_elt_t  *h;
 
-    h = ngx_http_idem_grpc_find(&r->headers_out.trailers, "grpc-status",
+    h = ngx_http_idem_header_find(&r->headers_out.trailers, "grpc-status",
                                 sizeof("grpc-status") - 1);
 
     if (h == NULL) {
-        h = ngx_http_idem_grpc_find(&r->headers_out.headers, "grpc-status",
+        h = ngx_http_idem_header_find(&r->headers_out.headers, "grpc-status",
                                     sizeof("grpc-status") - 1);
     }
 
@@ -401,11 +399,11 @@ ngx_http_idem_grpc_upstream_status(ngx_http_upstream_t *u)
     ngx_int_t         n;
     ngx_table_elt_t  *h;
 
-    h = ngx_http_idem_grpc_find(&u->headers_in.trailers, "grpc-status",
+    h = ngx_http_idem_header_find(&u->headers_in.trailers, "grpc-status",
                                 sizeof("grpc-status") - 1);
 
     if (h == NULL) {
-        h = ngx_http_idem_grpc_find(&u->headers_in.headers, "grpc-status",
+        h = ngx_http_idem_header_find(&u->headers_in.headers, "grpc-status",
                                     sizeof("grpc-status") - 1);
     }
 
@@ -441,7 +439,7 @@ ngx_http_idem_grpc_retryable(ngx_http_request_t *r, ngx_msec_int_t *delay)
         return 0;
     }
 
-    h = ngx_http_idem_grpc_find(&u->headers_in.headers, "grpc-status",
+    h = ngx_http_idem_header_find(&u->headers_in.headers, "grpc-status",
                                 sizeof("grpc-status") - 1);
     if (h == NULL) {
         return 0;
@@ -455,7 +453,7 @@ ngx_http_idem_grpc_retryable(ngx_http_request_t *r, ngx_msec_int_t *delay)
         return 0;
     }
 
-    h = ngx_http_idem_grpc_find(&u->headers_in.headers,
+    h = ngx_http_idem_header_find(&u->headers_in.headers,
                                 "grpc-retry-pushback-ms",
                                 sizeof("grpc-retry-pushback-ms") - 1);
     if (h != NULL) {
@@ -474,35 +472,4 @@ ngx_http_idem_grpc_retryable(ngx_http_request_t *r, ngx_msec_int_t *delay)
 
     return (code == NGX_HTTP_IDEM_GRPC_UNAVAILABLE)
            ? NGX_HTTP_SERVICE_UNAVAILABLE : NGX_HTTP_TOO_MANY_REQUESTS;
-}
-
-
-static ngx_table_elt_t *
-ngx_http_idem_grpc_find(ngx_list_t *list, char *name, size_t len)
-{
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
-
-    part = &list->part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                return NULL;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash != 0 && h[i].key.len == len
-            && ngx_strncasecmp(h[i].key.data, (u_char *) name, len) == 0)
-        {
-            return &h[i];
-        }
-    }
 }

@@ -151,60 +151,48 @@ ngx_int_t
 ngx_http_idem_scan_request(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in)
 {
-    ngx_uint_t                  i;
-    ngx_list_part_t            *part;
-    ngx_table_elt_t            *h;
-    ngx_http_idem_main_conf_t  *imcf;
+    ngx_table_elt_t              *h;
+    ngx_http_idem_main_conf_t    *imcf;
+    ngx_http_idem_header_iter_t   it;
 
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
     ngx_memzero(in, sizeof(ngx_http_idem_inbound_t));
 
-    part = &r->headers_in.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (ngx_http_idem_header_is(&h[i], &ilcf->call_id_header)) {
-            in->call_id = &h[i];
+    for (h = ngx_http_idem_header_first(&it, &r->headers_in.headers);
+         h != NULL;
+         h = ngx_http_idem_header_next(&it))
+    {
+        if (ngx_http_idem_header_is(h, &ilcf->call_id_header)) {
+            in->call_id = h;
             in->call_id_count++;
             continue;
         }
 
-        if (ngx_http_idem_header_is(&h[i], &ilcf->trace_id_header)) {
-            in->trace_id = &h[i];
+        if (ngx_http_idem_header_is(h, &ilcf->trace_id_header)) {
+            in->trace_id = h;
             in->trace_id_count++;
             continue;
         }
 
-        if (!ngx_http_idem_owned(imcf, ilcf, &h[i])) {
+        if (!ngx_http_idem_owned(imcf, ilcf, h)) {
             continue;
         }
 
         in->owned_count++;
 
-        if (ngx_http_idem_header_is(&h[i], &imcf->traceparent_header)) {
-            in->traceparent = &h[i];
+        if (ngx_http_idem_header_is(h, &imcf->traceparent_header)) {
+            in->traceparent = h;
             in->traceparent_count++;
 
-        } else if (ngx_http_idem_header_is(&h[i],
+        } else if (ngx_http_idem_header_is(h,
                                            &imcf->grpc_timeout_header))
         {
-            in->grpc_timeout = &h[i];
+            in->grpc_timeout = h;
             in->grpc_timeout_count++;
 
-        } else if (ngx_http_idem_header_is(&h[i], &ilcf->deadline_header)) {
-            in->deadline = &h[i];
+        } else if (ngx_http_idem_header_is(h, &ilcf->deadline_header)) {
+            in->deadline = h;
             in->deadline_count++;
         }
     }
@@ -224,11 +212,12 @@ ngx_int_t
 ngx_http_idem_drop_owned(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in)
 {
-    ngx_uint_t                  i, n;
-    ngx_list_t                  old;
-    ngx_list_part_t            *part;
-    ngx_table_elt_t            *h, *copy;
-    ngx_http_idem_main_conf_t  *imcf;
+    ngx_uint_t                    n;
+    ngx_list_t                    old;
+    ngx_list_part_t              *part;
+    ngx_table_elt_t              *h, *copy;
+    ngx_http_idem_main_conf_t    *imcf;
+    ngx_http_idem_header_iter_t   it;
 
     if (in->owned_count == 0) {
         return NGX_OK;
@@ -250,25 +239,14 @@ ngx_http_idem_drop_owned(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    part = &old.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (ngx_http_idem_owned(imcf, ilcf, &h[i])) {
+    for (h = ngx_http_idem_header_first(&it, &old);
+         h != NULL;
+         h = ngx_http_idem_header_next(&it))
+    {
+        if (ngx_http_idem_owned(imcf, ilcf, h)) {
             ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                            "idem: dropping client header \"%V: %V\"",
-                           &h[i].key, &h[i].value);
+                           &h->key, &h->value);
             continue;
         }
 
@@ -277,7 +255,7 @@ ngx_http_idem_drop_owned(ngx_http_request_t *r,
             return NGX_ERROR;
         }
 
-        *copy = h[i];
+        *copy = *h;
     }
 
     return NGX_OK;
@@ -537,31 +515,19 @@ static void
 ngx_http_idem_hide_response_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx)
 {
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
+    ngx_table_elt_t              *h;
+    ngx_http_idem_header_iter_t   it;
 
-    part = &r->headers_out.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash != 0
-            && (ngx_http_idem_header_named(&h[i], &ctx->call_id_header->name)
-                || ngx_http_idem_header_named(&h[i],
+    for (h = ngx_http_idem_header_first(&it, &r->headers_out.headers);
+         h != NULL;
+         h = ngx_http_idem_header_next(&it))
+    {
+        if (h->hash != 0
+            && (ngx_http_idem_header_named(h, &ctx->call_id_header->name)
+                || ngx_http_idem_header_named(h,
                                               &ctx->trace_id_header->name)))
         {
-            h[i].hash = 0;
+            h->hash = 0;
         }
     }
 }

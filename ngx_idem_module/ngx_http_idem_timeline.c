@@ -100,34 +100,22 @@ static ngx_str_t  ngx_http_idem_timeline_style = ngx_string(
 ngx_uint_t
 ngx_http_idem_timeline_wanted(ngx_http_request_t *r)
 {
-    ngx_uint_t               i;
-    ngx_list_part_t         *part;
-    ngx_table_elt_t         *h;
-    ngx_http_idem_accept_t   acc;
+    ngx_table_elt_t              *h;
+    ngx_http_idem_accept_t        acc;
+    ngx_http_idem_header_iter_t   it;
 
     ngx_memzero(&acc, sizeof(ngx_http_idem_accept_t));
 
-    part = &r->headers_in.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].key.len == sizeof("Accept") - 1
-            && ngx_strncasecmp(h[i].key.data, (u_char *) "Accept",
+    for (h = ngx_http_idem_header_first(&it, &r->headers_in.headers);
+         h != NULL;
+         h = ngx_http_idem_header_next(&it))
+    {
+        if (h->key.len == sizeof("Accept") - 1
+            && ngx_strncasecmp(h->key.data, (u_char *) "Accept",
                                sizeof("Accept") - 1)
                == 0)
         {
-            ngx_http_idem_accept_parse(&h[i].value, &acc);
+            ngx_http_idem_accept_parse(&h->value, &acc);
         }
     }
 

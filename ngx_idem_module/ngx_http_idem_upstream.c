@@ -766,9 +766,8 @@ ngx_http_idem_retry_after(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
     time_t                     t;
     ngx_int_t                  n;
-    ngx_uint_t                 i, status;
+    ngx_uint_t                 status;
     ngx_msec_t                 delay;
-    ngx_list_part_t           *part;
     ngx_table_elt_t           *h;
     ngx_http_upstream_t       *u;
     ngx_http_idem_loc_conf_t  *ilcf;
@@ -785,34 +784,16 @@ ngx_http_idem_retry_after(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return;
     }
 
-    part = &u->headers_in.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                return;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].key.len == sizeof("Retry-After") - 1
-            && ngx_strncasecmp(h[i].key.data, (u_char *) "Retry-After",
-                               sizeof("Retry-After") - 1)
-               == 0)
-        {
-            break;
-        }
+    h = ngx_http_idem_header_find(&u->headers_in.headers, "Retry-After",
+                                  sizeof("Retry-After") - 1);
+    if (h == NULL) {
+        return;
     }
 
-    n = ngx_atoi(h[i].value.data, h[i].value.len);
+    n = ngx_atoi(h->value.data, h->value.len);
 
     if (n == NGX_ERROR) {
-        t = ngx_parse_http_time(h[i].value.data, h[i].value.len);
+        t = ngx_parse_http_time(h->value.data, h->value.len);
 
         if (t == NGX_ERROR) {
             return;

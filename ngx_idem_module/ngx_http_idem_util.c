@@ -227,3 +227,26 @@ ngx_http_idem_send_response(ngx_http_request_t *r, ngx_uint_t status,
 
     return ngx_http_output_filter(r, &out);
 }
+
+
+/* an entry of a header list by name, or NULL; hidden entries are skipped */
+
+ngx_table_elt_t *
+ngx_http_idem_header_find(ngx_list_t *list, char *name, size_t len)
+{
+    ngx_table_elt_t              *h;
+    ngx_http_idem_header_iter_t   it;
+
+    for (h = ngx_http_idem_header_first(&it, list);
+         h != NULL;
+         h = ngx_http_idem_header_next(&it))
+    {
+        if (h->hash != 0 && h->key.len == len
+            && ngx_strncasecmp(h->key.data, (u_char *) name, len) == 0)
+        {
+            return h;
+        }
+    }
+
+    return NULL;
+}
