@@ -322,31 +322,22 @@ ngx_http_idem_set_retry(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     for (i = 2; i < cf->args->nelts; i++) {
 
-        p = (u_char *) ngx_strchr(value[i].data, '=');
-        if (p == NULL) {
-            goto invalid;
+        if (ngx_http_idem_conf_param(&value[i], &s, &v) != NGX_OK) {
+            return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
         }
-
-        s.data = value[i].data;
-        s.len = p - value[i].data;
-        v.data = p + 1;
-        v.len = value[i].data + value[i].len - v.data;
 
         msp = NULL;
 
-        if (s.len == 7 && ngx_strncmp(s.data, "backoff", 7) == 0) {
+        if (ngx_http_idem_str_is(&s, "backoff")) {
             msp = &ilcf->retry_backoff;
 
-        } else if (s.len == 11 && ngx_strncmp(s.data, "max_backoff", 11) == 0)
-        {
+        } else if (ngx_http_idem_str_is(&s, "max_backoff")) {
             msp = &ilcf->retry_max_backoff;
 
-        } else if (s.len == 15
-                   && ngx_strncmp(s.data, "per_try_timeout", 15) == 0)
-        {
+        } else if (ngx_http_idem_str_is(&s, "per_try_timeout")) {
             msp = &ilcf->retry_per_try_timeout;
 
-        } else if (s.len == 2 && ngx_strncmp(s.data, "on", 2) == 0) {
+        } else if (ngx_http_idem_str_is(&s, "on")) {
 
             ilcf->retry_on = 0;
             last = v.data + v.len;
@@ -379,13 +370,13 @@ ngx_http_idem_set_retry(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             }
 
             if (ilcf->retry_on == 0) {
-                goto invalid;
+                return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
             }
 
             continue;
 
         } else {
-            goto invalid;
+            return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
         }
 
         ms = ngx_parse_time(&v, 0);
@@ -393,21 +384,13 @@ ngx_http_idem_set_retry(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         if (ms == (ngx_msec_t) NGX_ERROR || ms > NGX_MAX_INT32_VALUE
             || (ms == 0 && msp == &ilcf->retry_per_try_timeout))
         {
-            goto invalid;
+            return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
         }
 
         *msp = ms;
     }
 
     return NGX_CONF_OK;
-
-invalid:
-
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "invalid parameter \"%V\" in \"%V\" directive",
-                       &value[i], &cmd->name);
-
-    return NGX_CONF_ERROR;
 }
 
 

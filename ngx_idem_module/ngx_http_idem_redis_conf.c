@@ -9,6 +9,7 @@
 #include <ngx_core.h>
 #include <ngx_event.h>
 
+#include "ngx_http_idem_util.h"
 #include "ngx_http_idem_store.h"
 #include "ngx_http_idem_redis.h"
 #include "ngx_http_idem_redis_adapter.h"
@@ -99,7 +100,7 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
         {
             n = ngx_atoi(value[i].data + 3, value[i].len - 3);
             if (n == NGX_ERROR || n > NGX_MAX_INT32_VALUE) {
-                goto invalid;
+                return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
             }
 
             conf->db = n;
@@ -108,7 +109,7 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
 
         if (ngx_strncmp(value[i].data, "password=", 9) == 0) {
             if (value[i].len == 9) {
-                goto invalid;
+                return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
             }
 
             conf->password.data = value[i].data + 9;
@@ -120,7 +121,7 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
             && conf->mode == NGX_HTTP_IDEM_STORE_SENTINEL)
         {
             if (value[i].len == 18) {
-                goto invalid;
+                return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
             }
 
             conf->sentinel_password.data = value[i].data + 18;
@@ -133,7 +134,7 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
                                                &conf->connect_timeout)
                 != NGX_OK)
             {
-                goto invalid;
+                return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
             }
 
             continue;
@@ -143,7 +144,7 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
             if (ngx_http_idem_redis_parse_msec(&value[i], 8, &conf->timeout)
                 != NGX_OK)
             {
-                goto invalid;
+                return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
             }
 
             continue;
@@ -152,25 +153,17 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
         if (ngx_strncmp(value[i].data, "max_pending=", 12) == 0) {
             n = ngx_atoi(value[i].data + 12, value[i].len - 12);
             if (n == NGX_ERROR || n == 0) {
-                goto invalid;
+                return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
             }
 
             conf->max_pending = n;
             continue;
         }
 
-        goto invalid;
+        return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
     }
 
     return NGX_CONF_OK;
-
-invalid:
-
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "invalid parameter \"%V\" in \"%V\" directive",
-                       &value[i], &cmd->name);
-
-    return NGX_CONF_ERROR;
 }
 
 

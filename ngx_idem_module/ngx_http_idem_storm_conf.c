@@ -26,7 +26,6 @@ ngx_http_idem_storm_set_budget(ngx_conf_t *cf, ngx_command_t *cmd,
 {
     ngx_http_idem_storm_conf_t  *scf;
 
-    u_char      *p;
     ngx_int_t    ratio;
     ngx_str_t   *value, s, v;
     ngx_uint_t   i;
@@ -39,9 +38,7 @@ ngx_http_idem_storm_set_budget(ngx_conf_t *cf, ngx_command_t *cmd,
 
     value = cf->args->elts;
 
-    if (cf->args->nelts == 2
-        && value[1].len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0)
-    {
+    if (ngx_http_idem_conf_off(cf)) {
         scf->budget = 0;
         return NGX_CONF_OK;
     }
@@ -53,17 +50,11 @@ ngx_http_idem_storm_set_budget(ngx_conf_t *cf, ngx_command_t *cmd,
 
     for (i = 1; i < cf->args->nelts; i++) {
 
-        p = (u_char *) ngx_strchr(value[i].data, '=');
-        if (p == NULL) {
-            goto invalid;
+        if (ngx_http_idem_conf_param(&value[i], &s, &v) != NGX_OK) {
+            return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
         }
 
-        s.data = value[i].data;
-        s.len = p - value[i].data;
-        v.data = p + 1;
-        v.len = value[i].data + value[i].len - v.data;
-
-        if (s.len == 5 && ngx_strncmp(s.data, "ratio", 5) == 0) {
+        if (ngx_http_idem_str_is(&s, "ratio")) {
 
             /* three decimals: "0.2" is 200 retries per 1000 calls */
 
@@ -80,7 +71,7 @@ ngx_http_idem_storm_set_budget(ngx_conf_t *cf, ngx_command_t *cmd,
 
             scf->ratio = ratio;
 
-        } else if (s.len == 3 && ngx_strncmp(s.data, "min", 3) == 0) {
+        } else if (ngx_http_idem_str_is(&s, "min")) {
 
             if (ngx_http_idem_storm_parse(cf, cmd, &value[i], "min",
                                           &scf->min, 0, 1000000)
@@ -89,7 +80,7 @@ ngx_http_idem_storm_set_budget(ngx_conf_t *cf, ngx_command_t *cmd,
                 return NGX_CONF_ERROR;
             }
 
-        } else if (s.len == 6 && ngx_strncmp(s.data, "window", 6) == 0) {
+        } else if (ngx_http_idem_str_is(&s, "window")) {
 
             if (ngx_http_idem_storm_parse_time(cf, cmd, &value[i], "window",
                                                &scf->window,
@@ -101,7 +92,7 @@ ngx_http_idem_storm_set_budget(ngx_conf_t *cf, ngx_command_t *cmd,
             }
 
         } else {
-            goto invalid;
+            return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
         }
     }
 
@@ -117,14 +108,6 @@ ngx_http_idem_storm_set_budget(ngx_conf_t *cf, ngx_command_t *cmd,
     }
 
     return NGX_CONF_OK;
-
-invalid:
-
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "invalid parameter \"%V\" in \"%V\" directive",
-                       &value[i], &cmd->name);
-
-    return NGX_CONF_ERROR;
 }
 
 
@@ -139,7 +122,6 @@ ngx_http_idem_storm_set_breaker(ngx_conf_t *cf, ngx_command_t *cmd,
 {
     ngx_http_idem_storm_conf_t  *scf;
 
-    u_char      *p;
     ngx_str_t   *value, s, v;
     ngx_uint_t   i;
 
@@ -151,9 +133,7 @@ ngx_http_idem_storm_set_breaker(ngx_conf_t *cf, ngx_command_t *cmd,
 
     value = cf->args->elts;
 
-    if (cf->args->nelts == 2
-        && value[1].len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0)
-    {
+    if (ngx_http_idem_conf_off(cf)) {
         scf->breaker = 0;
         return NGX_CONF_OK;
     }
@@ -167,17 +147,11 @@ ngx_http_idem_storm_set_breaker(ngx_conf_t *cf, ngx_command_t *cmd,
 
     for (i = 1; i < cf->args->nelts; i++) {
 
-        p = (u_char *) ngx_strchr(value[i].data, '=');
-        if (p == NULL) {
-            goto invalid;
+        if (ngx_http_idem_conf_param(&value[i], &s, &v) != NGX_OK) {
+            return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
         }
 
-        s.data = value[i].data;
-        s.len = p - value[i].data;
-        v.data = p + 1;
-        v.len = value[i].data + value[i].len - v.data;
-
-        if (s.len == 8 && ngx_strncmp(s.data, "failures", 8) == 0) {
+        if (ngx_http_idem_str_is(&s, "failures")) {
 
             if (v.len && v.data[v.len - 1] == '%') {
                 value[i].len--;
@@ -190,7 +164,7 @@ ngx_http_idem_storm_set_breaker(ngx_conf_t *cf, ngx_command_t *cmd,
                 return NGX_CONF_ERROR;
             }
 
-        } else if (s.len == 9 && ngx_strncmp(s.data, "min_calls", 9) == 0) {
+        } else if (ngx_http_idem_str_is(&s, "min_calls")) {
 
             if (ngx_http_idem_storm_parse(cf, cmd, &value[i], "min_calls",
                                           &scf->min_calls, 1, 1000000)
@@ -199,7 +173,7 @@ ngx_http_idem_storm_set_breaker(ngx_conf_t *cf, ngx_command_t *cmd,
                 return NGX_CONF_ERROR;
             }
 
-        } else if (s.len == 6 && ngx_strncmp(s.data, "probes", 6) == 0) {
+        } else if (ngx_http_idem_str_is(&s, "probes")) {
 
             if (ngx_http_idem_storm_parse(cf, cmd, &value[i], "probes",
                                           &scf->probes, 1, 1000)
@@ -208,7 +182,7 @@ ngx_http_idem_storm_set_breaker(ngx_conf_t *cf, ngx_command_t *cmd,
                 return NGX_CONF_ERROR;
             }
 
-        } else if (s.len == 6 && ngx_strncmp(s.data, "window", 6) == 0) {
+        } else if (ngx_http_idem_str_is(&s, "window")) {
 
             if (ngx_http_idem_storm_parse_time(cf, cmd, &value[i], "window",
                                                &scf->breaker_window,
@@ -219,7 +193,7 @@ ngx_http_idem_storm_set_breaker(ngx_conf_t *cf, ngx_command_t *cmd,
                 return NGX_CONF_ERROR;
             }
 
-        } else if (s.len == 4 && ngx_strncmp(s.data, "open", 4) == 0) {
+        } else if (ngx_http_idem_str_is(&s, "open")) {
 
             if (ngx_http_idem_storm_parse_time(cf, cmd, &value[i], "open",
                                                &scf->open, 1,
@@ -230,7 +204,7 @@ ngx_http_idem_storm_set_breaker(ngx_conf_t *cf, ngx_command_t *cmd,
             }
 
         } else {
-            goto invalid;
+            return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
         }
     }
 
@@ -239,14 +213,6 @@ ngx_http_idem_storm_set_breaker(ngx_conf_t *cf, ngx_command_t *cmd,
     }
 
     return NGX_CONF_OK;
-
-invalid:
-
-    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "invalid parameter \"%V\" in \"%V\" directive",
-                       &value[i], &cmd->name);
-
-    return NGX_CONF_ERROR;
 }
 
 

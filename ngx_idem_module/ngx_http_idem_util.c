@@ -250,3 +250,49 @@ ngx_http_idem_header_find(ngx_list_t *list, char *name, size_t len)
 
     return NULL;
 }
+
+
+/* a directive's "name=value" argument in two; NGX_DECLINED without "=" */
+
+ngx_int_t
+ngx_http_idem_conf_param(ngx_str_t *arg, ngx_str_t *name, ngx_str_t *value)
+{
+    u_char  *p;
+
+    p = ngx_strlchr(arg->data, arg->data + arg->len, '=');
+    if (p == NULL) {
+        return NGX_DECLINED;
+    }
+
+    name->data = arg->data;
+    name->len = p - arg->data;
+    value->data = p + 1;
+    value->len = arg->data + arg->len - value->data;
+
+    return NGX_OK;
+}
+
+
+/* the directive's one argument is "off" */
+
+ngx_uint_t
+ngx_http_idem_conf_off(ngx_conf_t *cf)
+{
+    ngx_str_t  *value;
+
+    value = cf->args->elts;
+
+    return cf->args->nelts == 2 && ngx_http_idem_str_is(&value[1], "off");
+}
+
+
+char *
+ngx_http_idem_conf_invalid(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *arg)
+{
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid parameter \"%V\" in \"%V\" directive",
+                       arg, &cmd->name);
+
+    return NGX_CONF_ERROR;
+}

@@ -1,8 +1,8 @@
 
 /*
  * Small helpers with no feature of their own: random bytes, time, digests,
- * a walk over a list of headers, and the one way the module sends an
- * answer it makes itself.
+ * a walk over a list of headers, a directive's parameters, and the one way
+ * the module sends an answer it makes itself.
  */
 
 
@@ -13,6 +13,12 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
+
+
+/* a string is this literal, byte for byte */
+#define ngx_http_idem_str_is(s, lit)                                         \
+    ((s)->len == sizeof(lit) - 1                                              \
+     && ngx_strncmp((s)->data, lit, sizeof(lit) - 1) == 0)
 
 
 /*
@@ -69,6 +75,11 @@ ngx_table_elt_t *ngx_http_idem_header_find(ngx_list_t *list, char *name,
     size_t len);
 ngx_int_t ngx_http_idem_add_response_header(ngx_http_request_t *r,
     char *name, ngx_str_t *value);
+ngx_int_t ngx_http_idem_conf_param(ngx_str_t *arg, ngx_str_t *name,
+    ngx_str_t *value);
+ngx_uint_t ngx_http_idem_conf_off(ngx_conf_t *cf);
+char *ngx_http_idem_conf_invalid(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *arg);
 ngx_int_t ngx_http_idem_send_response(ngx_http_request_t *r,
     ngx_uint_t status, char *content_type, ngx_str_t *body);
 
