@@ -784,7 +784,7 @@ ngx_http_idem_redis_node_drop(ngx_http_idem_redis_node_t *node)
 ngx_int_t
 ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
     redisCallbackFn *fn, void *privdata, ngx_uint_t argc, const char **argv,
-    size_t *lens)
+    size_t *lens, ngx_uint_t now)
 {
     ngx_uint_t  n;
 

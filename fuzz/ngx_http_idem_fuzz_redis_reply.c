@@ -22,6 +22,7 @@
 #include "ngx_http_idem_redis.c"
 #include "ngx_http_idem_redis_node.c"
 #include "ngx_http_idem_redis_op.c"
+#include "ngx_http_idem_redis_stats.c"
 #include "ngx_http_idem_redis_record.c"
 #include "ngx_http_idem_dedupe.c"
 #include "ngx_http_idem_status.c"

@@ -15,6 +15,7 @@
 
 #include "ngx_http_idem_upstream.c"
 #include "ngx_http_idem_grpc.c"
+#include "ngx_http_idem_util.c"
 
 #include "ngx_http_idem_fuzz.h"
 

@@ -25,8 +25,9 @@
  *
  * This file starts and stops the store and queues writes; the directive
  * is parsed in redis_conf.c, connections live in redis_node.c, commands
- * that wait for a reply in redis_op.c, and the store's operations (what
- * ngx_http_idem_store.h offers) become Redis commands in redis_record.c.
+ * that wait for a reply in redis_op.c, counts and reports in
+ * redis_stats.c, and the store's operations (what ngx_http_idem_store.h
+ * offers) become Redis commands in redis_record.c.
  */
 
 
@@ -41,8 +42,6 @@
 
 
 static void ngx_http_idem_redis_pending_handler(ngx_event_t *ev);
-static void ngx_http_idem_redis_report_handler(ngx_event_t *ev);
-static void ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd);
 
 
 ngx_http_idem_redis_t  ngx_http_idem_redis;
@@ -236,7 +235,7 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv)
     }
 
     rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_written,
-                                          NULL, argc, args, lens);
+                                          NULL, argc, args, lens, 0);
 
     if (args != args_buf) {
         ngx_free(args);
@@ -328,7 +327,7 @@ ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
     }
 
     if (reply->type != REDIS_REPLY_ERROR) {
-        ngx_http_idem_redis_answered(node);
+        ngx_http_idem_redis_node_answered(node);
         return;
     }
 
@@ -336,54 +335,6 @@ ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
 
     ngx_http_idem_redis_error_reply(rd, reply);
 }
-
-
-/*
- * While commands are outstanding a non-cancelable timer keeps a worker
- * that is shutting down alive (ngx_event_no_timers_left()); it is checked
- * once a second, or every 100 ms once the worker is exiting.
- */
-
-void
-ngx_http_idem_redis_pending_add(ngx_http_idem_redis_t *rd)
-{
-    rd->stats.pending++;
-    rd->pending_ev.cancelable = 0;
-
-    if (!rd->pending_ev.timer_set && !rd->closing) {
-        ngx_add_timer(&rd->pending_ev, ngx_exiting
-                                       ? NGX_HTTP_IDEM_REDIS_DRAIN_CHECK
-                                       : NGX_HTTP_IDEM_REDIS_WATCH);
-    }
-}
-
-
-void
-ngx_http_idem_redis_pending_done(ngx_http_idem_redis_t *rd)
-{
-    if (rd->stats.pending) {
-        rd->stats.pending--;
-    }
-
-    if (rd->stats.pending) {
-        return;
-    }
-
-    rd->pending_ev.cancelable = 1;
-
-    if (rd->draining) {
-        rd->draining = 0;
-
-        if (rd->pending_ev.timer_set) {
-            ngx_del_timer(&rd->pending_ev);
-        }
-
-        ngx_log_error(NGX_LOG_INFO, rd->log, 0,
-                      "idem: redis \"%V\": nothing outstanding after %M ms",
-                      &rd->name, ngx_current_msec - rd->drain_start);
-    }
-}
-
 
 static void
 ngx_http_idem_redis_pending_handler(ngx_event_t *ev)
@@ -428,79 +379,4 @@ ngx_http_idem_redis_pending_handler(ngx_event_t *ev)
     ngx_http_idem_redis_free_all(rd);
 
     rd->lost = 0;
-}
-
-
-void
-ngx_http_idem_redis_report_later(ngx_http_idem_redis_t *rd)
-{
-    ngx_msec_t  elapsed;
-
-    if (rd->report_ev.timer_set || rd->closing) {
-        return;
-    }
-
-    elapsed = ngx_current_msec - rd->reported;
-
-    if (elapsed >= NGX_HTTP_IDEM_REDIS_REPORT) {
-        ngx_http_idem_redis_report(rd);
-        return;
-    }
-
-    ngx_add_timer(&rd->report_ev, NGX_HTTP_IDEM_REDIS_REPORT - elapsed);
-}
-
-
-static void
-ngx_http_idem_redis_report_handler(ngx_event_t *ev)
-{
-    ngx_http_idem_redis_report(ev->data);
-}
-
-
-static void
-ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd)
-{
-    u_char  *p, *last, buf[NGX_HTTP_IDEM_REDIS_ERRSTR_LEN + 256];
-
-    p = buf;
-    last = buf + sizeof(buf);
-
-    if (rd->down) {
-        p = ngx_slprintf(p, last, ", %ui dropped (not connected)", rd->down);
-    }
-
-    if (rd->full) {
-        p = ngx_slprintf(p, last, ", %ui dropped (%ui pending)",
-                         rd->full, rd->conf->max_pending);
-    }
-
-    if (rd->timedout) {
-        p = ngx_slprintf(p, last, ", %ui timed out", rd->timedout);
-    }
-
-    if (rd->lost) {
-        p = ngx_slprintf(p, last, ", %ui unanswered (disconnected)",
-                         rd->lost);
-    }
-
-    if (rd->errors) {
-        p = ngx_slprintf(p, last, ", %ui failed (last error: \"%*s\")",
-                         rd->errors, rd->errstr_len, rd->errstr);
-    }
-
-    if (p == buf) {
-        return;
-    }
-
-    ngx_log_error(NGX_LOG_ERR, rd->log, 0,
-                  "idem: redis \"%V\": since the last report: %*s",
-                  &rd->name, (size_t) (p - buf - 2), buf + 2);
-
-    rd->reported = ngx_current_msec;
-    rd->down = 0;
-    rd->full = 0;
-    rd->timedout = 0;
-    rd->lost = 0;
-    rd->errors = 0;
 }

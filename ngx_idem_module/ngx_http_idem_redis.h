@@ -187,7 +187,7 @@ struct ngx_http_idem_redis_s {
 };
 
 
-/* ngx_http_idem_redis.c */
+/* ngx_http_idem_redis_node.c */
 ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_create(
     ngx_http_idem_redis_t *rd, ngx_uint_t role);
 void ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
@@ -197,9 +197,23 @@ void ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node);
 void ngx_http_idem_redis_node_drop(ngx_http_idem_redis_node_t *node);
 ngx_int_t ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
     redisCallbackFn *fn, void *privdata, ngx_uint_t argc, const char **argv,
-    size_t *lens);
+    size_t *lens, ngx_uint_t now);
+void ngx_http_idem_redis_node_answered(ngx_http_idem_redis_node_t *node);
+
+/* ngx_http_idem_redis_stats.c */
+void ngx_http_idem_redis_pending_add(ngx_http_idem_redis_t *rd);
 void ngx_http_idem_redis_pending_done(ngx_http_idem_redis_t *rd);
+ngx_int_t ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_redis_node_t *node, ngx_uint_t n);
+ngx_int_t ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd,
+    ngx_uint_t *why);
+void ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd,
+    redisReply *reply);
 void ngx_http_idem_redis_report_later(ngx_http_idem_redis_t *rd);
+void ngx_http_idem_redis_report_handler(ngx_event_t *ev);
+void ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd);
+
+/* ngx_http_idem_redis_op.c, ngx_http_idem_redis.c */
 void ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r,
     void *privdata);
 ngx_http_idem_store_op_t *ngx_http_idem_redis_read(
@@ -266,14 +280,6 @@ ngx_http_idem_store_op_t *ngx_http_idem_redis_op_create(
 void ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op);
 ngx_int_t ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op);
-ngx_int_t ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_redis_node_t *node, ngx_uint_t n);
-ngx_int_t ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd,
-    ngx_uint_t *why);
-void ngx_http_idem_redis_answered(ngx_http_idem_redis_node_t *node);
-void ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd,
-    redisReply *reply);
-void ngx_http_idem_redis_pending_add(ngx_http_idem_redis_t *rd);
 
 
 #endif /* _NGX_HTTP_IDEM_REDIS_H_INCLUDED_ */

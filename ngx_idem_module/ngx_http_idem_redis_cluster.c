@@ -301,7 +301,7 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
 
         if (ngx_http_idem_redis_node_command(node,
                                        ngx_http_idem_redis_cluster_asking_done,
-                                       NULL, 1, asking, asking_len)
+                                       NULL, 1, asking, asking_len, 1)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -309,7 +309,8 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
     }
 
     if (ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
-                                         op, op->argc, op->argv, op->lens)
+                                         op, op->argc, op->argv, op->lens,
+                                         op->handler != NULL)
         != NGX_OK)
     {
         return NGX_ERROR;
@@ -512,7 +513,7 @@ ngx_http_idem_redis_cluster_refresh(ngx_http_idem_redis_t *rd)
 
         if (ngx_http_idem_redis_node_command(node,
                                        ngx_http_idem_redis_cluster_slots_done,
-                                       node, 2, argv, lens)
+                                       node, 2, argv, lens, 1)
             != NGX_OK)
         {
             continue;

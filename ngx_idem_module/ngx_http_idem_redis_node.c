@@ -296,7 +296,8 @@ ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
 
         (void) ngx_http_idem_redis_node_command(node,
                               ngx_http_idem_redis_handshake_done,
-                              (void *) NGX_HTTP_IDEM_REDIS_AUTH, 2, argv, lens);
+                              (void *) NGX_HTTP_IDEM_REDIS_AUTH, 2, argv, lens,
+                              1);
     }
 
     if (node->db) {
@@ -307,7 +308,8 @@ ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
 
         (void) ngx_http_idem_redis_node_command(node,
                             ngx_http_idem_redis_handshake_done,
-                            (void *) NGX_HTTP_IDEM_REDIS_SELECT, 2, argv, lens);
+                            (void *) NGX_HTTP_IDEM_REDIS_SELECT, 2, argv, lens,
+                            1);
     }
 
     if (node->up) {
@@ -505,7 +507,7 @@ ngx_http_idem_redis_free_all(ngx_http_idem_redis_t *rd)
 ngx_int_t
 ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
     redisCallbackFn *fn, void *privdata, ngx_uint_t argc, const char **argv,
-    size_t *lens)
+    size_t *lens, ngx_uint_t now)
 {
     ngx_http_idem_redis_t  *rd;
 
@@ -524,16 +526,12 @@ ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
     }
 
     /*
-     * A write nobody waits for may wait a moment for others to leave
-     * with (the adapter); anything else leaves at the end of this turn.
+     * A command nobody waits for ("now" unset) may wait a moment for
+     * others to leave with (the adapter); anything else leaves at the end
+     * of this turn.
      */
 
-    if (rd->urgent
-        || !(fn == ngx_http_idem_redis_written
-             || (fn == ngx_http_idem_redis_op_done
-                 && (((ngx_http_idem_store_op_t *) privdata)->handler == NULL
-                     || rd->lazy))))
-    {
+    if (now || rd->urgent) {
         ngx_http_idem_redis_flush(node->ac);
     }
 
@@ -589,7 +587,7 @@ ngx_http_idem_redis_handshake_done(redisAsyncContext *ac, void *r,
     }
 
     if (reply->type != REDIS_REPLY_ERROR) {
-        ngx_http_idem_redis_answered(node);
+        ngx_http_idem_redis_node_answered(node);
         return;
     }
 
@@ -608,4 +606,14 @@ ngx_http_idem_redis_handshake_done(redisAsyncContext *ac, void *r,
                   reply->len, reply->str);
 
     ngx_http_idem_redis_node_drop(node);
+}
+
+
+/* a reply that is not an error: the connection works */
+
+void
+ngx_http_idem_redis_node_answered(ngx_http_idem_redis_node_t *node)
+{
+    node->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
+    node->attempts = 0;
 }

@@ -212,8 +212,11 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
 
 send:
 
+    /* a read someone waits for leaves now; a count may wait (lazy) */
+
     rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
-                                          op, op->argc, op->argv, op->lens);
+                                          op, op->argc, op->argv, op->lens,
+                                          op->handler != NULL && !rd->lazy);
     if (rc != NGX_OK) {
         return ngx_http_idem_redis_drop(rd, &rd->down);
     }
@@ -378,7 +381,7 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
         }
 
     } else {
-        ngx_http_idem_redis_answered(node);
+        ngx_http_idem_redis_node_answered(node);
 
         if (op->handler) {
             ngx_http_idem_redis_answer(rd, op, reply);
@@ -545,62 +548,4 @@ ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
     ngx_http_idem_redis_report_later(rd);
 
     op->handler(op->data, NGX_ERROR, NULL, 0);
-}
-
-
-/* room on the node for n commands more; else counted and reported */
-
-ngx_int_t
-ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_redis_node_t *node, ngx_uint_t n)
-{
-    if (node == NULL || node->state != NGX_HTTP_IDEM_REDIS_UP) {
-        return ngx_http_idem_redis_drop(rd, &rd->down);
-    }
-
-    if (rd->stats.pending + n > rd->conf->max_pending) {
-        return ngx_http_idem_redis_drop(rd, &rd->full);
-    }
-
-    return NGX_OK;
-}
-
-
-/* a command not taken: counted, and said in the next report */
-
-ngx_int_t
-ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd, ngx_uint_t *why)
-{
-    rd->stats.dropped++;
-    (*why)++;
-    ngx_http_idem_redis_report_later(rd);
-
-    return NGX_DECLINED;
-}
-
-
-/* a reply that is not an error: the connection works */
-
-void
-ngx_http_idem_redis_answered(ngx_http_idem_redis_node_t *node)
-{
-    node->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
-    node->attempts = 0;
-}
-
-
-/*
- * OOM, READONLY (a replica), MOVED (not a cluster, or too many
- * redirects), CLUSTERDOWN, LOADING ...: the store cannot take the command
- * now; counted and reported.
- */
-
-void
-ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd, redisReply *reply)
-{
-    rd->errors++;
-    rd->errstr_len = ngx_min(reply->len, NGX_HTTP_IDEM_REDIS_ERRSTR_LEN);
-    ngx_memcpy(rd->errstr, reply->str, rd->errstr_len);
-
-    ngx_http_idem_redis_report_later(rd);
 }

@@ -403,7 +403,7 @@ ngx_http_idem_redis_master_up(ngx_http_idem_redis_node_t *node)
 
     (void) ngx_http_idem_redis_node_command(node,
                                             ngx_http_idem_redis_master_role,
-                                            NULL, 1, argv, lens);
+                                            NULL, 1, argv, lens, 1);
 }
 
 

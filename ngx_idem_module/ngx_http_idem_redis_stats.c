@@ -1,0 +1,188 @@
+
+/*
+ * What the Redis store counts as it goes: the commands outstanding (a
+ * worker that is exiting waits for them: the pending timer, whose handler
+ * is in ngx_http_idem_redis.c), the commands it could not take, and the
+ * errors requests ran into, said in one error line a second at most.
+ * Every part of the store calls in here; this file calls none of them.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_event.h>
+
+#include "ngx_http_idem_store.h"
+#include "ngx_http_idem_redis.h"
+
+
+/*
+ * While commands are outstanding a non-cancelable timer keeps a worker
+ * that is shutting down alive (ngx_event_no_timers_left()); it is checked
+ * once a second, or every 100 ms once the worker is exiting.
+ */
+
+void
+ngx_http_idem_redis_pending_add(ngx_http_idem_redis_t *rd)
+{
+    rd->stats.pending++;
+    rd->pending_ev.cancelable = 0;
+
+    if (!rd->pending_ev.timer_set && !rd->closing) {
+        ngx_add_timer(&rd->pending_ev, ngx_exiting
+                                       ? NGX_HTTP_IDEM_REDIS_DRAIN_CHECK
+                                       : NGX_HTTP_IDEM_REDIS_WATCH);
+    }
+}
+
+
+void
+ngx_http_idem_redis_pending_done(ngx_http_idem_redis_t *rd)
+{
+    if (rd->stats.pending) {
+        rd->stats.pending--;
+    }
+
+    if (rd->stats.pending) {
+        return;
+    }
+
+    rd->pending_ev.cancelable = 1;
+
+    if (rd->draining) {
+        rd->draining = 0;
+
+        if (rd->pending_ev.timer_set) {
+            ngx_del_timer(&rd->pending_ev);
+        }
+
+        ngx_log_error(NGX_LOG_INFO, rd->log, 0,
+                      "idem: redis \"%V\": nothing outstanding after %M ms",
+                      &rd->name, ngx_current_msec - rd->drain_start);
+    }
+}
+
+
+void
+ngx_http_idem_redis_report_later(ngx_http_idem_redis_t *rd)
+{
+    ngx_msec_t  elapsed;
+
+    if (rd->report_ev.timer_set || rd->closing) {
+        return;
+    }
+
+    elapsed = ngx_current_msec - rd->reported;
+
+    if (elapsed >= NGX_HTTP_IDEM_REDIS_REPORT) {
+        ngx_http_idem_redis_report(rd);
+        return;
+    }
+
+    ngx_add_timer(&rd->report_ev, NGX_HTTP_IDEM_REDIS_REPORT - elapsed);
+}
+
+
+void
+ngx_http_idem_redis_report_handler(ngx_event_t *ev)
+{
+    ngx_http_idem_redis_report(ev->data);
+}
+
+
+/* the counts since the last report, in one error line; then zero */
+
+void
+ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd)
+{
+    u_char  *p, *last, buf[NGX_HTTP_IDEM_REDIS_ERRSTR_LEN + 256];
+
+    p = buf;
+    last = buf + sizeof(buf);
+
+    if (rd->down) {
+        p = ngx_slprintf(p, last, ", %ui dropped (not connected)", rd->down);
+    }
+
+    if (rd->full) {
+        p = ngx_slprintf(p, last, ", %ui dropped (%ui pending)",
+                         rd->full, rd->conf->max_pending);
+    }
+
+    if (rd->timedout) {
+        p = ngx_slprintf(p, last, ", %ui timed out", rd->timedout);
+    }
+
+    if (rd->lost) {
+        p = ngx_slprintf(p, last, ", %ui unanswered (disconnected)",
+                         rd->lost);
+    }
+
+    if (rd->errors) {
+        p = ngx_slprintf(p, last, ", %ui failed (last error: \"%*s\")",
+                         rd->errors, rd->errstr_len, rd->errstr);
+    }
+
+    if (p == buf) {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, rd->log, 0,
+                  "idem: redis \"%V\": since the last report: %*s",
+                  &rd->name, (size_t) (p - buf - 2), buf + 2);
+
+    rd->reported = ngx_current_msec;
+    rd->down = 0;
+    rd->full = 0;
+    rd->timedout = 0;
+    rd->lost = 0;
+    rd->errors = 0;
+}
+
+
+/* room on the node for n commands more; else counted and reported */
+
+ngx_int_t
+ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_redis_node_t *node, ngx_uint_t n)
+{
+    if (node == NULL || node->state != NGX_HTTP_IDEM_REDIS_UP) {
+        return ngx_http_idem_redis_drop(rd, &rd->down);
+    }
+
+    if (rd->stats.pending + n > rd->conf->max_pending) {
+        return ngx_http_idem_redis_drop(rd, &rd->full);
+    }
+
+    return NGX_OK;
+}
+
+
+/* a command not taken: counted, and said in the next report */
+
+ngx_int_t
+ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd, ngx_uint_t *why)
+{
+    rd->stats.dropped++;
+    (*why)++;
+    ngx_http_idem_redis_report_later(rd);
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * OOM, READONLY (a replica), MOVED (not a cluster, or too many
+ * redirects), CLUSTERDOWN, LOADING ...: the store cannot take the command
+ * now; counted and reported.
+ */
+
+void
+ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd, redisReply *reply)
+{
+    rd->errors++;
+    rd->errstr_len = ngx_min(reply->len, NGX_HTTP_IDEM_REDIS_ERRSTR_LEN);
+    ngx_memcpy(rd->errstr, reply->str, rd->errstr_len);
+
+    ngx_http_idem_redis_report_later(rd);
+}
