@@ -531,13 +531,3 @@ ngx_http_idem_hide_response_headers(ngx_http_request_t *r,
         }
     }
 }
-
-
-/* answer headers may lack lowcase_key: the names are compared */
-
-ngx_uint_t
-ngx_http_idem_header_named(ngx_table_elt_t *h, ngx_str_t *name)
-{
-    return h->key.len == name->len
-           && ngx_strncasecmp(h->key.data, name->data, name->len) == 0;
-}

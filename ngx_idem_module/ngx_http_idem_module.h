@@ -405,7 +405,6 @@ ngx_int_t ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t grpc);
 ngx_int_t ngx_http_idem_set_response_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
-ngx_uint_t ngx_http_idem_header_named(ngx_table_elt_t *h, ngx_str_t *name);
 
 /* ngx_http_idem_deadline.c */
 ngx_int_t ngx_http_idem_deadline_init(ngx_http_request_t *r,

@@ -229,6 +229,16 @@ ngx_http_idem_send_response(ngx_http_request_t *r, ngx_uint_t status,
 }
 
 
+/* answer headers may lack lowcase_key: the names are compared */
+
+ngx_uint_t
+ngx_http_idem_header_named(ngx_table_elt_t *h, ngx_str_t *name)
+{
+    return h->key.len == name->len
+           && ngx_strncasecmp(h->key.data, name->data, name->len) == 0;
+}
+
+
 /* an entry of a header list by name, or NULL; hidden entries are skipped */
 
 ngx_table_elt_t *

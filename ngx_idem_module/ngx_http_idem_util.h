@@ -71,6 +71,7 @@ void ngx_http_idem_random_hex(u_char *dst, size_t len);
 uint64_t ngx_http_idem_unix_ms(void);
 ngx_int_t ngx_http_idem_sha256_hex(u_char *dst, ngx_str_t *parts,
     ngx_uint_t n);
+ngx_uint_t ngx_http_idem_header_named(ngx_table_elt_t *h, ngx_str_t *name);
 ngx_table_elt_t *ngx_http_idem_header_find(ngx_list_t *list, char *name,
     size_t len);
 ngx_int_t ngx_http_idem_add_response_header(ngx_http_request_t *r,
