@@ -219,13 +219,17 @@ typedef struct {
 
 
 /*
- * Per-request state, one part per feature: each part is written by the
- * file named above it (others may read it).  The context is allocated
- * zeroed (ngx_pcalloc), so every part starts zeroed; it survives internal
- * redirects (see ngx_http_idem_ctx.c).
+ * Per-request state, one part per feature, each owned by the file named
+ * first above it; the others named there write a field or two of it as
+ * the request's sequence goes (every file may read any part).  The
+ * context is one ngx_pcalloc, so every part starts zeroed; it survives
+ * internal redirects (ngx_http_idem_ctx.c).
  */
 
-/* call_id.c, headers.c, ids_filter.c: the ids and the headers they add */
+/*
+ * call_id.c: the ids; headers.c: the request headers it adds; handler.c:
+ * the header names, "settled".  ids_filter.c puts them in the answer.
+ */
 typedef struct {
     ngx_str_t                 call_id;      /* the id itself */
     ngx_str_t                 call_id_echo; /* as the header carries it */
@@ -247,7 +251,10 @@ typedef struct {
 } ngx_http_idem_ids_ctx_t;
 
 
-/* deadline.c: the budget and the timers that end a call or an attempt */
+/*
+ * deadline.c: the budget and the timers that end a call or an attempt
+ * (upstream.c stops the per-try timer when an attempt ends)
+ */
 typedef struct {
     /* the budget ends when ngx_current_msec reaches "at" */
     ngx_msec_t                at;
@@ -259,7 +266,11 @@ typedef struct {
 } ngx_http_idem_deadline_ctx_t;
 
 
-/* upstream.c (round.c, storm.c): the wrapped balancer and the attempts */
+/*
+ * upstream.c: the wrapped balancer and the attempts; round.c (a new
+ * round), storm.c (its node), headers.c (attempt back to 0 on inject),
+ * deadline.c (stops the backoff at the budget)
+ */
 typedef struct {
     ngx_uint_t                attempt;      /* the current one, from 1 */
     ngx_uint_t                first_attempt;  /* the number of its first */
@@ -285,7 +296,10 @@ typedef struct {
 } ngx_http_idem_upstream_ctx_t;
 
 
-/* grpc.c: a gRPC call */
+/*
+ * grpc.c: a gRPC call's answer; handler.c says whether it is one,
+ * upstream.c keeps the status it shows nginx to retry
+ */
 typedef struct {
     ngx_uint_t                http_status;  /* answered as grpc-status */
     ngx_uint_t                retry_status; /* 503/429 to retry it */
@@ -294,7 +308,10 @@ typedef struct {
 } ngx_http_idem_grpc_ctx_t;
 
 
-/* record.c: this execution in the call's record */
+/*
+ * record.c: this execution in the call's record; handler.c and dedupe.c
+ * turn it on (the claim may have written the arrival)
+ */
 typedef struct {
     ngx_array_t              *attempts;     /* ngx_http_idem_attempt_t */
     ngx_str_t                 token;        /* this execution, in records */
@@ -310,7 +327,10 @@ typedef struct {
 } ngx_http_idem_record_ctx_t;
 
 
-/* dedupe.c: duplicate suppression, the claim and its verdict */
+/*
+ * dedupe.c: duplicate suppression, the claim and its verdict; handler.c
+ * makes a claim's owner, record.c clears claim_rest once written
+ */
 typedef struct {
     ngx_uint_t                state;        /* NGX_HTTP_IDEM_DEDUPE_* */
     ngx_uint_t                verdict;
