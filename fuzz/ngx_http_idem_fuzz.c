@@ -159,9 +159,9 @@ ngx_http_idem_fuzz_init(ngx_http_idem_fuzz_t *fz, const uint8_t *data,
 
     fz->ctx->request = r;
     fz->ctx->conf = fz->ilcf;
-    fz->ctx->call_id_header = &fz->ilcf->call_id_header;
-    fz->ctx->trace_id_header = &fz->ilcf->trace_id_header;
-    ngx_str_set(&fz->ctx->call_id, "fuzz-call");
+    fz->ctx->ids.call_id_header = &fz->ilcf->call_id_header;
+    fz->ctx->ids.trace_id_header = &fz->ilcf->trace_id_header;
+    ngx_str_set(&fz->ctx->ids.call_id, "fuzz-call");
 
     fz->request = r;
 
@@ -637,7 +637,7 @@ ngx_http_idem_get_ctx(ngx_http_request_t *r)
 __attribute__((weak)) ngx_msec_int_t
 ngx_http_idem_remaining(ngx_http_idem_ctx_t *ctx)
 {
-    return (ngx_msec_int_t) (ctx->deadline - ngx_current_msec);
+    return (ngx_msec_int_t) (ctx->deadline.at - ngx_current_msec);
 }
 
 

@@ -146,7 +146,7 @@ ngx_http_idem_fuzz_replay(ngx_http_idem_fuzz_t *fz, ngx_str_t *answer)
     p++;
 
     ngx_http_idem_fuzz_assert(rc == NGX_OK);
-    ngx_http_idem_fuzz_assert(fz->ctx->replayed);
+    ngx_http_idem_fuzz_assert(fz->ctx->answer.replayed);
     ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.status == status);
     ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.body.len
                               == (size_t) (last - p));
@@ -303,7 +303,7 @@ ngx_http_idem_fuzz_keep(ngx_http_idem_fuzz_t *fz,
         ngx_http_idem_fuzz_abort("answer_header");
     }
 
-    if (fz->ctx->capture != NULL) {
+    if (fz->ctx->answer.capture != NULL) {
         ngx_http_idem_answer_body(r, fz->ctx, chain);
     }
 
@@ -314,14 +314,14 @@ ngx_http_idem_fuzz_keep(ngx_http_idem_fuzz_t *fz,
     k = ngx_http_idem_answer_keep(r, fz->ctx, NGX_HTTP_IDEM_SUCCESS, 1,
                                   &kept);
 
-    if (fz->ctx->retry_later) {
+    if (fz->ctx->answer.retry_later) {
         ngx_http_idem_fuzz_assert(k == NGX_HTTP_IDEM_KEEP_RELEASE);
         return;
     }
 
     if (k != NGX_HTTP_IDEM_KEEP_REPLAY) {
         ngx_http_idem_fuzz_assert(k == NGX_HTTP_IDEM_KEEP_LARGE);
-        ngx_http_idem_fuzz_assert(fz->ctx->capture_over
+        ngx_http_idem_fuzz_assert(fz->ctx->answer.capture_over
                                   || r->headers_out.status == 101);
         return;
     }

@@ -235,54 +235,57 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the call id: the client's, byte for byte, or a gateway one */
 
     if (call_ok && ncall == 1) {
-        ngx_http_idem_fuzz_assert(fz.ctx->source
+        ngx_http_idem_fuzz_assert(fz.ctx->ids.source
                                   == NGX_HTTP_IDEM_SOURCE_CLIENT);
-        ngx_http_idem_fuzz_assert(fz.ctx->call_id.len == id->len
-                                  && ngx_memcmp(fz.ctx->call_id.data,
+        ngx_http_idem_fuzz_assert(fz.ctx->ids.call_id.len == id->len
+                                  && ngx_memcmp(fz.ctx->ids.call_id.data,
                                                 id->data, id->len) == 0);
-        ngx_http_idem_fuzz_assert(fz.ctx->call_id_echo.data == cv->data
-                                  && fz.ctx->call_id_echo.len == cv->len);
+        ngx_http_idem_fuzz_assert(fz.ctx->ids.call_id_echo.data == cv->data
+                                  && fz.ctx->ids.call_id_echo.len == cv->len);
 
     } else {
-        ngx_http_idem_fuzz_assert(fz.ctx->source
+        ngx_http_idem_fuzz_assert(fz.ctx->ids.source
                                   == NGX_HTTP_IDEM_SOURCE_GATEWAY);
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_id_valid(
-                                      &fz.ctx->call_id, 255));
+                                      &fz.ctx->ids.call_id, 255));
 
         /* a generated id goes out bare, or as a String (quoted) */
 
         if (flags & 16) {
             ngx_http_idem_fuzz_assert(
-                fz.ctx->call_id_echo.len == fz.ctx->call_id.len + 2
-                && fz.ctx->call_id_echo.data[0] == '"'
-                && ngx_memcmp(fz.ctx->call_id_echo.data + 1,
-                              fz.ctx->call_id.data, fz.ctx->call_id.len) == 0
-                && fz.ctx->call_id_echo.data[fz.ctx->call_id.len + 1] == '"');
+                fz.ctx->ids.call_id_echo.len == fz.ctx->ids.call_id.len + 2
+                && fz.ctx->ids.call_id_echo.data[0] == '"'
+                && ngx_memcmp(fz.ctx->ids.call_id_echo.data + 1,
+                              fz.ctx->ids.call_id.data,
+                              fz.ctx->ids.call_id.len) == 0
+                && fz.ctx->ids.call_id_echo.data[fz.ctx->ids.call_id.len + 1]
+                   == '"');
 
         } else {
             ngx_http_idem_fuzz_assert(
-                fz.ctx->call_id_echo.len == fz.ctx->call_id.len
-                && ngx_memcmp(fz.ctx->call_id_echo.data, fz.ctx->call_id.data,
-                              fz.ctx->call_id.len) == 0);
+                fz.ctx->ids.call_id_echo.len == fz.ctx->ids.call_id.len
+                && ngx_memcmp(fz.ctx->ids.call_id_echo.data,
+                              fz.ctx->ids.call_id.data,
+                              fz.ctx->ids.call_id.len) == 0);
         }
     }
 
     /* the trace id: the client's, the traceparent's, or a new one */
 
     if (trace_ok && ntrace == 1) {
-        ngx_http_idem_fuzz_assert(fz.ctx->trace_id.data == tv->data
-                                  && fz.ctx->trace_id.len == tv->len);
+        ngx_http_idem_fuzz_assert(fz.ctx->ids.trace_id.data == tv->data
+                                  && fz.ctx->ids.trace_id.len == tv->len);
 
     } else if (ntrace == 0 && nparent == 1
                && ngx_http_idem_fuzz_traceparent(pv))
     {
-        ngx_http_idem_fuzz_assert(fz.ctx->trace_id.len == 32
-                                  && fz.ctx->trace_id.data == pv->data + 3);
+        ngx_http_idem_fuzz_assert(fz.ctx->ids.trace_id.len == 32
+                                  && fz.ctx->ids.trace_id.data == pv->data + 3);
 
     } else {
-        ngx_http_idem_fuzz_assert(fz.ctx->trace_id.len == 32
+        ngx_http_idem_fuzz_assert(fz.ctx->ids.trace_id.len == 32
                                   && ngx_http_idem_fuzz_lower_hex(
-                                         fz.ctx->trace_id.data, 32, 1));
+                                         fz.ctx->ids.trace_id.data, 32, 1));
     }
 
     tp = (pv != NULL) ? ngx_http_idem_traceparent_trace_id(pv) : NULL;
@@ -313,7 +316,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ngx_http_idem_fuzz_assert(problem.status == NGX_HTTP_BAD_REQUEST);
 
         rc = ngx_http_idem_send_problem(fz.request, &problem,
-                                        &fz.ctx->call_id);
+                                        &fz.ctx->ids.call_id);
 
         ngx_http_idem_fuzz_assert(rc == NGX_OK);
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.status
@@ -355,22 +358,22 @@ ngx_http_idem_fuzz_upstream(ngx_http_idem_fuzz_t *fz,
 
     h = ngx_http_idem_fuzz_find(r, "X-Call-Id", &n);
     ngx_http_idem_fuzz_assert(n == 1
-                              && h->value.len == fz->ctx->call_id_echo.len
+                              && h->value.len == fz->ctx->ids.call_id_echo.len
                               && ngx_memcmp(h->value.data,
-                                            fz->ctx->call_id_echo.data,
+                                            fz->ctx->ids.call_id_echo.data,
                                             h->value.len) == 0);
 
     h = ngx_http_idem_fuzz_find(r, "X-Trace-Id", &n);
     ngx_http_idem_fuzz_assert(n == 1
-                              && h->value.len == fz->ctx->trace_id.len
+                              && h->value.len == fz->ctx->ids.trace_id.len
                               && ngx_memcmp(h->value.data,
-                                            fz->ctx->trace_id.data,
+                                            fz->ctx->ids.trace_id.data,
                                             h->value.len) == 0);
 
     h = ngx_http_idem_fuzz_find(r, "X-Call-Id-Source", &n);
     ngx_http_idem_fuzz_assert(n == 1);
     ngx_http_idem_fuzz_assert(
-        fz->ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT
+        fz->ctx->ids.source == NGX_HTTP_IDEM_SOURCE_CLIENT
         ? h->value.len == 6 && ngx_strncmp(h->value.data, "client", 6) == 0
         : h->value.len == 7 && ngx_strncmp(h->value.data, "gateway", 7) == 0);
 
@@ -380,8 +383,8 @@ ngx_http_idem_fuzz_upstream(ngx_http_idem_fuzz_t *fz,
 
     /* a traceparent exactly for a trace id that can be a W3C one */
 
-    tp = fz->ctx->trace_id.len == 32
-         && ngx_http_idem_fuzz_lower_hex(fz->ctx->trace_id.data, 32, 1);
+    tp = fz->ctx->ids.trace_id.len == 32
+         && ngx_http_idem_fuzz_lower_hex(fz->ctx->ids.trace_id.data, 32, 1);
 
     h = ngx_http_idem_fuzz_find(r, "traceparent", &n);
     ngx_http_idem_fuzz_assert(n == tp);
@@ -390,12 +393,12 @@ ngx_http_idem_fuzz_upstream(ngx_http_idem_fuzz_t *fz,
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_traceparent(&h->value));
         ngx_http_idem_fuzz_assert(h->value.len == 55
                                   && ngx_memcmp(h->value.data + 3,
-                                                fz->ctx->trace_id.data, 32)
+                                                fz->ctx->ids.trace_id.data, 32)
                                      == 0);
     }
 
     h = ngx_http_idem_fuzz_find(r, "X-Deadline-Ms", &n);
-    ngx_http_idem_fuzz_assert(n == (fz->ctx->has_deadline ? 1 : 0));
+    ngx_http_idem_fuzz_assert(n == (fz->ctx->deadline.set ? 1 : 0));
 
     if (n) {
         for (p = h->value.data; p < h->value.data + h->value.len; p++) {

@@ -129,11 +129,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_http_idem_fuzz_assert(rc == ok);
 
     if (rc == NGX_OK) {
-        ngx_http_idem_fuzz_assert(fz.ctx->has_deadline
+        ngx_http_idem_fuzz_assert(fz.ctx->deadline.set
                                   == (fz.ilcf->deadline || nd || ng));
 
-        if (fz.ctx->has_deadline) {
-            ngx_http_idem_fuzz_assert(fz.ctx->deadline
+        if (fz.ctx->deadline.set) {
+            ngx_http_idem_fuzz_assert(fz.ctx->deadline.at
                                       == ngx_current_msec + budget);
             ngx_http_idem_fuzz_assert(ngx_http_idem_remaining(fz.ctx)
                                       == (ngx_msec_int_t) budget);
@@ -168,7 +168,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ngx_http_idem_fuzz_assert(problem.status == NGX_HTTP_BAD_REQUEST);
 
         rc = ngx_http_idem_send_problem(fz.request, &problem,
-                                        &fz.ctx->call_id);
+                                        &fz.ctx->ids.call_id);
 
         ngx_http_idem_fuzz_assert(rc == NGX_OK);
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_json(

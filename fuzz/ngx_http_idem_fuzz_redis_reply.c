@@ -175,7 +175,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         sctx->request = fz.request;
         ngx_str_set(&sctx->id, "order-1234");
 
-        op = ngx_http_idem_store_read_record(&fz.ctx->call_id,
+        op = ngx_http_idem_store_read_record(&fz.ctx->ids.call_id,
                                              ngx_http_idem_status_reply,
                                              sctx);
         sctx->op = op;
@@ -186,19 +186,19 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         fz.ilcf->dedupe = 1;
         ngx_str_set(&fz.ilcf->status_url, "/calls/");
-        fz.ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_CLAIM;
-        fz.ctx->resume_ev.data = fz.ctx;
-        fz.ctx->resume_ev.log = log;
-        fz.ctx->arrival_ev.data = fz.ctx;
-        fz.ctx->arrival_ev.log = log;
+        fz.ctx->dedupe.state = NGX_HTTP_IDEM_DEDUPE_CLAIM;
+        fz.ctx->dedupe.resume_ev.data = fz.ctx;
+        fz.ctx->dedupe.resume_ev.log = log;
+        fz.ctx->record.arrival_ev.data = fz.ctx;
+        fz.ctx->record.arrival_ev.log = log;
 
         /* as dedupe_claim makes it, from the ctx */
 
-        ngx_str_set(&fz.ctx->key, "idem:c:{order-1234}");
-        ngx_str_set(&fz.ctx->token, "aaaaaaaaaaaaaaaa");
+        ngx_str_set(&fz.ctx->record.key, "idem:c:{order-1234}");
+        ngx_str_set(&fz.ctx->record.token, "aaaaaaaaaaaaaaaa");
 
-        claim.key = fz.ctx->key;
-        claim.token = fz.ctx->token;
+        claim.key = fz.ctx->record.key;
+        claim.token = fz.ctx->record.token;
         ngx_str_set(&claim.digest, "0123456789abcdef");
         ngx_str_set(&claim.arrival, "R 1700000000000 fuzz-node");
         claim.lease = 30000;
@@ -206,7 +206,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         op = ngx_http_idem_store_claim(&claim, ngx_http_idem_dedupe_reply,
                                        fz.ctx);
-        fz.ctx->claim_op = op;
+        fz.ctx->dedupe.claim_op = op;
     }
 
     /* sent: one command, nobody told yet */
@@ -254,7 +254,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.finalized
                                   == -100);
-        ngx_http_idem_fuzz_assert(fz.ctx->dedupe
+        ngx_http_idem_fuzz_assert(fz.ctx->dedupe.state
                                   != NGX_HTTP_IDEM_DEDUPE_DONE);
 
     } else if (flags & 1) {
@@ -283,28 +283,28 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         /* the claim's verdict, then the request resumes with it */
 
-        ngx_http_idem_fuzz_assert(fz.ctx->dedupe
+        ngx_http_idem_fuzz_assert(fz.ctx->dedupe.state
                                   == NGX_HTTP_IDEM_DEDUPE_DONE);
-        ngx_http_idem_fuzz_assert(fz.ctx->claim_op == NULL);
-        ngx_http_idem_fuzz_assert(fz.ctx->resume_ev.posted);
+        ngx_http_idem_fuzz_assert(fz.ctx->dedupe.claim_op == NULL);
+        ngx_http_idem_fuzz_assert(fz.ctx->dedupe.resume_ev.posted);
 
-        ngx_delete_posted_event(&fz.ctx->resume_ev);
+        ngx_delete_posted_event(&fz.ctx->dedupe.resume_ev);
 
         if (ngx_http_idem_dedupe_answer(fz.request, fz.ctx)
             == NGX_DECLINED)
         {
             /* this request owns the call: nothing answered yet */
-            ngx_http_idem_fuzz_assert(fz.ctx->owner);
+            ngx_http_idem_fuzz_assert(fz.ctx->dedupe.owner);
             ngx_http_idem_fuzz_assert(!ngx_http_idem_fuzz_answer.header_sent);
 
             /* a claim's rest leaves with the arrival, at the turn's end */
 
-            if (fz.ctx->arrival_ev.posted) {
-                ngx_http_idem_fuzz_assert(fz.ctx->claim_rest);
-                ngx_delete_posted_event(&fz.ctx->arrival_ev);
+            if (fz.ctx->record.arrival_ev.posted) {
+                ngx_http_idem_fuzz_assert(fz.ctx->dedupe.claim_rest);
+                ngx_delete_posted_event(&fz.ctx->record.arrival_ev);
             }
 
-        } else if (!fz.ctx->replayed) {
+        } else if (!fz.ctx->answer.replayed) {
             ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.finalized
                                       != -100);
 

@@ -93,11 +93,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     if (flags & 8) {
-        fz.ctx->has_deadline = 1;
-        fz.ctx->deadline = ngx_current_msec + left;
+        fz.ctx->deadline.set = 1;
+        fz.ctx->deadline.at = ngx_current_msec + left;
     }
 
-    fz.ctx->attempt = 2 + ((flags >> 4) & 7);
+    fz.ctx->upstream.attempt = 2 + ((flags >> 4) & 7);
 
     /* the first of each name counts, as the module looks them up */
 
@@ -175,18 +175,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         if (!asked) {
             ngx_http_idem_fuzz_assert(u->headers_in.status_n == NGX_HTTP_OK);
-            ngx_http_idem_fuzz_assert(fz.ctx->grpc_retry_status == 0);
-            ngx_http_idem_fuzz_assert(fz.ctx->retry_after == 0);
+            ngx_http_idem_fuzz_assert(fz.ctx->grpc.retry_status == 0);
+            ngx_http_idem_fuzz_assert(fz.ctx->upstream.retry_after == 0);
             ngx_http_idem_fuzz_assert(u->peer.tries == 5);
 
         } else if (ngx_http_idem_fuzz_expected(&fz, left, pushback)) {
             ngx_http_idem_fuzz_assert(u->headers_in.status_n
                                       == (mask == NGX_HTTP_UPSTREAM_FT_HTTP_503
                                           ? 503 : 429));
-            ngx_http_idem_fuzz_assert(fz.ctx->grpc_retry_status
+            ngx_http_idem_fuzz_assert(fz.ctx->grpc.retry_status
                                       == u->headers_in.status_n);
             ngx_http_idem_fuzz_assert(u->peer.tries == 5);
-            ngx_http_idem_fuzz_assert(fz.ctx->retry_after
+            ngx_http_idem_fuzz_assert(fz.ctx->upstream.retry_after
                                       == (ngx_msec_t) ngx_max(pushback, 0));
 
         } else {
@@ -194,9 +194,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             /* no further attempt: the client gets the gRPC answer as is */
 
             ngx_http_idem_fuzz_assert(u->headers_in.status_n == NGX_HTTP_OK);
-            ngx_http_idem_fuzz_assert(fz.ctx->grpc_retry_status == 0);
+            ngx_http_idem_fuzz_assert(fz.ctx->grpc.retry_status == 0);
             ngx_http_idem_fuzz_assert(u->peer.tries == 1);
-            ngx_http_idem_fuzz_assert(fz.ctx->retry_after == 0);
+            ngx_http_idem_fuzz_assert(fz.ctx->upstream.retry_after == 0);
         }
 
     } else {
@@ -216,7 +216,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          */
 
         if (!asked) {
-            ngx_http_idem_fuzz_assert(fz.ctx->retry_after == 0);
+            ngx_http_idem_fuzz_assert(fz.ctx->upstream.retry_after == 0);
             ngx_http_idem_fuzz_assert(u->peer.tries == 5);
         }
 
@@ -227,9 +227,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
             ngx_http_idem_fuzz_assert(
                 ngx_http_idem_fuzz_expected(&fz, left, pushback)
-                ? fz.ctx->retry_after == (ngx_msec_t) pushback
+                ? fz.ctx->upstream.retry_after == (ngx_msec_t) pushback
                   && u->peer.tries == 5
-                : fz.ctx->retry_after == 0 && u->peer.tries == 1);
+                : fz.ctx->upstream.retry_after == 0 && u->peer.tries == 1);
         }
 
         if (u->peer.tries != 5) {
@@ -237,16 +237,18 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
 
-    ngx_http_idem_fuzz_assert(fz.ctx->retry_after <= NGX_MAX_INT32_VALUE);
+    ngx_http_idem_fuzz_assert(fz.ctx->upstream.retry_after
+                              <= NGX_MAX_INT32_VALUE);
 
-    if (fz.ctx->retry_after) {
-        if (fz.ctx->has_deadline) {
-            ngx_http_idem_fuzz_assert((ngx_msec_int_t) fz.ctx->retry_after
-                                      < ngx_http_idem_remaining(fz.ctx));
+    if (fz.ctx->upstream.retry_after) {
+        if (fz.ctx->deadline.set) {
+            ngx_http_idem_fuzz_assert(
+                (ngx_msec_int_t) fz.ctx->upstream.retry_after
+                < ngx_http_idem_remaining(fz.ctx));
 
         } else {
             ngx_http_idem_fuzz_assert(
-                fz.ctx->retry_after
+                fz.ctx->upstream.retry_after
                 <= ngx_max(fz.ilcf->retry_max_backoff,
                            NGX_HTTP_IDEM_RETRY_AFTER_MAX));
         }
@@ -256,7 +258,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     delay = ngx_http_idem_backoff(fz.ctx);
 
-    ngx_http_idem_fuzz_assert(fz.ctx->retry_after == 0);
+    ngx_http_idem_fuzz_assert(fz.ctx->upstream.retry_after == 0);
     ngx_http_idem_fuzz_assert(delay <= NGX_MAX_INT32_VALUE);
 
     ngx_http_idem_fuzz_done(&fz);
@@ -275,7 +277,7 @@ ngx_http_idem_fuzz_expected(ngx_http_idem_fuzz_t *fz, ngx_msec_t left,
         return 1;
     }
 
-    if (fz->ctx->has_deadline) {
+    if (fz->ctx->deadline.set) {
         return delay < (ngx_msec_int_t) left;
     }
 

@@ -82,7 +82,7 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
     status = r->headers_out.status;
-    ctx->capture_max = ilcf->dedupe_store_max;
+    ctx->answer.capture_max = ilcf->dedupe_store_max;
 
     len = sizeof("999 \nContent-Type: \nContent-Length: \n\n") - 1
           + r->headers_out.status_line.len + r->headers_out.content_type.len
@@ -102,8 +102,8 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
              || status == NGX_HTTP_SERVICE_UNAVAILABLE)
             && ngx_http_idem_header_named(h, &ngx_http_idem_retry_after))
         {
-            ctx->retry_later = 1;
-            ctx->capture_over = 1;
+            ctx->answer.retry_later = 1;
+            ctx->answer.capture_over = 1;
             return NGX_OK;
         }
 
@@ -117,7 +117,7 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
          */
 
         if (h->key.len && h->key.data[0] == '~') {
-            ctx->capture_over = 1;
+            ctx->answer.capture_over = 1;
             return NGX_OK;
         }
 
@@ -125,22 +125,22 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     }
 
     if (status == NGX_HTTP_SWITCHING_PROTOCOLS
-        || r->headers_out.content_length_n > (off_t) ctx->capture_max)
+        || r->headers_out.content_length_n > (off_t) ctx->answer.capture_max)
     {
-        ctx->capture_over = 1;
+        ctx->answer.capture_over = 1;
         return NGX_OK;
     }
 
-    ctx->capture = ngx_create_temp_buf(r->pool, len
-                                       + ngx_min(ctx->capture_max,
-                                                 NGX_HTTP_IDEM_ANSWER_FIRST));
-    if (ctx->capture == NULL) {
+    ctx->answer.capture = ngx_create_temp_buf(r->pool, len
+                                    + ngx_min(ctx->answer.capture_max,
+                                              NGX_HTTP_IDEM_ANSWER_FIRST));
+    if (ctx->answer.capture == NULL) {
         return NGX_ERROR;
     }
 
     r->allow_ranges = 0;
 
-    p = ngx_sprintf(ctx->capture->last, "%03ui", status);
+    p = ngx_sprintf(ctx->answer.capture->last, "%03ui", status);
 
     if (r->headers_out.status_line.len > 4) {
 
@@ -178,7 +178,7 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     *p++ = '\n';
 
-    ctx->capture->last = p;
+    ctx->answer.capture->last = p;
 
     return NGX_OK;
 }
@@ -197,8 +197,8 @@ ngx_http_idem_answer_skip(ngx_http_idem_ctx_t *ctx, ngx_table_elt_t *h)
 
     /* the ids are set again on every answer */
 
-    return ngx_http_idem_header_named(h, &ctx->call_id_header->name)
-           || ngx_http_idem_header_named(h, &ctx->trace_id_header->name);
+    return ngx_http_idem_header_named(h, &ctx->ids.call_id_header->name)
+           || ngx_http_idem_header_named(h, &ctx->ids.trace_id_header->name);
 }
 
 
@@ -218,7 +218,7 @@ ngx_http_idem_answer_body(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
         for ( /* void */ ; in; in = in->next) {
             if (!r->background && ngx_buf_size(in->buf)) {
-                ctx->capture_over = 1;
+                ctx->answer.capture_over = 1;
             }
         }
 
@@ -245,18 +245,19 @@ ngx_http_idem_answer_body(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
                 return;
             }
 
-            n = ngx_read_file(b->file, ctx->capture->last, size, b->file_pos);
+            n = ngx_read_file(b->file, ctx->answer.capture->last, size,
+                              b->file_pos);
 
             if (n != (ssize_t) size) {
-                ctx->capture_over = 1;
+                ctx->answer.capture_over = 1;
                 return;
             }
 
-            ctx->capture->last += size;
+            ctx->answer.capture->last += size;
         }
 
         if (b->last_buf) {
-            ctx->capture_done = 1;
+            ctx->answer.capture_done = 1;
         }
     }
 }
@@ -278,14 +279,14 @@ ngx_http_idem_answer_append(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         return NGX_OK;
     }
 
-    ctx->captured += len;
+    ctx->answer.captured += len;
 
-    if (ctx->captured > (off_t) ctx->capture_max) {
-        ctx->capture_over = 1;
+    if (ctx->answer.captured > (off_t) ctx->answer.capture_max) {
+        ctx->answer.capture_over = 1;
         return NGX_DECLINED;
     }
 
-    b = ctx->capture;
+    b = ctx->answer.capture;
 
     if ((size_t) (b->end - b->last) < len) {
 
@@ -293,19 +294,19 @@ ngx_http_idem_answer_append(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
         used = b->last - b->start;
         size = ngx_max(2 * (size_t) (b->end - b->start), used + len);
-        size = ngx_min(size, used + ctx->capture_max
-                             - (size_t) (ctx->captured - len));
+        size = ngx_min(size, used + ctx->answer.capture_max
+                             - (size_t) (ctx->answer.captured - len));
 
         b = ngx_create_temp_buf(r->pool, size);
         if (b == NULL) {
-            ctx->capture_over = 1;
+            ctx->answer.capture_over = 1;
             return NGX_ERROR;
         }
 
-        b->last = ngx_cpymem(b->last, ctx->capture->start, used);
+        b->last = ngx_cpymem(b->last, ctx->answer.capture->start, used);
 
-        ngx_pfree(r->pool, ctx->capture->start);
-        ctx->capture = b;
+        ngx_pfree(r->pool, ctx->answer.capture->start);
+        ctx->answer.capture = b;
     }
 
     if (data != NULL) {
@@ -331,20 +332,20 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     /* nothing reached the upstream: the call did not happen, run it again */
 
-    if (!sent || ctx->retry_later) {
+    if (!sent || ctx->answer.retry_later) {
         return NGX_HTTP_IDEM_KEEP_RELEASE;
     }
 
     /* a 204, a 304 or an answer to HEAD has no body to wait for */
 
-    if (ctx->capture == NULL || ctx->capture_over
-        || !(ctx->capture_done || r->header_only))
+    if (ctx->answer.capture == NULL || ctx->answer.capture_over
+        || !(ctx->answer.capture_done || r->header_only))
     {
         return NGX_HTTP_IDEM_KEEP_LARGE;
     }
 
-    answer->data = ctx->capture->start;
-    answer->len = ctx->capture->last - ctx->capture->start;
+    answer->data = ctx->answer.capture->start;
+    answer->len = ctx->answer.capture->last - ctx->answer.capture->start;
 
     if (ngx_http_idem_answer_trailers(r, answer) != NGX_OK) {
         return NGX_HTTP_IDEM_KEEP_LARGE;
@@ -442,7 +443,7 @@ ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem replay: \"%V\", %uz bytes stored",
-                   &ctx->call_id, answer->len);
+                   &ctx->ids.call_id, answer->len);
 
     /* "<status>[ <reason>]\n" */
 
@@ -567,7 +568,7 @@ ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         r->headers_out.content_length_n = -1;
     }
 
-    ctx->replayed = 1;
+    ctx->answer.replayed = 1;
 
     body.data = p;
     body.len = last - p;
@@ -578,7 +579,7 @@ invalid:
 
     ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                   "idem: the stored answer of call \"%V\" is not valid",
-                  &ctx->call_id);
+                  &ctx->ids.call_id);
 
     return NGX_HTTP_INTERNAL_SERVER_ERROR;
 }

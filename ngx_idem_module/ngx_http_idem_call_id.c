@@ -58,7 +58,7 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
 
         /* the client's own header name never gets a gateway id back */
 
-        ctx->call_id_refused = (rc == NGX_DECLINED);
+        ctx->ids.call_id_refused = (rc == NGX_DECLINED);
     }
 
     if (rc == NGX_ERROR) {
@@ -66,36 +66,38 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
     }
 
     if (rc == NGX_OK && in->call_id != NULL) {
-        ctx->call_id = id;
-        ctx->call_id_echo = in->call_id->value;
-        ctx->source = NGX_HTTP_IDEM_SOURCE_CLIENT;
+        ctx->ids.call_id = id;
+        ctx->ids.call_id_echo = in->call_id->value;
+        ctx->ids.source = NGX_HTTP_IDEM_SOURCE_CLIENT;
 
     } else {
         /* a rejected call gets an id too, so that its answer can be traced */
 
-        if (ngx_http_idem_generate_call_id(r, ilcf, &ctx->call_id) != NGX_OK) {
+        if (ngx_http_idem_generate_call_id(r, ilcf, &ctx->ids.call_id)
+            != NGX_OK)
+        {
             return NGX_ERROR;
         }
 
-        ctx->source = NGX_HTTP_IDEM_SOURCE_GATEWAY;
+        ctx->ids.source = NGX_HTTP_IDEM_SOURCE_GATEWAY;
 
         if (ilcf->call_id_form == NGX_HTTP_IDEM_FORM_STRING) {
 
             /* generated ids are tokens: nothing in them needs escaping */
 
-            p = ngx_pnalloc(r->pool, ctx->call_id.len + 2);
+            p = ngx_pnalloc(r->pool, ctx->ids.call_id.len + 2);
             if (p == NULL) {
                 return NGX_ERROR;
             }
 
-            ctx->call_id_echo.data = p;
+            ctx->ids.call_id_echo.data = p;
             *p++ = '"';
-            p = ngx_cpymem(p, ctx->call_id.data, ctx->call_id.len);
+            p = ngx_cpymem(p, ctx->ids.call_id.data, ctx->ids.call_id.len);
             *p++ = '"';
-            ctx->call_id_echo.len = p - ctx->call_id_echo.data;
+            ctx->ids.call_id_echo.len = p - ctx->ids.call_id_echo.data;
 
         } else {
-            ctx->call_id_echo = ctx->call_id;
+            ctx->ids.call_id_echo = ctx->ids.call_id;
         }
 
         if (rc == NGX_DECLINED) {
@@ -127,7 +129,7 @@ ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
                                     in->trace_id, in->trace_id_count, 0,
                                     NULL, problem ? problem : &ignored);
         if (rc == NGX_OK) {
-            ctx->trace_id = in->trace_id->value;
+            ctx->ids.trace_id = in->trace_id->value;
             return NGX_OK;
         }
 
@@ -139,7 +141,7 @@ ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
 
         in->trace_id = NULL;
 
-        if (ngx_http_idem_generate_trace_id(r->pool, &ctx->trace_id)
+        if (ngx_http_idem_generate_trace_id(r->pool, &ctx->ids.trace_id)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -154,8 +156,8 @@ ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
         p = ngx_http_idem_traceparent_trace_id(&in->traceparent->value);
 
         if (p != NULL) {
-            ctx->trace_id.data = p;
-            ctx->trace_id.len = NGX_HTTP_IDEM_TRACE_ID_LEN;
+            ctx->ids.trace_id.data = p;
+            ctx->ids.trace_id.len = NGX_HTTP_IDEM_TRACE_ID_LEN;
             return NGX_OK;
         }
 
@@ -164,7 +166,7 @@ ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
                        &in->traceparent->value);
     }
 
-    return ngx_http_idem_generate_trace_id(r->pool, &ctx->trace_id);
+    return ngx_http_idem_generate_trace_id(r->pool, &ctx->ids.trace_id);
 }
 
 

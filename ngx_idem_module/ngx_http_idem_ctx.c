@@ -83,7 +83,7 @@ ngx_http_idem_cleanup(void *data)
     ngx_http_idem_timers_cleanup(ctx);
     ngx_http_idem_dedupe_cleanup(ctx);
 
-    if (ctx->arrival_ev.posted) {
-        ngx_delete_posted_event(&ctx->arrival_ev);
+    if (ctx->record.arrival_ev.posted) {
+        ngx_delete_posted_event(&ctx->record.arrival_ev);
     }
 }

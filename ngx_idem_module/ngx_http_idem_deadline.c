@@ -85,8 +85,8 @@ ngx_http_idem_deadline_init(ngx_http_request_t *r,
         elapsed = 0;
     }
 
-    ctx->deadline = ngx_current_msec + budget - elapsed;
-    ctx->has_deadline = 1;
+    ctx->deadline.at = ngx_current_msec + budget - elapsed;
+    ctx->deadline.set = 1;
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem deadline: budget %M ms, %M ms spent on arrival",
@@ -203,7 +203,7 @@ ngx_http_idem_grpc_timeout(u_char *p, ngx_msec_t ms)
 ngx_msec_int_t
 ngx_http_idem_remaining(ngx_http_idem_ctx_t *ctx)
 {
-    return (ngx_msec_int_t) (ctx->deadline - ngx_current_msec);
+    return (ngx_msec_int_t) (ctx->deadline.at - ngx_current_msec);
 }
 
 
@@ -217,7 +217,7 @@ ngx_http_idem_deadline_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
     ngx_msec_int_t  left;
 
-    if (!ctx->has_deadline || ctx->deadline_ev.timer_set) {
+    if (!ctx->deadline.set || ctx->deadline.ev.timer_set) {
         return NGX_OK;
     }
 
@@ -231,11 +231,11 @@ ngx_http_idem_deadline_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_DECLINED;
     }
 
-    ctx->deadline_ev.handler = ngx_http_idem_expire_handler;
-    ctx->deadline_ev.data = ctx;
-    ctx->deadline_ev.log = r->connection->log;
+    ctx->deadline.ev.handler = ngx_http_idem_expire_handler;
+    ctx->deadline.ev.data = ctx;
+    ctx->deadline.ev.log = r->connection->log;
 
-    ngx_add_timer(&ctx->deadline_ev, (ngx_msec_t) left);
+    ngx_add_timer(&ctx->deadline.ev, (ngx_msec_t) left);
 
     return NGX_OK;
 }
@@ -248,19 +248,19 @@ ngx_http_idem_arm_try_timer(ngx_http_idem_ctx_t *ctx)
 
     timeout = ctx->conf->retry_per_try_timeout;
 
-    if (ctx->try_ev.timer_set) {
-        ngx_del_timer(&ctx->try_ev);
+    if (ctx->deadline.try_ev.timer_set) {
+        ngx_del_timer(&ctx->deadline.try_ev);
     }
 
     if (timeout == 0) {
         return;
     }
 
-    ctx->try_ev.handler = ngx_http_idem_expire_handler;
-    ctx->try_ev.data = ctx;
-    ctx->try_ev.log = ctx->request->connection->log;
+    ctx->deadline.try_ev.handler = ngx_http_idem_expire_handler;
+    ctx->deadline.try_ev.data = ctx;
+    ctx->deadline.try_ev.log = ctx->request->connection->log;
 
-    ngx_add_timer(&ctx->try_ev, timeout);
+    ngx_add_timer(&ctx->deadline.try_ev, timeout);
 }
 
 
@@ -285,7 +285,7 @@ ngx_http_idem_expire_handler(ngx_event_t *ev)
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ev->log, 0,
                    "idem: %s expired",
-                   ev == &ctx->deadline_ev ? "deadline" : "per-try timeout");
+                   ev == &ctx->deadline.ev ? "deadline" : "per-try timeout");
 
     if (u == NULL || u->peer.connection == NULL || u->header_sent) {
         return;
@@ -293,12 +293,12 @@ ngx_http_idem_expire_handler(ngx_event_t *ev)
 
     c = u->peer.connection;
 
-    if (ev == &ctx->deadline_ev) {
-        ctx->deadline_expired = 1;
+    if (ev == &ctx->deadline.ev) {
+        ctx->deadline.expired = 1;
     }
 
-    if (ctx->backoff_ev.timer_set) {
-        ngx_del_timer(&ctx->backoff_ev);
+    if (ctx->upstream.backoff_ev.timer_set) {
+        ngx_del_timer(&ctx->upstream.backoff_ev);
     }
 
     /* process_header and send_request both take a timed out event */
@@ -317,15 +317,15 @@ ngx_http_idem_expire_handler(ngx_event_t *ev)
 void
 ngx_http_idem_timers_cleanup(ngx_http_idem_ctx_t *ctx)
 {
-    if (ctx->deadline_ev.timer_set) {
-        ngx_del_timer(&ctx->deadline_ev);
+    if (ctx->deadline.ev.timer_set) {
+        ngx_del_timer(&ctx->deadline.ev);
     }
 
-    if (ctx->try_ev.timer_set) {
-        ngx_del_timer(&ctx->try_ev);
+    if (ctx->deadline.try_ev.timer_set) {
+        ngx_del_timer(&ctx->deadline.try_ev);
     }
 
-    if (ctx->backoff_ev.timer_set) {
-        ngx_del_timer(&ctx->backoff_ev);
+    if (ctx->upstream.backoff_ev.timer_set) {
+        ngx_del_timer(&ctx->upstream.backoff_ev);
     }
 }

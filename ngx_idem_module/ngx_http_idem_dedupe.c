@@ -14,7 +14,7 @@
  *
  *   o              the token of the execution that holds the claim
  *   d              SHA-256 of method, URI and body of the first claim,
- *                  written with its owner's arrival (ctx->claim_rest)
+ *                  written with its owner's arrival (ctx->dedupe.claim_rest)
  *   l:<token>      when its claim lapses, Redis's clock, unix ms (for a
  *                  new id's claim the store writes it relative to the
  *                  record's expiry: it reads the same)
@@ -74,7 +74,7 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
-    switch (ctx->dedupe) {
+    switch (ctx->dedupe.state) {
 
     case NGX_HTTP_IDEM_DEDUPE_NONE:
 
@@ -82,7 +82,7 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
             return NGX_DECLINED;
         }
 
-        if (ctx->arrived) {
+        if (ctx->record.arrived) {
 
             /*
              * Recorded in a location before this one (a redirect after an
@@ -92,7 +92,7 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
             ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                           "idem: call \"%V\" was recorded before it reached "
                           "a location with \"idem_dedupe\": not forwarded",
-                          &ctx->call_id);
+                          &ctx->ids.call_id);
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
@@ -103,11 +103,11 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                        "idem dedupe: reading the body");
 
-        ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_BODY;
+        ctx->dedupe.state = NGX_HTTP_IDEM_DEDUPE_BODY;
 
-        ctx->resume_ev.handler = ngx_http_idem_dedupe_resume;
-        ctx->resume_ev.data = ctx;
-        ctx->resume_ev.log = r->connection->log;
+        ctx->dedupe.resume_ev.handler = ngx_http_idem_dedupe_resume;
+        ctx->dedupe.resume_ev.data = ctx;
+        ctx->dedupe.resume_ev.log = r->connection->log;
 
         /*
          * The body is hashed as it arrives (the request body filter), so
@@ -116,11 +116,12 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
          */
 
         if (r->request_body == NULL) {
-            ctx->md = EVP_MD_CTX_new();
+            ctx->dedupe.md = EVP_MD_CTX_new();
 
-            if (ctx->md == NULL
-                || EVP_DigestInit_ex(ctx->md, EVP_sha256(), NULL) != 1
-                || ngx_http_idem_dedupe_digest_start(r, ctx->md) != NGX_OK)
+            if (ctx->dedupe.md == NULL
+                || EVP_DigestInit_ex(ctx->dedupe.md, EVP_sha256(), NULL) != 1
+                || ngx_http_idem_dedupe_digest_start(r, ctx->dedupe.md)
+                   != NGX_OK)
             {
                 return NGX_HTTP_INTERNAL_SERVER_ERROR;
             }
@@ -130,7 +131,7 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
         rc = ngx_http_read_client_request_body(r, ngx_http_idem_dedupe_body);
         if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
-            ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_FAILED;
+            ctx->dedupe.state = NGX_HTTP_IDEM_DEDUPE_FAILED;
             return rc;
         }
 
@@ -151,7 +152,7 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
          * claimed, so nothing may be forwarded from a dedupe location.
          */
 
-        ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_FAILED;
+        ctx->dedupe.state = NGX_HTTP_IDEM_DEDUPE_FAILED;
 
         /* fall through */
 
@@ -179,9 +180,9 @@ ngx_http_idem_dedupe_body_filter(ngx_http_request_t *r,
         b = in->buf;
 
         if (ngx_buf_in_memory(b) && b->last > b->pos
-            && EVP_DigestUpdate(ctx->md, b->pos, b->last - b->pos) != 1)
+            && EVP_DigestUpdate(ctx->dedupe.md, b->pos, b->last - b->pos) != 1)
         {
-            ctx->md_failed = 1;
+            ctx->dedupe.md_failed = 1;
         }
     }
 }
@@ -192,18 +193,18 @@ ngx_http_idem_dedupe_body_filter(ngx_http_request_t *r,
 void
 ngx_http_idem_dedupe_cleanup(ngx_http_idem_ctx_t *ctx)
 {
-    if (ctx->claim_op != NULL) {
-        ngx_http_idem_store_cancel(ctx->claim_op);
-        ctx->claim_op = NULL;
+    if (ctx->dedupe.claim_op != NULL) {
+        ngx_http_idem_store_cancel(ctx->dedupe.claim_op);
+        ctx->dedupe.claim_op = NULL;
     }
 
-    if (ctx->resume_ev.posted) {
-        ngx_delete_posted_event(&ctx->resume_ev);
+    if (ctx->dedupe.resume_ev.posted) {
+        ngx_delete_posted_event(&ctx->dedupe.resume_ev);
     }
 
-    if (ctx->md != NULL) {
-        EVP_MD_CTX_free(ctx->md);
-        ctx->md = NULL;
+    if (ctx->dedupe.md != NULL) {
+        EVP_MD_CTX_free(ctx->dedupe.md);
+        ctx->dedupe.md = NULL;
     }
 }
 
@@ -217,14 +218,14 @@ ngx_http_idem_dedupe_body(ngx_http_request_t *r)
 
     r->write_event_handler = ngx_http_core_run_phases;
 
-    ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_CLAIM;
+    ctx->dedupe.state = NGX_HTTP_IDEM_DEDUPE_CLAIM;
 
     if (ngx_http_idem_dedupe_claim(r, ctx) != NGX_OK) {
 
         /* not even sent: answered at once, from a posted event */
 
-        ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_DONE;
-        ngx_post_event(&ctx->resume_ev, &ngx_posted_events);
+        ctx->dedupe.state = NGX_HTTP_IDEM_DEDUPE_DONE;
+        ngx_post_event(&ctx->dedupe.resume_ev, &ngx_posted_events);
     }
 }
 
@@ -241,7 +242,7 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
-    ctx->verdict = NGX_HTTP_IDEM_INTERNAL;
+    ctx->dedupe.verdict = NGX_HTTP_IDEM_INTERNAL;
 
     p = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_SHA256_HEX_LEN
                              + ngx_http_idem_record_arrival_len(r, ctx));
@@ -254,7 +255,7 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     if (ilcf->dedupe_lease) {
         lease = ilcf->dedupe_lease;
 
-    } else if (ctx->has_deadline) {
+    } else if (ctx->deadline.set) {
         lease = ngx_max(ngx_http_idem_remaining(ctx), 0)
                 + NGX_HTTP_IDEM_LEASE_SLACK;
 
@@ -262,8 +263,8 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         lease = NGX_HTTP_IDEM_LEASE_DEFAULT;
     }
 
-    claim.key = ctx->key;
-    claim.token = ctx->token;
+    claim.key = ctx->record.key;
+    claim.token = ctx->record.token;
     claim.lease = (ngx_msec_t) lease;
     claim.ttl = imcf->record_ttl;
 
@@ -274,8 +275,8 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_ERROR;
     }
 
-    ctx->digest = claim.digest;
-    ctx->lease = claim.lease;
+    ctx->dedupe.digest = claim.digest;
+    ctx->dedupe.lease = claim.lease;
 
     p += NGX_HTTP_IDEM_SHA256_HEX_LEN;
 
@@ -283,18 +284,18 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     p = ngx_http_idem_record_arrival(r, ctx, p, 'R');
     claim.arrival.len = p - claim.arrival.data;
 
-    ctx->verdict = NGX_HTTP_IDEM_UNAVAILABLE;
+    ctx->dedupe.verdict = NGX_HTTP_IDEM_UNAVAILABLE;
 
-    ctx->claim_op = ngx_http_idem_store_claim(&claim,
-                                              ngx_http_idem_dedupe_reply,
-                                              ctx);
-    if (ctx->claim_op == NULL) {
+    ctx->dedupe.claim_op = ngx_http_idem_store_claim(&claim,
+                                                     ngx_http_idem_dedupe_reply,
+                                                     ctx);
+    if (ctx->dedupe.claim_op == NULL) {
         return NGX_ERROR;
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem dedupe: claim of \"%V\" sent, lease %M",
-                   &ctx->key, claim.lease);
+                   &ctx->record.key, claim.lease);
 
     return NGX_OK;
 }
@@ -339,11 +340,11 @@ ngx_http_idem_dedupe_digest(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_chain_t   *cl;
     unsigned int   len;
 
-    if (ctx->md != NULL) {
-        mdctx = ctx->md;
-        ctx->md = NULL;
+    if (ctx->dedupe.md != NULL) {
+        mdctx = ctx->dedupe.md;
+        ctx->dedupe.md = NULL;
 
-        if (ctx->md_failed) {
+        if (ctx->dedupe.md_failed) {
             EVP_MD_CTX_free(mdctx);
             return NGX_ERROR;
         }
@@ -441,26 +442,26 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
     r = ctx->request;
 
-    ctx->claim_op = NULL;
-    ctx->dedupe = NGX_HTTP_IDEM_DEDUPE_DONE;
+    ctx->dedupe.claim_op = NULL;
+    ctx->dedupe.state = NGX_HTTP_IDEM_DEDUPE_DONE;
 
-    ngx_post_event(&ctx->resume_ev, &ngx_posted_events);
+    ngx_post_event(&ctx->dedupe.resume_ev, &ngx_posted_events);
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idem dedupe: claim of \"%V\": verdict %d", &ctx->key,
+                   "idem dedupe: claim of \"%V\": verdict %d", &ctx->record.key,
                    (int) found->verdict);
 
     switch (found->verdict) {
 
     case NGX_HTTP_IDEM_STORE_CLAIMED:
-        ctx->verdict = NGX_HTTP_IDEM_CLAIMED;
+        ctx->dedupe.verdict = NGX_HTTP_IDEM_CLAIMED;
 
         if (found->rest) {
 
             /* the arrival completes the claim: its digest, its lease */
 
-            ctx->claim_rest = 1;
-            ctx->claim_fresh = 1;
+            ctx->dedupe.claim_rest = 1;
+            ctx->dedupe.claim_fresh = 1;
             return;
         }
 
@@ -470,7 +471,7 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
         return;
 
     case NGX_HTTP_IDEM_STORE_MISMATCH:
-        ctx->verdict = NGX_HTTP_IDEM_MISMATCH;
+        ctx->dedupe.verdict = NGX_HTTP_IDEM_MISMATCH;
         return;
 
     case NGX_HTTP_IDEM_STORE_IN_FLIGHT:
@@ -480,41 +481,44 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
          * lease (its budget and some slack), and the Link says more
          */
 
-        ctx->verdict = NGX_HTTP_IDEM_IN_FLIGHT;
+        ctx->dedupe.verdict = NGX_HTTP_IDEM_IN_FLIGHT;
         return;
 
     case NGX_HTTP_IDEM_STORE_REPLAY:
         if (found->answer.len == 0) {
-            ctx->verdict = NGX_HTTP_IDEM_NOT_STORED;
+            ctx->dedupe.verdict = NGX_HTTP_IDEM_NOT_STORED;
             return;
         }
 
-        ctx->verdict = NGX_HTTP_IDEM_REPLAY;
+        ctx->dedupe.verdict = NGX_HTTP_IDEM_REPLAY;
 
-        ctx->found.data = ngx_pstrdup(r->pool, &found->answer);
-        if (ctx->found.data == NULL) {
-            ctx->verdict = NGX_HTTP_IDEM_INTERNAL;
+        ctx->dedupe.found.data = ngx_pstrdup(r->pool, &found->answer);
+        if (ctx->dedupe.found.data == NULL) {
+            ctx->dedupe.verdict = NGX_HTTP_IDEM_INTERNAL;
             return;
         }
 
-        ctx->found.len = found->answer.len;
+        ctx->dedupe.found.len = found->answer.len;
         return;
 
     case NGX_HTTP_IDEM_STORE_NOT_STORED:
     case NGX_HTTP_IDEM_STORE_UNKNOWN:
-        ctx->verdict = (found->verdict == NGX_HTTP_IDEM_STORE_NOT_STORED)
-                       ? NGX_HTTP_IDEM_NOT_STORED
-                       : NGX_HTTP_IDEM_OUTCOME_UNKNOWN;
+        ctx->dedupe.verdict =
+                         (found->verdict == NGX_HTTP_IDEM_STORE_NOT_STORED)
+                         ? NGX_HTTP_IDEM_NOT_STORED
+                         : NGX_HTTP_IDEM_OUTCOME_UNKNOWN;
 
         /* the record goes with the 409: what the caller reconciles with */
 
         if (found->record.fields == NULL
-            || ngx_http_idem_record_json(r, &ctx->call_id, found->record.now,
+            || ngx_http_idem_record_json(r, &ctx->ids.call_id,
+                                         found->record.now,
                                          found->record.fields,
-                                         found->record.nfields, &ctx->found)
+                                         found->record.nfields,
+                                         &ctx->dedupe.found)
                != NGX_OK)
         {
-            ngx_str_null(&ctx->found);
+            ngx_str_null(&ctx->dedupe.found);
         }
 
         return;
@@ -523,8 +527,8 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
         /* the claim may have been made: the final write releases it */
 
-        ctx->verdict = NGX_HTTP_IDEM_UNAVAILABLE;
-        ctx->owner = 1;
+        ctx->dedupe.verdict = NGX_HTTP_IDEM_UNAVAILABLE;
+        ctx->dedupe.owner = 1;
         return;
     }
 }
@@ -562,20 +566,20 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idem dedupe: \"%V\": verdict %ui", &ctx->call_id,
-                   ctx->verdict);
+                   "idem dedupe: \"%V\": verdict %ui", &ctx->ids.call_id,
+                   ctx->dedupe.verdict);
 
-    switch (ctx->verdict) {
+    switch (ctx->dedupe.verdict) {
 
     case NGX_HTTP_IDEM_CLAIMED:
 
-        if (!ctx->owner) {
-            ctx->owner = 1;
-            ctx->record = 1;
+        if (!ctx->dedupe.owner) {
+            ctx->dedupe.owner = 1;
+            ctx->record.on = 1;
 
             ngx_http_idem_count(dedupe_claims);
 
-            if (ctx->claim_rest) {
+            if (ctx->dedupe.claim_rest) {
 
                 /*
                  * The arrival goes at the end of this turn, with the rest
@@ -583,10 +587,10 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                  * first attempt starts in this turn
                  */
 
-                ngx_post_event(&ctx->arrival_ev, &ngx_posted_events);
+                ngx_post_event(&ctx->record.arrival_ev, &ngx_posted_events);
 
             } else {
-                ctx->arrived = 1;   /* the claim wrote the arrival */
+                ctx->record.arrived = 1;   /* the claim wrote the arrival */
             }
         }
 
@@ -596,11 +600,11 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "idem: call \"%V\" answered from its stored answer",
-                      &ctx->call_id);
+                      &ctx->ids.call_id);
 
         ngx_http_idem_count(dedupe_replays);
 
-        rc = ngx_http_idem_answer_replay(r, ctx, &ctx->found);
+        rc = ngx_http_idem_answer_replay(r, ctx, &ctx->dedupe.found);
 
         ngx_http_finalize_request(r, rc);
         return NGX_DONE;
@@ -619,7 +623,7 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                                   "an execution of this call id may have "
                                   "taken effect without an answer; it is "
                                   "not run again: reconcile with its record");
-        problem.record = ctx->found;
+        problem.record = ctx->dedupe.found;
         break;
 
     case NGX_HTTP_IDEM_NOT_STORED:
@@ -627,7 +631,7 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                                   NGX_HTTP_IDEM_P_ANSWER_NOT_STORED, NULL,
                                   "this call id was executed, but its "
                                   "answer was not kept for replay");
-        problem.record = ctx->found;
+        problem.record = ctx->dedupe.found;
         break;
 
     case NGX_HTTP_IDEM_MISMATCH:
@@ -645,7 +649,7 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
         /* a claim sent and not answered is released by the final write */
 
-        ctx->record = ctx->owner;
+        ctx->record.on = ctx->dedupe.owner;
         break;
 
     default: /* NGX_HTTP_IDEM_INTERNAL */
@@ -655,13 +659,13 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ngx_http_idem_problem_count(&problem);
 
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                  "idem: call \"%V\": %V", &ctx->call_id, &problem.detail);
+                  "idem: call \"%V\": %V", &ctx->ids.call_id, &problem.detail);
 
     if (problem.status != NGX_HTTP_IDEM_UNPROCESSABLE) {
         ngx_str_set(&value, "1");
 
         if (problem.status != NGX_HTTP_CONFLICT
-            || ctx->verdict == NGX_HTTP_IDEM_IN_FLIGHT)
+            || ctx->dedupe.verdict == NGX_HTTP_IDEM_IN_FLIGHT)
         {
             if (ngx_http_idem_add_response_header(r, "Retry-After", &value)
                 != NGX_OK)
@@ -673,7 +677,7 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     if (problem.status == NGX_HTTP_CONFLICT && ilcf->status_url.len) {
         value.len = sizeof("<>; rel=\"status\"") - 1 + ilcf->status_url.len
-                    + ctx->call_id.len;
+                    + ctx->ids.call_id.len;
 
         value.data = ngx_pnalloc(r->pool, value.len);
         if (value.data == NULL) {
@@ -681,7 +685,7 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         }
 
         p = ngx_sprintf(value.data, "<%V%V>; rel=\"status\"",
-                        &ilcf->status_url, &ctx->call_id);
+                        &ilcf->status_url, &ctx->ids.call_id);
         value.len = p - value.data;
 
         if (ngx_http_idem_add_response_header(r, "Link", &value) != NGX_OK) {
@@ -689,7 +693,7 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         }
     }
 
-    rc = ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
+    rc = ngx_http_idem_send_problem(r, &problem, &ctx->ids.call_id);
 
     ngx_http_finalize_request(r, rc);
     return NGX_DONE;

@@ -52,7 +52,7 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
 
     ctx = ngx_http_idem_get_ctx(r);
 
-    if (ctx == NULL || ctx->call_id.len == 0) {
+    if (ctx == NULL || ctx->ids.call_id.len == 0) {
         return ngx_http_next_header_filter(r);
     }
 
@@ -70,8 +70,8 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
 
     /* a claim's owner keeps its answer for the duplicates */
 
-    if (ctx->owner && !ctx->replayed && ctx->capture == NULL
-        && !ctx->capture_over
+    if (ctx->dedupe.owner && !ctx->answer.replayed
+        && ctx->answer.capture == NULL && !ctx->answer.capture_over
         && ngx_http_idem_answer_header(r, ctx) != NGX_OK)
     {
         return NGX_ERROR;
@@ -81,7 +81,8 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
     if (u != NULL && u->resolved != NULL && u->peer.name != NULL
-        && !ctx->balanced && ilcf->enable && !ilcf->variable_upstream_logged)
+        && !ctx->upstream.balanced && ilcf->enable
+        && !ilcf->variable_upstream_logged)
     {
         /* proxy_pass with a variable naming no upstream{}: not wrapped */
 
@@ -109,8 +110,8 @@ ngx_http_idem_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     ctx = ngx_http_idem_get_ctx(r);
 
-    if (ctx != NULL && ctx->capture != NULL && !ctx->capture_over
-        && !ctx->capture_done)
+    if (ctx != NULL && ctx->answer.capture != NULL && !ctx->answer.capture_over
+        && !ctx->answer.capture_done)
     {
         ngx_http_idem_answer_body(r, ctx, in);
     }
@@ -126,8 +127,8 @@ ngx_http_idem_request_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_idem_module);
 
-    if (ctx != NULL && ctx->md != NULL
-        && ctx->dedupe == NGX_HTTP_IDEM_DEDUPE_BODY)
+    if (ctx != NULL && ctx->dedupe.md != NULL
+        && ctx->dedupe.state == NGX_HTTP_IDEM_DEDUPE_BODY)
     {
         ngx_http_idem_dedupe_body_filter(r, ctx, in);
     }

@@ -66,7 +66,7 @@ ngx_http_idem_grpc_read_body(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
-    if (!ctx->grpc || !ilcf->idempotent || ilcf->retry_attempts < 2
+    if (!ctx->grpc.on || !ilcf->idempotent || ilcf->retry_attempts < 2
         || r->request_body != NULL || r->discard_body)
     {
         return NGX_DECLINED;
@@ -173,7 +173,7 @@ ngx_http_idem_grpc_trailers_only(ngx_http_request_t *r,
                    status, code);
 
     if (ctx != NULL) {
-        ctx->grpc_http_status = status;
+        ctx->grpc.http_status = status;
     }
 
     r->headers_out.status = NGX_HTTP_OK;
@@ -325,7 +325,7 @@ ngx_http_idem_grpc_header_filter(ngx_http_request_t *r,
     ngx_uint_t            status;
     ngx_http_upstream_t  *u;
 
-    if (!ctx->grpc || ctx->grpc_http_status) {
+    if (!ctx->grpc.on || ctx->grpc.http_status) {
         return NGX_OK;
     }
 
@@ -334,7 +334,7 @@ ngx_http_idem_grpc_header_filter(ngx_http_request_t *r,
 
     if (u != NULL && u->headers_in.status_n) {
 
-        if (ctx->grpc_retry_status && status == ctx->grpc_retry_status) {
+        if (ctx->grpc.retry_status && status == ctx->grpc.retry_status) {
             r->headers_out.status = NGX_HTTP_OK;
             ngx_str_null(&r->headers_out.status_line);
         }

@@ -74,9 +74,9 @@ ngx_http_idem_handler(ngx_http_request_t *r)
 
     ctx->request = r;
     ctx->conf = ilcf;
-    ctx->grpc = ngx_http_idem_grpc_request(r);
-    ctx->call_id_header = &ilcf->call_id_header;
-    ctx->trace_id_header = &ilcf->trace_id_header;
+    ctx->grpc.on = ngx_http_idem_grpc_request(r);
+    ctx->ids.call_id_header = &ilcf->call_id_header;
+    ctx->ids.trace_id_header = &ilcf->trace_id_header;
 
     if (ngx_http_idem_scan_request(r, ilcf, &in) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -104,27 +104,27 @@ ngx_http_idem_handler(ngx_http_request_t *r)
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        return ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
+        return ngx_http_idem_send_problem(r, &problem, &ctx->ids.call_id);
     }
 
     if (ngx_http_idem_inject(r, ilcf, &in, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx->settled = 1;
+    ctx->ids.settled = 1;
 
     ngx_http_idem_count(calls);
 
-    if (ctx->source == NGX_HTTP_IDEM_SOURCE_GATEWAY) {
+    if (ctx->ids.source == NGX_HTTP_IDEM_SOURCE_GATEWAY) {
         ngx_http_idem_count(generated);
     }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem call id: \"%V\" (%s), trace id: \"%V\"",
-                   &ctx->call_id,
-                   ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT
+                   &ctx->ids.call_id,
+                   ctx->ids.source == NGX_HTTP_IDEM_SOURCE_CLIENT
                    ? "client" : "gateway",
-                   &ctx->trace_id);
+                   &ctx->ids.trace_id);
 
     return NGX_DECLINED;
 }
@@ -155,7 +155,7 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    if (ctx->refused != NULL || !ctx->settled) {
+    if (ctx->refused != NULL || !ctx->ids.settled) {
         return ngx_http_idem_refused(r, ctx);
     }
 
@@ -198,7 +198,7 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (!ctx->has_deadline || ngx_http_idem_deadline_start(r, ctx) == NGX_OK) {
+    if (!ctx->deadline.set || ngx_http_idem_deadline_start(r, ctx) == NGX_OK) {
         return NGX_DECLINED;
     }
 
@@ -214,7 +214,7 @@ answer:
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                   "idem: %V", &problem.detail);
 
-    rc = ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
+    rc = ngx_http_idem_send_problem(r, &problem, &ctx->ids.call_id);
 
     ngx_http_finalize_request(r, rc);
 
@@ -248,7 +248,7 @@ ngx_http_idem_refused(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_ERROR;
     }
 
-    rc = ngx_http_idem_send_problem(r, ctx->refused, &ctx->call_id);
+    rc = ngx_http_idem_send_problem(r, ctx->refused, &ctx->ids.call_id);
 
     ngx_http_finalize_request(r, rc);
 
@@ -270,11 +270,11 @@ ngx_http_idem_log_handler(ngx_http_request_t *r)
 
     ctx = ngx_http_idem_get_ctx(r);
 
-    if (ctx == NULL || ctx->call_id.len == 0) {
+    if (ctx == NULL || ctx->ids.call_id.len == 0) {
         return NGX_OK;
     }
 
-    if (ctx->claim_op != NULL) {
+    if (ctx->dedupe.claim_op != NULL) {
 
         /*
          * The request ends while its claim is out (a worker shutting down,
@@ -282,8 +282,8 @@ ngx_http_idem_log_handler(ngx_http_request_t *r)
          * which leaves after it on the same connection.
          */
 
-        ctx->owner = 1;
-        ctx->record = 1;
+        ctx->dedupe.owner = 1;
+        ctx->record.on = 1;
     }
 
     ngx_http_idem_storm_finish(r, ctx);
@@ -292,8 +292,9 @@ ngx_http_idem_log_handler(ngx_http_request_t *r)
 
     /* an UNKNOWN execution, queued behind its final write (stream.c) */
 
-    if (ctx->record) {
-        ngx_http_idem_stream_final(r, ctx, ctx->final_state, rc == NGX_OK);
+    if (ctx->record.on) {
+        ngx_http_idem_stream_final(r, ctx, ctx->record.final_state,
+                                   rc == NGX_OK);
     }
 
     return NGX_OK;

@@ -279,20 +279,22 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     }
 
     if (in->call_id == NULL
-        && ngx_http_idem_push(list, ctx->call_id_header, &ctx->call_id_echo)
+        && ngx_http_idem_push(list, ctx->ids.call_id_header,
+                              &ctx->ids.call_id_echo)
            == NULL)
     {
         return NGX_ERROR;
     }
 
     if (in->trace_id == NULL
-        && ngx_http_idem_push(list, ctx->trace_id_header, &ctx->trace_id)
+        && ngx_http_idem_push(list, ctx->ids.trace_id_header,
+                              &ctx->ids.trace_id)
            == NULL)
     {
         return NGX_ERROR;
     }
 
-    if (ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT) {
+    if (ctx->ids.source == NGX_HTTP_IDEM_SOURCE_CLIENT) {
         ngx_str_set(&value, "client");
 
     } else {
@@ -308,26 +310,27 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
      * room for any content and are rewritten in place.
      */
 
-    ctx->attempt_h = ngx_http_idem_push_value(r, &imcf->attempt_header,
-                                              NGX_INT_T_LEN);
-    if (ctx->attempt_h == NULL) {
+    ctx->ids.attempt_h = ngx_http_idem_push_value(r, &imcf->attempt_header,
+                                                  NGX_INT_T_LEN);
+    if (ctx->ids.attempt_h == NULL) {
         return NGX_ERROR;
     }
 
-    if (ctx->has_deadline && ilcf->deadline_header.name.len) {
-        ctx->deadline_h = ngx_http_idem_push_value(r, &ilcf->deadline_header,
-                                                   NGX_INT_T_LEN);
-        if (ctx->deadline_h == NULL) {
+    if (ctx->deadline.set && ilcf->deadline_header.name.len) {
+        ctx->ids.deadline_h = ngx_http_idem_push_value(r,
+                                                       &ilcf->deadline_header,
+                                                       NGX_INT_T_LEN);
+        if (ctx->ids.deadline_h == NULL) {
             return NGX_ERROR;
         }
     }
 
     /* a W3C traceparent only for a trace id that is one */
 
-    if (ctx->trace_id.len == NGX_HTTP_IDEM_TRACE_ID_LEN) {
+    if (ctx->ids.trace_id.len == NGX_HTTP_IDEM_TRACE_ID_LEN) {
 
-        for (p = ctx->trace_id.data;
-             p < ctx->trace_id.data + NGX_HTTP_IDEM_TRACE_ID_LEN;
+        for (p = ctx->ids.trace_id.data;
+             p < ctx->ids.trace_id.data + NGX_HTTP_IDEM_TRACE_ID_LEN;
              p++)
         {
             if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) {
@@ -335,22 +338,22 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
             }
         }
 
-        if (p == ctx->trace_id.data + NGX_HTTP_IDEM_TRACE_ID_LEN
-            && ngx_strncmp(ctx->trace_id.data,
+        if (p == ctx->ids.trace_id.data + NGX_HTTP_IDEM_TRACE_ID_LEN
+            && ngx_strncmp(ctx->ids.trace_id.data,
                            "00000000000000000000000000000000",
                            NGX_HTTP_IDEM_TRACE_ID_LEN)
                != 0)
         {
-            ctx->traceparent_h = ngx_http_idem_push_value(r,
+            ctx->ids.traceparent_h = ngx_http_idem_push_value(r,
                                                &imcf->traceparent_header,
                                                NGX_HTTP_IDEM_TRACEPARENT_LEN);
-            if (ctx->traceparent_h == NULL) {
+            if (ctx->ids.traceparent_h == NULL) {
                 return NGX_ERROR;
             }
         }
     }
 
-    ctx->attempt = 0;
+    ctx->upstream.attempt = 0;
 
     return ngx_http_idem_set_attempt_headers(r, ctx, 0);
 }
@@ -358,7 +361,7 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
 
 /*
  * The values of one attempt: its number, a new span id, the budget left,
- * and for gRPC upstreams a grpc-timeout as well.  ctx->attempt is the
+ * and for gRPC upstreams a grpc-timeout as well.  ctx->upstream.attempt is the
  * attempt about to start, 0 before the upstream is involved.
  */
 
@@ -371,7 +374,7 @@ ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
     ngx_table_elt_t            *h;
     ngx_http_idem_main_conf_t  *imcf;
 
-    h = ctx->attempt_h;
+    h = ctx->ids.attempt_h;
 
     if (h == NULL) {
 
@@ -384,17 +387,17 @@ ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
     }
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idem attempt headers: attempt %ui", ctx->attempt);
+                   "idem attempt headers: attempt %ui", ctx->upstream.attempt);
 
     h->value.len = ngx_sprintf(h->value.data, "%ui",
-                               ngx_max(ctx->attempt, 1))
+                               ngx_max(ctx->upstream.attempt, 1))
                    - h->value.data;
 
-    h = ctx->traceparent_h;
+    h = ctx->ids.traceparent_h;
 
     if (h != NULL) {
         p = ngx_cpymem(h->value.data, "00-", 3);
-        p = ngx_cpymem(p, ctx->trace_id.data, NGX_HTTP_IDEM_TRACE_ID_LEN);
+        p = ngx_cpymem(p, ctx->ids.trace_id.data, NGX_HTTP_IDEM_TRACE_ID_LEN);
         *p++ = '-';
         ngx_http_idem_random_hex(p, NGX_HTTP_IDEM_SPAN_ID_LEN);
         p += NGX_HTTP_IDEM_SPAN_ID_LEN;
@@ -402,13 +405,13 @@ ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
         h->value.len = p - h->value.data;
     }
 
-    if (!ctx->has_deadline) {
+    if (!ctx->deadline.set) {
         return NGX_OK;
     }
 
     left = ngx_max(ngx_http_idem_remaining(ctx), 0);
 
-    h = ctx->deadline_h;
+    h = ctx->ids.deadline_h;
 
     if (h != NULL) {
         h->value.len = ngx_sprintf(h->value.data, "%M", (ngx_msec_t) left)
@@ -419,18 +422,18 @@ ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    if (ctx->grpc_timeout_h == NULL) {
+    if (ctx->ids.grpc_timeout_h == NULL) {
         imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
-        ctx->grpc_timeout_h = ngx_http_idem_push_value(r,
+        ctx->ids.grpc_timeout_h = ngx_http_idem_push_value(r,
                                           &imcf->grpc_timeout_header,
                                           NGX_HTTP_IDEM_GRPC_TIMEOUT_LEN);
-        if (ctx->grpc_timeout_h == NULL) {
+        if (ctx->ids.grpc_timeout_h == NULL) {
             return NGX_ERROR;
         }
     }
 
-    h = ctx->grpc_timeout_h;
+    h = ctx->ids.grpc_timeout_h;
     h->value.len = ngx_http_idem_grpc_timeout(h->value.data,
                                               (ngx_msec_t) left)
                    - h->value.data;
@@ -491,16 +494,16 @@ ngx_http_idem_set_response_headers(ngx_http_request_t *r,
      * was refused gets none: it could take a gateway id for its own.
      */
 
-    if (!ctx->call_id_refused) {
-        h = ngx_http_idem_push(&r->headers_out.headers, ctx->call_id_header,
-                               &ctx->call_id_echo);
+    if (!ctx->ids.call_id_refused) {
+        h = ngx_http_idem_push(&r->headers_out.headers, ctx->ids.call_id_header,
+                               &ctx->ids.call_id_echo);
         if (h == NULL) {
             return NGX_ERROR;
         }
     }
 
-    h = ngx_http_idem_push(&r->headers_out.headers, ctx->trace_id_header,
-                           &ctx->trace_id);
+    h = ngx_http_idem_push(&r->headers_out.headers, ctx->ids.trace_id_header,
+                           &ctx->ids.trace_id);
     if (h == NULL) {
         return NGX_ERROR;
     }
@@ -523,9 +526,9 @@ ngx_http_idem_hide_response_headers(ngx_http_request_t *r,
          h = ngx_http_idem_header_next(&it))
     {
         if (h->hash != 0
-            && (ngx_http_idem_header_named(h, &ctx->call_id_header->name)
+            && (ngx_http_idem_header_named(h, &ctx->ids.call_id_header->name)
                 || ngx_http_idem_header_named(h,
-                                              &ctx->trace_id_header->name)))
+                                              &ctx->ids.trace_id_header->name)))
         {
             h->hash = 0;
         }

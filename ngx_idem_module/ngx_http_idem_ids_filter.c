@@ -61,13 +61,13 @@ ngx_http_idem_ids_header_filter(ngx_http_request_t *r)
 
     ctx = ngx_http_idem_get_ctx(r);
 
-    if (ctx == NULL || ctx->call_id.len == 0) {
+    if (ctx == NULL || ctx->ids.call_id.len == 0) {
         return ngx_http_next_header_filter(r);
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem ids filter: \"%V\", \"%V\"",
-                   &ctx->call_id, &ctx->trace_id);
+                   &ctx->ids.call_id, &ctx->ids.trace_id);
 
     if (ngx_http_idem_set_response_headers(r, ctx) != NGX_OK) {
         return NGX_ERROR;

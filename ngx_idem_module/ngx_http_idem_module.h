@@ -218,13 +218,23 @@ typedef struct {
 } ngx_http_idem_attempt_t;
 
 
-/* Per-request state; it survives internal redirects (see module.c). */
+/*
+ * Per-request state, one part per feature, each owned by the file named
+ * first above it; the others named there write a field or two of it as
+ * the request's sequence goes (every file may read any part).  The
+ * context is one ngx_pcalloc, so every part starts zeroed; it survives
+ * internal redirects (ngx_http_idem_ctx.c).
+ */
+
+/*
+ * call_id.c: the ids; headers.c: the request headers it adds; handler.c:
+ * the header names, "settled".  ids_filter.c puts them in the answer.
+ */
 typedef struct {
     ngx_str_t                 call_id;      /* the id itself */
     ngx_str_t                 call_id_echo; /* as the header carries it */
     ngx_str_t                 trace_id;
     ngx_uint_t                source;
-    ngx_uint_t                attempt;
 
     /* names the ids were read under, used for the response */
     ngx_http_idem_header_t   *call_id_header;
@@ -236,17 +246,34 @@ typedef struct {
     ngx_table_elt_t          *deadline_h;
     ngx_table_elt_t          *grpc_timeout_h;
 
-    ngx_http_request_t       *request;
-    ngx_http_idem_loc_conf_t *conf;         /* where the call started */
+    unsigned                  settled:1;    /* ids checked and injected */
+    unsigned                  call_id_refused:1;  /* the client's, invalid */
+} ngx_http_idem_ids_ctx_t;
 
-    /* the module's own answer to this call: it is never forwarded */
-    ngx_http_idem_problem_t  *refused;
 
-    /* the budget ends when ngx_current_msec reaches "deadline" */
-    ngx_msec_t                deadline;
-    ngx_event_t               deadline_ev;  /* ends the call at budget */
+/*
+ * deadline.c: the budget and the timers that end a call or an attempt
+ * (upstream.c stops the per-try timer when an attempt ends)
+ */
+typedef struct {
+    /* the budget ends when ngx_current_msec reaches "at" */
+    ngx_msec_t                at;
+    ngx_event_t               ev;           /* ends the call at budget */
     ngx_event_t               try_ev;       /* per_try_timeout */
-    ngx_event_t               backoff_ev;   /* delayed connect */
+
+    unsigned                  set:1;        /* the call has a budget */
+    unsigned                  expired:1;
+} ngx_http_idem_deadline_ctx_t;
+
+
+/*
+ * upstream.c: the wrapped balancer and the attempts; round.c (a new
+ * round), storm.c (its node), headers.c (attempt back to 0 on inject),
+ * deadline.c (stops the backoff at the budget)
+ */
+typedef struct {
+    ngx_uint_t                attempt;      /* the current one, from 1 */
+    ngx_uint_t                first_attempt;  /* the number of its first */
 
     /* the wrapped balancer of this request's upstream (the latest one) */
     void                     *peer_data;
@@ -257,18 +284,35 @@ typedef struct {
     ngx_event_set_peer_session_pt   original_set_session;
     ngx_event_save_peer_session_pt  original_save_session;
 #endif
-    ngx_uint_t                first_attempt;  /* the number of its first */
     ngx_int_t               (*original_process_header)(ngx_http_request_t *r);
     ngx_int_t               (*original_reinit_request)(ngx_http_request_t *r);
     ngx_msec_t                connect_timeout;
     ngx_msec_t                retry_after;  /* from a 429/503, for the next */
+    ngx_event_t               backoff_ev;   /* delayed connect */
     ngx_http_idem_storm_ctx_t  *storm;      /* its upstream's budget, breaker */
 
-    /* gRPC (grpc.c) */
-    ngx_uint_t                grpc_http_status;  /* answered as grpc-status */
-    ngx_uint_t                grpc_retry_status; /* 503/429 to retry it */
+    unsigned                  balanced:1;   /* the balancer is wrapped */
+    unsigned                  expire_after_backoff:1;
+} ngx_http_idem_upstream_ctx_t;
 
-    /* records */
+
+/*
+ * grpc.c: a gRPC call's answer; handler.c says whether it is one,
+ * upstream.c keeps the status it shows nginx to retry
+ */
+typedef struct {
+    ngx_uint_t                http_status;  /* answered as grpc-status */
+    ngx_uint_t                retry_status; /* 503/429 to retry it */
+
+    unsigned                  on:1;         /* a gRPC request */
+} ngx_http_idem_grpc_ctx_t;
+
+
+/*
+ * record.c: this execution in the call's record; handler.c and dedupe.c
+ * turn it on (the claim may have written the arrival)
+ */
+typedef struct {
     ngx_array_t              *attempts;     /* ngx_http_idem_attempt_t */
     ngx_str_t                 token;        /* this execution, in records */
     ngx_event_t               arrival_ev;
@@ -277,8 +321,18 @@ typedef struct {
     ngx_str_t                 key;          /* the record's */
     ngx_msec_t                expired;      /* its expiry last refreshed */
 
-    /* duplicate suppression (dedupe.c) and the stored answer (answer.c) */
-    ngx_uint_t                dedupe;       /* NGX_HTTP_IDEM_DEDUPE_* */
+    unsigned                  on:1;         /* the call is recorded */
+    unsigned                  arrived:1;    /* the arrival was written */
+    unsigned                  expire_sent:1;    /* "expired" is set */
+} ngx_http_idem_record_ctx_t;
+
+
+/*
+ * dedupe.c: duplicate suppression, the claim and its verdict; handler.c
+ * makes a claim's owner, record.c clears claim_rest once written
+ */
+typedef struct {
+    ngx_uint_t                state;        /* NGX_HTTP_IDEM_DEDUPE_* */
     ngx_uint_t                verdict;
     ngx_http_idem_store_op_t *claim_op;
     ngx_str_t                 digest;       /* the claim's, hex */
@@ -286,28 +340,41 @@ typedef struct {
     ngx_event_t               resume_ev;
     ngx_str_t                 found;        /* an answer, or a record */
     void                     *md;           /* EVP_MD_CTX: the digest */
+
+    unsigned                  claim_rest:1; /* to write: digest, lease */
+    unsigned                  claim_fresh:1;    /* the id's first claim */
+    unsigned                  owner:1;      /* this request holds a claim */
+    unsigned                  md_failed:1;
+} ngx_http_idem_dedupe_ctx_t;
+
+
+/* answer.c: an owner's answer, kept for duplicates, or one replayed */
+typedef struct {
     ngx_buf_t                *capture;      /* "status\nheaders\n\nbody" */
     size_t                    capture_max;  /* body bytes kept, at most */
     off_t                     captured;     /* body bytes seen */
 
-    unsigned                  settled:1;    /* ids checked and injected */
-    unsigned                  has_deadline:1;
-    unsigned                  grpc:1;       /* a gRPC request */
-    unsigned                  call_id_refused:1;  /* the client's, invalid */
-    unsigned                  deadline_expired:1;
-    unsigned                  balanced:1;   /* the balancer is wrapped */
-    unsigned                  expire_after_backoff:1;
-    unsigned                  record:1;
-    unsigned                  arrived:1;    /* the arrival was written */
-    unsigned                  expire_sent:1;    /* "expired" is set */
-    unsigned                  claim_rest:1; /* to write: digest, lease */
-    unsigned                  claim_fresh:1;    /* the id's first claim */
-    unsigned                  owner:1;      /* this request holds a claim */
     unsigned                  replayed:1;   /* answered from the store */
     unsigned                  capture_done:1;   /* the whole answer */
     unsigned                  capture_over:1;   /* not to be kept */
-    unsigned                  md_failed:1;
     unsigned                  retry_later:1;    /* 429/503 + Retry-After */
+} ngx_http_idem_answer_ctx_t;
+
+
+typedef struct {
+    ngx_http_request_t       *request;
+    ngx_http_idem_loc_conf_t *conf;         /* where the call started */
+
+    /* the module's own answer to this call: it is never forwarded */
+    ngx_http_idem_problem_t  *refused;
+
+    ngx_http_idem_ids_ctx_t       ids;
+    ngx_http_idem_deadline_ctx_t  deadline;
+    ngx_http_idem_upstream_ctx_t  upstream;
+    ngx_http_idem_grpc_ctx_t      grpc;
+    ngx_http_idem_record_ctx_t    record;
+    ngx_http_idem_dedupe_ctx_t    dedupe;
+    ngx_http_idem_answer_ctx_t    answer;
 } ngx_http_idem_ctx_t;
 
 

@@ -116,7 +116,7 @@ ngx_http_idem_send_problem(ngx_http_request_t *r,
 
     /* a gRPC client reads a grpc-status, not a JSON body */
 
-    if (ctx != NULL ? ctx->grpc : ngx_http_idem_grpc_request(r)) {
+    if (ctx != NULL ? ctx->grpc.on : ngx_http_idem_grpc_request(r)) {
         if (ngx_http_idem_grpc_trailers_only(r, ctx, problem->status,
                                              &problem->type, &problem->title,
                                              &problem->detail)

@@ -153,13 +153,13 @@ ngx_http_idem_record_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
-    if (!ilcf->record || ctx->record) {
+    if (!ilcf->record || ctx->record.on) {
         return NGX_OK;
     }
 
-    ctx->record = 1;
+    ctx->record.on = 1;
 
-    ngx_post_event(&ctx->arrival_ev, &ngx_posted_events);
+    ngx_post_event(&ctx->record.arrival_ev, &ngx_posted_events);
 
     return NGX_OK;
 }
@@ -180,55 +180,55 @@ ngx_http_idem_record_prepare(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ngx_str_t                  key;
     ngx_http_idem_loc_conf_t  *ilcf;
 
-    if (ctx->dedupe != NGX_HTTP_IDEM_DEDUPE_NONE) {
+    if (ctx->dedupe.state != NGX_HTTP_IDEM_DEDUPE_NONE) {
         return NGX_OK;
     }
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
-    rc = ngx_http_idem_record_key(r, ilcf, &ctx->call_id, &key);
+    rc = ngx_http_idem_record_key(r, ilcf, &ctx->ids.call_id, &key);
     if (rc != NGX_OK) {
         return rc;
     }
 
-    if (ctx->key.len == key.len
-        && ngx_strncmp(ctx->key.data, key.data, key.len) == 0)
+    if (ctx->record.key.len == key.len
+        && ngx_strncmp(ctx->record.key.data, key.data, key.len) == 0)
     {
         return NGX_OK;
     }
 
-    if (ctx->arrived) {
+    if (ctx->record.arrived) {
 
         /* never a record split between two scopes */
 
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "idem: call \"%V\" is recorded under another scope "
-                      "than the one of this location", &ctx->call_id);
+                      "than the one of this location", &ctx->ids.call_id);
         return NGX_ERROR;
     }
 
     /* an arrival not written yet goes under the new key, if at all */
 
     ngx_http_idem_record_unstart(ctx);
-    ctx->key = key;
+    ctx->record.key = key;
 
-    if (ctx->token.len) {
+    if (ctx->record.token.len) {
         return NGX_OK;
     }
 
-    ctx->token.data = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_SPAN_ID_LEN);
-    if (ctx->token.data == NULL) {
+    ctx->record.token.data = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_SPAN_ID_LEN);
+    if (ctx->record.token.data == NULL) {
         return NGX_ERROR;
     }
 
-    ngx_http_idem_random_hex(ctx->token.data, NGX_HTTP_IDEM_SPAN_ID_LEN);
-    ctx->token.len = NGX_HTTP_IDEM_SPAN_ID_LEN;
+    ngx_http_idem_random_hex(ctx->record.token.data, NGX_HTTP_IDEM_SPAN_ID_LEN);
+    ctx->record.token.len = NGX_HTTP_IDEM_SPAN_ID_LEN;
 
-    ctx->arrival_ev.handler = ngx_http_idem_arrival_handler;
-    ctx->arrival_ev.data = ctx;
-    ctx->arrival_ev.log = r->connection->log;
+    ctx->record.arrival_ev.handler = ngx_http_idem_arrival_handler;
+    ctx->record.arrival_ev.data = ctx;
+    ctx->record.arrival_ev.log = r->connection->log;
 
-    ctx->created_ms = ngx_http_idem_unix_ms();
+    ctx->record.created_ms = ngx_http_idem_unix_ms();
 
     return NGX_OK;
 }
@@ -239,11 +239,11 @@ ngx_http_idem_record_prepare(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 void
 ngx_http_idem_record_unstart(ngx_http_idem_ctx_t *ctx)
 {
-    if (ctx->arrival_ev.posted) {
-        ngx_delete_posted_event(&ctx->arrival_ev);
+    if (ctx->record.arrival_ev.posted) {
+        ngx_delete_posted_event(&ctx->record.arrival_ev);
     }
 
-    ctx->record = 0;
+    ctx->record.on = 0;
 }
 
 
@@ -252,8 +252,8 @@ ngx_http_idem_record_unstart(ngx_http_idem_ctx_t *ctx)
 void
 ngx_http_idem_record_expiring(ngx_http_idem_ctx_t *ctx)
 {
-    ctx->expired = ngx_current_msec;
-    ctx->expire_sent = 1;
+    ctx->record.expired = ngx_current_msec;
+    ctx->record.expire_sent = 1;
 }
 
 
@@ -265,7 +265,8 @@ ngx_http_idem_arrival_handler(ngx_event_t *ev)
     ctx = ev->data;
 
     (void) ngx_http_idem_record_write(ctx->request, ctx,
-                                      ctx->attempts && ctx->attempts->nelts
+                                      ctx->record.attempts
+                                      && ctx->record.attempts->nelts
                                       ? NGX_HTTP_IDEM_PROCESSING
                                       : NGX_HTTP_IDEM_RECEIVED, 0);
 }
@@ -278,15 +279,15 @@ ngx_http_idem_attempt_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
     ngx_http_idem_attempt_t  *a;
 
-    if (ctx->attempts == NULL) {
-        ctx->attempts = ngx_array_create(r->pool, 2,
-                                         sizeof(ngx_http_idem_attempt_t));
-        if (ctx->attempts == NULL) {
+    if (ctx->record.attempts == NULL) {
+        ctx->record.attempts = ngx_array_create(r->pool, 2,
+                                            sizeof(ngx_http_idem_attempt_t));
+        if (ctx->record.attempts == NULL) {
             return NGX_ERROR;
         }
     }
 
-    a = ngx_array_push(ctx->attempts);
+    a = ngx_array_push(ctx->record.attempts);
     if (a == NULL) {
         return NGX_ERROR;
     }
@@ -295,7 +296,7 @@ ngx_http_idem_attempt_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     a->grpc_status = -1;
 
-    a->n = ctx->attempt;
+    a->n = ctx->upstream.attempt;
     a->start = ngx_current_msec;
 
     ngx_http_idem_count(attempts);
@@ -309,18 +310,18 @@ ngx_http_idem_attempt_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem attempt %ui of \"%V\" starts, %i ms left",
-                   a->n, &ctx->call_id,
-                   ctx->has_deadline ? (ngx_int_t) ngx_http_idem_remaining(ctx)
+                   a->n, &ctx->ids.call_id,
+                   ctx->deadline.set ? (ngx_int_t) ngx_http_idem_remaining(ctx)
                                      : (ngx_int_t) -1);
 
-    if (ctx->traceparent_h != NULL) {
-        ngx_memcpy(a->span_id, ctx->traceparent_h->value.data + 36,
+    if (ctx->ids.traceparent_h != NULL) {
+        ngx_memcpy(a->span_id, ctx->ids.traceparent_h->value.data + 36,
                    NGX_HTTP_IDEM_SPAN_ID_LEN);
     }
 
     /* an arrival already written said RECEIVED: now it is in progress */
 
-    if (ctx->record && a->n == 1 && ctx->arrived) {
+    if (ctx->record.on && a->n == 1 && ctx->record.arrived) {
         (void) ngx_http_idem_record_write(r, ctx, NGX_HTTP_IDEM_PROCESSING,
                                           0);
     }
@@ -339,12 +340,12 @@ ngx_http_idem_attempt_end(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_http_upstream_t      *u;
     ngx_http_idem_attempt_t  *a;
 
-    if (ctx->attempts == NULL || ctx->attempts->nelts == 0) {
+    if (ctx->record.attempts == NULL || ctx->record.attempts->nelts == 0) {
         return;
     }
 
-    a = (ngx_http_idem_attempt_t *) ctx->attempts->elts
-        + ctx->attempts->nelts - 1;
+    a = (ngx_http_idem_attempt_t *) ctx->record.attempts->elts
+        + ctx->record.attempts->nelts - 1;
 
     if (a->outcome != NGX_HTTP_IDEM_OUTCOME_NONE) {
         return;
@@ -357,11 +358,11 @@ ngx_http_idem_attempt_end(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     a->sent = u->request_sent;
     a->status = u->headers_in.status_n;
 
-    if (ctx->grpc) {
+    if (ctx->grpc.on) {
         a->grpc_status = ngx_http_idem_grpc_upstream_status(u);
     }
 
-    if (ctx->deadline_expired) {
+    if (ctx->deadline.expired) {
         a->outcome = NGX_HTTP_IDEM_OUTCOME_DEADLINE;
         a->status = 0;
 
@@ -394,23 +395,23 @@ ngx_http_idem_attempt_end(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 ngx_int_t
 ngx_http_idem_record_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
-    ctx->final_state = ngx_http_idem_final_state(r, ctx);
+    ctx->record.final_state = ngx_http_idem_final_state(r, ctx);
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem call \"%V\" ends %V after %ui attempts",
-                   &ctx->call_id,
-                   ngx_http_idem_state_name(ctx->final_state),
-                   ctx->attempts ? ctx->attempts->nelts : 0);
+                   &ctx->ids.call_id,
+                   ngx_http_idem_state_name(ctx->record.final_state),
+                   ctx->record.attempts ? ctx->record.attempts->nelts : 0);
 
-    if (!ctx->record) {
+    if (!ctx->record.on) {
         return NGX_DECLINED;
     }
 
-    if (ctx->arrival_ev.posted) {
-        ngx_delete_posted_event(&ctx->arrival_ev);
+    if (ctx->record.arrival_ev.posted) {
+        ngx_delete_posted_event(&ctx->record.arrival_ev);
     }
 
-    return ngx_http_idem_record_write(r, ctx, ctx->final_state, 1);
+    return ngx_http_idem_record_write(r, ctx, ctx->record.final_state, 1);
 }
 
 
@@ -429,12 +430,12 @@ ngx_http_idem_final_state(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     /* an answer the module or nginx made for a gRPC client: its status */
 
-    status = ctx->grpc_http_status ? ctx->grpc_http_status
+    status = ctx->grpc.http_status ? ctx->grpc.http_status
              : r->err_status ? r->err_status : r->headers_out.status;
 
     sent = ngx_http_idem_sent(r, ctx, &unanswered);
 
-    if (ctx->grpc && !ctx->grpc_http_status && status == NGX_HTTP_OK) {
+    if (ctx->grpc.on && !ctx->grpc.http_status && status == NGX_HTTP_OK) {
 
         /*
          * A gRPC service answers 200 and says how the call went in
@@ -482,10 +483,10 @@ ngx_http_idem_sent(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     sent = 0;
     *unanswered = 0;
 
-    if (ctx->attempts != NULL) {
-        a = ctx->attempts->elts;
+    if (ctx->record.attempts != NULL) {
+        a = ctx->record.attempts->elts;
 
-        for (i = 0; i < ctx->attempts->nelts; i++) {
+        for (i = 0; i < ctx->record.attempts->nelts; i++) {
             if (a[i].sent) {
                 sent++;
 
@@ -551,15 +552,15 @@ ngx_http_idem_outcome_name(ngx_http_request_t *r, ngx_http_idem_attempt_t *a)
 ngx_uint_t
 ngx_http_idem_current_state(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
-    if (ctx->final_state) {
-        return ctx->final_state;
+    if (ctx->record.final_state) {
+        return ctx->record.final_state;
     }
 
     if (r->main->header_sent) {
         return ngx_http_idem_final_state(r->main, ctx);
     }
 
-    if (ctx->attempts && ctx->attempts->nelts) {
+    if (ctx->record.attempts && ctx->record.attempts->nelts) {
         return NGX_HTTP_IDEM_PROCESSING;
     }
 
@@ -582,7 +583,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
-    n = (final && ctx->attempts) ? ctx->attempts->nelts : 0;
+    n = (final && ctx->record.attempts) ? ctx->record.attempts->nelts : 0;
 
     /*
      * ttl, the execution's field and value, two per attempt, then what a
@@ -597,21 +598,21 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     keep = 0;
     ngx_str_null(&answer);
 
-    if (final && ctx->owner) {
+    if (final && ctx->dedupe.owner) {
         keep = ngx_http_idem_answer_keep(r, ctx, state,
                                          ngx_http_idem_sent(r, ctx,
                                                             &unanswered),
                                          &answer);
     }
 
-    len = 2 + ctx->token.len
+    len = 2 + ctx->record.token.len
           + sizeof("UNKNOWN 999  ") - 1 + NGX_INT64_LEN
           + ngx_http_idem_record_arrival_len(r, ctx)
-          + n * (sizeof("a:::") + ctx->token.len + 5 * NGX_INT64_LEN
+          + n * (sizeof("a:::") + ctx->record.token.len + 5 * NGX_INT64_LEN
                  + sizeof("error_after_send 1  ")
                  + NGX_HTTP_IDEM_SPAN_ID_LEN + sizeof(" retry_budget")
                  + 1 + NGX_INT_T_LEN)
-          + (keep ? sizeof("k:R") + ctx->token.len : 0);
+          + (keep ? sizeof("k:R") + ctx->record.token.len : 0);
 
     p = ngx_pnalloc(r->pool, len);
     if (p == NULL) {
@@ -623,10 +624,11 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     argv[0].len = 0;
 
     argv[1].data = p;
-    *p++ = final ? 'f' : (state == NGX_HTTP_IDEM_PROCESSING && ctx->arrived)
-                         ? 'p' : 'e';
+    *p++ = final ? 'f'
+                 : (state == NGX_HTTP_IDEM_PROCESSING && ctx->record.arrived)
+                   ? 'p' : 'e';
     *p++ = ':';
-    p = ngx_cpymem(p, ctx->token.data, ctx->token.len);
+    p = ngx_cpymem(p, ctx->record.token.data, ctx->record.token.len);
     argv[1].len = p - argv[1].data;
 
     argv[2].data = p;
@@ -648,13 +650,13 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     argv[2].len = p - argv[2].data;
 
-    a = n ? ctx->attempts->elts : NULL;
+    a = n ? ctx->record.attempts->elts : NULL;
 
     for (i = 0; i < n; i++) {
         argc = 3 + 2 * i;
 
         argv[argc].data = p;
-        p = ngx_sprintf(p, "a:%V:%ui", &ctx->token, a[i].n);
+        p = ngx_sprintf(p, "a:%V:%ui", &ctx->record.token, a[i].n);
         argv[argc].len = p - argv[argc].data;
 
         outcome = ngx_http_idem_outcome_name(r, &a[i]);
@@ -701,7 +703,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         /* what the execution leaves for the duplicates of its call */
 
         argv[argc].data = p;
-        p = ngx_sprintf(p, "k:%V", &ctx->token);
+        p = ngx_sprintf(p, "k:%V", &ctx->record.token);
         argv[argc].len = p - argv[argc].data;
 
         argv[argc + 1].data = p;
@@ -724,24 +726,24 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     }
 
     if (!final && argv[1].data[0] == 'e') {
-        ctx->arrived = 1;
+        ctx->record.arrived = 1;
     }
 
     ngx_memzero(&w, sizeof(ngx_http_idem_store_write_t));
 
-    w.key = ctx->key;
-    w.token = ctx->token;
+    w.key = ctx->record.key;
+    w.token = ctx->record.token;
     w.fields = &argv[1];
     w.nfields = argc - 1;
 
-    if (!ctx->expire_sent
-        || ngx_current_msec - ctx->expired
+    if (!ctx->record.expire_sent
+        || ngx_current_msec - ctx->record.expired
            >= NGX_HTTP_IDEM_RECORD_EXPIRE_SLACK(imcf->record_ttl))
     {
         w.ttl = imcf->record_ttl;
     }
 
-    if (ctx->claim_rest) {
+    if (ctx->dedupe.claim_rest) {
 
         /*
          * The first write of a fresh claim's owner completes it; its
@@ -749,8 +751,8 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
          */
 
         w.claim = 1;
-        w.digest = ctx->digest;
-        w.lease = final ? 0 : ctx->lease;
+        w.digest = ctx->dedupe.digest;
+        w.lease = final ? 0 : ctx->dedupe.lease;
         w.ttl = imcf->record_ttl;
     }
 
@@ -763,7 +765,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
          * key, which the cap then counts one short).
          */
 
-        w.count = !ctx->claim_fresh;
+        w.count = !ctx->dedupe.claim_fresh;
         w.max_executions = imcf->record_max_executions;
     }
 
@@ -778,7 +780,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
             ngx_http_idem_record_expiring(ctx);
         }
 
-        ctx->claim_rest = 0;
+        ctx->dedupe.claim_rest = 0;
 
         ngx_http_idem_count(record_writes);
     }
@@ -808,10 +810,11 @@ ngx_http_idem_record_arrival(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     ngx_http_idem_record_uri(r, &uri);
 
-    return ngx_sprintf(p, "%uL %s %V %V %V %V", ctx->created_ms,
-                       ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT
+    return ngx_sprintf(p, "%uL %s %V %V %V %V", ctx->record.created_ms,
+                       ctx->ids.source == NGX_HTTP_IDEM_SOURCE_CLIENT
                        ? "client" : "gateway",
-                       &imcf->node_id, &r->method_name, &ctx->trace_id, &uri);
+                       &imcf->node_id, &r->method_name, &ctx->ids.trace_id,
+                       &uri);
 }
 
 
@@ -827,7 +830,7 @@ ngx_http_idem_record_arrival_len(ngx_http_request_t *r,
     ngx_http_idem_record_uri(r, &uri);
 
     return sizeof("R  gateway     ") - 1 + NGX_INT64_LEN + imcf->node_id.len
-           + r->method_name.len + ctx->trace_id.len + uri.len;
+           + r->method_name.len + ctx->ids.trace_id.len + uri.len;
 }
 
 

@@ -45,7 +45,7 @@ ngx_http_idem_new_round(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem: every server of \"%V\" tried, attempt %ui "
-                   "goes round again", &us->host, ctx->attempt);
+                   "goes round again", &us->host, ctx->upstream.attempt);
 
     /*
      * peer.init sets the callbacks of u->peer and the number of tries
@@ -90,13 +90,13 @@ ngx_http_idem_new_round(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
         /* the whole contract of the new data, as in init_peer */
 
-        ctx->peer_data = u->peer.data;
-        ctx->original_get = u->peer.get;
-        ctx->original_free = u->peer.free;
-        ctx->original_notify = u->peer.notify;
+        ctx->upstream.peer_data = u->peer.data;
+        ctx->upstream.original_get = u->peer.get;
+        ctx->upstream.original_free = u->peer.free;
+        ctx->upstream.original_notify = u->peer.notify;
 #if (NGX_HTTP_SSL)
-        ctx->original_set_session = u->peer.set_session;
-        ctx->original_save_session = u->peer.save_session;
+        ctx->upstream.original_set_session = u->peer.set_session;
+        ctx->upstream.original_save_session = u->peer.save_session;
 #endif
     }
 

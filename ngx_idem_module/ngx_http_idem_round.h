@@ -13,7 +13,7 @@
 
 /*
  * After the balancer found every server of the upstream tried (NGX_BUSY):
- * starts a new round over them.  On NGX_OK, ctx->original_get may be
+ * starts a new round over them.  On NGX_OK, ctx->upstream.original_get may be
  * called again; u->peer keeps the module's callbacks and its tries left.
  */
 ngx_int_t ngx_http_idem_new_round(ngx_http_request_t *r,

@@ -50,7 +50,7 @@ ngx_http_idem_storm_admit(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     scf = &ctx->conf->storm;
 
-    if (scf->zone == NULL || ctx->storm != NULL) {
+    if (scf->zone == NULL || ctx->upstream.storm != NULL) {
         return NGX_OK;
     }
 
@@ -69,7 +69,7 @@ ngx_http_idem_storm_admit(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     node = su->node;
     sctx->node = node;
     sctx->name = &su->name;
-    ctx->storm = sctx;
+    ctx->upstream.storm = sctx;
 
     if (!scf->breaker) {
         return NGX_OK;
@@ -192,7 +192,7 @@ ngx_http_idem_storm_refuse(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     r->main->count++;
 
-    rc = ngx_http_idem_send_problem(r, &problem, &ctx->call_id);
+    rc = ngx_http_idem_send_problem(r, &problem, &ctx->ids.call_id);
 
     ngx_http_finalize_request(r, rc);
 
@@ -209,7 +209,7 @@ ngx_http_idem_storm_attempt(ngx_http_idem_ctx_t *ctx)
     ngx_http_idem_storm_zone_t    *zone;
     ngx_http_idem_storm_bucket_t  *b;
 
-    sctx = ctx->storm;
+    sctx = ctx->upstream.storm;
     if (sctx == NULL) {
         return;
     }
@@ -220,7 +220,7 @@ ngx_http_idem_storm_attempt(ngx_http_idem_ctx_t *ctx)
 
     b = ngx_http_idem_storm_bucket(sctx->node);
 
-    if (ctx->attempt > 1) {
+    if (ctx->upstream.attempt > 1) {
         b->retries++;
 
     } else {
@@ -231,7 +231,7 @@ ngx_http_idem_storm_attempt(ngx_http_idem_ctx_t *ctx)
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ctx->request->connection->log, 0,
                    "idem storm: upstream \"%V\": attempt %ui counted",
-                   sctx->name, ctx->attempt);
+                   sctx->name, ctx->upstream.attempt);
 }
 
 
@@ -250,7 +250,7 @@ ngx_http_idem_storm_retry(ngx_http_idem_ctx_t *ctx)
     ngx_http_idem_storm_zone_t  *zone;
     ngx_http_idem_storm_sums_t   sums;
 
-    sctx = ctx->storm;
+    sctx = ctx->upstream.storm;
     scf = &ctx->conf->storm;
 
     if (sctx == NULL || !scf->budget) {
@@ -288,9 +288,10 @@ ngx_http_idem_storm_retry(ngx_http_idem_ctx_t *ctx)
                   "idem: the retry budget of upstream \"%V\" is spent: "
                   "no retry", sctx->name);
 
-    if (ctx->attempts != NULL && ctx->attempts->nelts) {
-        a = ctx->attempts->elts;
-        a[ctx->attempts->nelts - 1].no_retry = NGX_HTTP_IDEM_NO_RETRY_BUDGET;
+    if (ctx->record.attempts != NULL && ctx->record.attempts->nelts) {
+        a = ctx->record.attempts->elts;
+        a[ctx->record.attempts->nelts - 1].no_retry =
+                                                NGX_HTTP_IDEM_NO_RETRY_BUDGET;
     }
 
     return 0;
@@ -314,7 +315,7 @@ ngx_http_idem_storm_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ngx_http_idem_storm_sums_t     sums;
     ngx_http_idem_storm_bucket_t  *b;
 
-    sctx = ctx->storm;
+    sctx = ctx->upstream.storm;
 
     if (sctx == NULL || sctx->done) {
         return;
@@ -428,12 +429,12 @@ ngx_http_idem_storm_failed(ngx_http_idem_ctx_t *ctx)
     ngx_uint_t                on, ft;
     ngx_http_idem_attempt_t  *a;
 
-    if (ctx->attempts == NULL || ctx->attempts->nelts == 0) {
+    if (ctx->record.attempts == NULL || ctx->record.attempts->nelts == 0) {
         return NGX_DECLINED;
     }
 
-    a = ctx->attempts->elts;
-    a = &a[ctx->attempts->nelts - 1];
+    a = ctx->record.attempts->elts;
+    a = &a[ctx->record.attempts->nelts - 1];
     on = ctx->conf->retry_on;
 
     switch (a->outcome) {

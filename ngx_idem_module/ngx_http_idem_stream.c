@@ -134,7 +134,7 @@ ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     if (ilcf->unknown_stream.len == 0) {
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                        "idem stream: \"%V\" UNKNOWN, no stream here",
-                       &ctx->call_id);
+                       &ctx->ids.call_id);
         return;
     }
 
@@ -144,7 +144,7 @@ ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                        "idem stream: \"%V\" not appended: store down",
-                       &ctx->call_id);
+                       &ctx->ids.call_id);
         return;
     }
 
@@ -159,8 +159,8 @@ ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         uri.len = q - uri.data;
     }
 
-    nattempts = ctx->attempts ? ctx->attempts->nelts : 0;
-    a = nattempts ? (ngx_http_idem_attempt_t *) ctx->attempts->elts
+    nattempts = ctx->record.attempts ? ctx->record.attempts->nelts : 0;
+    a = nattempts ? (ngx_http_idem_attempt_t *) ctx->record.attempts->elts
                     + nattempts - 1
                   : NULL;
 
@@ -186,21 +186,21 @@ ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     i = 0;
 
     ngx_str_set(&argv[i], "call_id");
-    argv[i + 1] = ctx->call_id;
+    argv[i + 1] = ctx->ids.call_id;
     i += 2;
 
     ngx_str_set(&argv[i], "trace_id");
-    argv[i + 1] = ctx->trace_id;
+    argv[i + 1] = ctx->ids.trace_id;
     i += 2;
 
     /* the record, scope included, without the scope's value */
 
     ngx_str_set(&argv[i], "key");
-    argv[i + 1] = ctx->key;
+    argv[i + 1] = ctx->record.key;
     i += 2;
 
     ngx_str_set(&argv[i], "token");
-    argv[i + 1] = ctx->token;
+    argv[i + 1] = ctx->record.token;
     i += 2;
 
     ngx_str_set(&argv[i], "method");
@@ -257,7 +257,7 @@ ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     ngx_str_set(&argv[i], "created_ms");
     argv[i + 1].data = p;
-    p = ngx_sprintf(p, "%uL", ctx->created_ms);
+    p = ngx_sprintf(p, "%uL", ctx->record.created_ms);
     argv[i + 1].len = p - argv[i + 1].data;
     i += 2;
 
@@ -285,13 +285,13 @@ ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                        "idem stream: \"%V\" not appended: store full",
-                       &ctx->call_id);
+                       &ctx->ids.call_id);
         return;
     }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem stream: \"%V\" UNKNOWN appended to \"%V\", "
-                   "%ui attempts", &ctx->call_id, &entry.stream, nattempts);
+                   "%ui attempts", &ctx->ids.call_id, &entry.stream, nattempts);
 }
 
 

@@ -118,7 +118,7 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
     }
 
     ctx = ngx_http_idem_get_ctx(r);
-    if (ctx == NULL || ctx->attempt_h == NULL) {
+    if (ctx == NULL || ctx->ids.attempt_h == NULL) {
         return NGX_OK;
     }
 
@@ -139,8 +139,8 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem: upstream %s, from attempt %ui",
-                   ctx->balanced ? "reached again" : "wrapped",
-                   ctx->attempt + 1);
+                   ctx->upstream.balanced ? "reached again" : "wrapped",
+                   ctx->upstream.attempt + 1);
 
     /* an open breaker answers here: NGX_DONE, the upstream is done with */
 
@@ -148,14 +148,14 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    ctx->balanced = 1;
-    ctx->first_attempt = ctx->attempt + 1;
-    ctx->retry_after = 0;
-    ctx->expire_after_backoff = 0;
+    ctx->upstream.balanced = 1;
+    ctx->upstream.first_attempt = ctx->upstream.attempt + 1;
+    ctx->upstream.retry_after = 0;
+    ctx->upstream.expire_after_backoff = 0;
 
-    ctx->peer_data = u->peer.data;
-    ctx->original_get = u->peer.get;
-    ctx->original_free = u->peer.free;
+    ctx->upstream.peer_data = u->peer.data;
+    ctx->upstream.original_get = u->peer.get;
+    ctx->upstream.original_free = u->peer.free;
 
     u->peer.data = ctx;
     u->peer.get = ngx_http_idem_get_peer;
@@ -166,15 +166,15 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
      * module: the original balancer must never be handed our data.
      */
 
-    ctx->original_notify = u->peer.notify;
+    ctx->upstream.original_notify = u->peer.notify;
 
     if (u->peer.notify) {
         u->peer.notify = ngx_http_idem_notify_peer;
     }
 
 #if (NGX_HTTP_SSL)
-    ctx->original_set_session = u->peer.set_session;
-    ctx->original_save_session = u->peer.save_session;
+    ctx->upstream.original_set_session = u->peer.set_session;
+    ctx->upstream.original_save_session = u->peer.save_session;
 
     if (u->peer.set_session) {
         u->peer.set_session = ngx_http_idem_set_session;
@@ -191,10 +191,10 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
         && (ilcf->retry_on & (NGX_HTTP_UPSTREAM_FT_HTTP_503
                               |NGX_HTTP_UPSTREAM_FT_HTTP_429)))
     {
-        ctx->original_process_header = u->process_header;
+        ctx->upstream.original_process_header = u->process_header;
         u->process_header = ngx_http_idem_process_header;
 
-        ctx->original_reinit_request = u->reinit_request;
+        ctx->upstream.original_reinit_request = u->reinit_request;
         u->reinit_request = ngx_http_idem_reinit_request;
     }
 
@@ -208,7 +208,7 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
     *conf = *u->conf;
     u->conf = conf;
 
-    ctx->connect_timeout = conf->connect_timeout;
+    ctx->upstream.connect_timeout = conf->connect_timeout;
 
     conf->next_upstream_tries = 0;
     conf->next_upstream_timeout = 0;
@@ -247,57 +247,57 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
     r = ctx->request;
     u = r->upstream;
 
-    ctx->attempt++;
+    ctx->upstream.attempt++;
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, pc->log, 0,
-                   "idem: attempt %ui", ctx->attempt);
+                   "idem: attempt %ui", ctx->upstream.attempt);
 
-    if (ctx->attempt > 1 || ctx->has_deadline) {
+    if (ctx->upstream.attempt > 1 || ctx->deadline.set) {
         if (ngx_http_idem_prepare_attempt(r, ctx) != NGX_OK) {
             return NGX_ERROR;
         }
     }
 
-    rc = ctx->original_get(pc, ctx->peer_data);
+    rc = ctx->upstream.original_get(pc, ctx->upstream.peer_data);
 
     /* every server was tried: more attempts than servers go round again */
 
-    if (rc == NGX_BUSY && ctx->attempt > ctx->first_attempt
+    if (rc == NGX_BUSY && ctx->upstream.attempt > ctx->upstream.first_attempt
         && ngx_http_idem_new_round(r, ctx) == NGX_OK)
     {
-        rc = ctx->original_get(pc, ctx->peer_data);
+        rc = ctx->upstream.original_get(pc, ctx->upstream.peer_data);
     }
 
     if (rc != NGX_OK && rc != NGX_DONE) {
         return rc;
     }
 
-    delay = (ctx->attempt > ctx->first_attempt) ? ngx_http_idem_backoff(ctx)
-                                                : 0;
+    delay = (ctx->upstream.attempt > ctx->upstream.first_attempt)
+            ? ngx_http_idem_backoff(ctx) : 0;
 
-    ctx->expire_after_backoff = 0;
+    ctx->upstream.expire_after_backoff = 0;
 
-    if (ctx->has_deadline) {
+    if (ctx->deadline.set) {
         left = ngx_http_idem_remaining(ctx);
 
         if (left <= 0) {
             delay = 0;
-            ctx->expire_after_backoff = 1;
+            ctx->upstream.expire_after_backoff = 1;
 
         } else if ((ngx_msec_int_t) delay >= left) {
 
             /* the wait would overrun the budget: wait it out, then 504 */
 
             delay = (ngx_msec_t) left;
-            ctx->expire_after_backoff = 1;
+            ctx->upstream.expire_after_backoff = 1;
         }
     }
 
-    u->conf->connect_timeout = ctx->connect_timeout;
+    u->conf->connect_timeout = ctx->upstream.connect_timeout;
 
     /* an attempt that the budget will end before it connects is not one */
 
-    if (!ctx->expire_after_backoff) {
+    if (!ctx->upstream.expire_after_backoff) {
         if (ngx_http_idem_attempt_start(r, ctx) != NGX_OK) {
             return NGX_ERROR;
         }
@@ -305,7 +305,7 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
         ngx_http_idem_storm_attempt(ctx);
     }
 
-    if (delay == 0 && !ctx->expire_after_backoff) {
+    if (delay == 0 && !ctx->upstream.expire_after_backoff) {
         ngx_http_idem_arm_try_timer(ctx);
         return rc;
     }
@@ -327,16 +327,16 @@ ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
 
     ngx_http_idem_attempt_end(ctx->request, ctx, pc);
 
-    ctx->original_free(pc, ctx->peer_data, state);
+    ctx->upstream.original_free(pc, ctx->upstream.peer_data, state);
 
-    if (ctx->try_ev.timer_set) {
-        ngx_del_timer(&ctx->try_ev);
+    if (ctx->deadline.try_ev.timer_set) {
+        ngx_del_timer(&ctx->deadline.try_ev);
     }
 
-    waiting = ctx->backoff_ev.timer_set;
+    waiting = ctx->upstream.backoff_ev.timer_set;
 
     if (waiting) {
-        ngx_del_timer(&ctx->backoff_ev);
+        ngx_del_timer(&ctx->upstream.backoff_ev);
     }
 
     /*
@@ -352,7 +352,8 @@ ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
     } else if (state & NGX_PEER_FAILED && ngx_http_idem_may_retry(ctx, u)) {
         pc->tries = ctx->conf->idempotent
                     ? ctx->conf->retry_attempts
-                      - (ctx->attempt - ctx->first_attempt + 1)
+                      - (ctx->upstream.attempt
+                         - ctx->upstream.first_attempt + 1)
                     : 1;
         return;
     }
@@ -373,8 +374,8 @@ ngx_http_idem_notify_peer(ngx_peer_connection_t *pc, void *data,
 {
     ngx_http_idem_ctx_t *ctx = data;
 
-    if (ctx->original_notify != NULL) {
-        ctx->original_notify(pc, ctx->peer_data, type);
+    if (ctx->upstream.original_notify != NULL) {
+        ctx->upstream.original_notify(pc, ctx->upstream.peer_data, type);
     }
 }
 
@@ -390,7 +391,7 @@ ngx_http_idem_set_session(ngx_peer_connection_t *pc, void *data)
 
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, pc->log, 0, "idem: set session");
 
-    return ctx->original_set_session(pc, ctx->peer_data);
+    return ctx->upstream.original_set_session(pc, ctx->upstream.peer_data);
 }
 
 
@@ -401,7 +402,7 @@ ngx_http_idem_save_session(ngx_peer_connection_t *pc, void *data)
 
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, pc->log, 0, "idem: save session");
 
-    ctx->original_save_session(pc, ctx->peer_data);
+    ctx->upstream.original_save_session(pc, ctx->upstream.peer_data);
 }
 
 #endif
@@ -421,7 +422,7 @@ ngx_http_idem_may_retry(ngx_http_idem_ctx_t *ctx, ngx_http_upstream_t *u)
         return 0;
     }
 
-    n = ctx->attempt - ctx->first_attempt + 1;
+    n = ctx->upstream.attempt - ctx->upstream.first_attempt + 1;
 
     if (ilcf->idempotent) {
         if (n >= ilcf->retry_attempts) {
@@ -438,7 +439,7 @@ ngx_http_idem_may_retry(ngx_http_idem_ctx_t *ctx, ngx_http_upstream_t *u)
         return 0;
     }
 
-    if (ctx->has_deadline && ngx_http_idem_remaining(ctx) <= 0) {
+    if (ctx->deadline.set && ngx_http_idem_remaining(ctx) <= 0) {
         return 0;
     }
 
@@ -458,7 +459,7 @@ ngx_http_idem_backoff(ngx_http_idem_ctx_t *ctx)
     ngx_http_idem_loc_conf_t  *ilcf;
 
     ilcf = ctx->conf;
-    k = ctx->attempt - ctx->first_attempt;
+    k = ctx->upstream.attempt - ctx->upstream.first_attempt;
 
     cap = ilcf->retry_backoff;
 
@@ -472,8 +473,8 @@ ngx_http_idem_backoff(ngx_http_idem_ctx_t *ctx)
 
     /* the upstream's Retry-After can only make the wait longer */
 
-    delay = ngx_max(delay, ctx->retry_after);
-    ctx->retry_after = 0;
+    delay = ngx_max(delay, ctx->upstream.retry_after);
+    ctx->upstream.retry_after = 0;
 
     return delay;
 }
@@ -579,14 +580,14 @@ ngx_http_idem_delay_connect(ngx_peer_connection_t *pc,
 
     /* nginx arms the write event with this: the delay, then the real one */
 
-    ctx->request->upstream->conf->connect_timeout = delay
-                                                    + ctx->connect_timeout;
+    ctx->request->upstream->conf->connect_timeout =
+                                        delay + ctx->upstream.connect_timeout;
 
-    ctx->backoff_ev.handler = ngx_http_idem_backoff_handler;
-    ctx->backoff_ev.data = ctx;
-    ctx->backoff_ev.log = pc->log;
+    ctx->upstream.backoff_ev.handler = ngx_http_idem_backoff_handler;
+    ctx->upstream.backoff_ev.data = ctx;
+    ctx->upstream.backoff_ev.log = pc->log;
 
-    ngx_add_timer(&ctx->backoff_ev, delay ? delay : 1);
+    ngx_add_timer(&ctx->upstream.backoff_ev, delay ? delay : 1);
 
     return NGX_AGAIN;
 }
@@ -623,7 +624,7 @@ ngx_http_idem_backoff_handler(ngx_event_t *ev)
         ngx_del_timer(stand_in->write);
     }
 
-    if (ctx->expire_after_backoff) {
+    if (ctx->upstream.expire_after_backoff) {
         ngx_log_debug0(NGX_LOG_DEBUG_HTTP, ev->log, 0,
                        "idem: budget spent before the attempt");
         goto timedout;
@@ -679,7 +680,7 @@ ngx_http_idem_backoff_handler(ngx_event_t *ev)
 
     ngx_close_connection(stand_in);
 
-    ngx_add_timer(c->write, ctx->connect_timeout);
+    ngx_add_timer(c->write, ctx->upstream.connect_timeout);
 
     if (rc == NGX_OK) {
         ngx_post_event(c->write, &ngx_posted_events);
@@ -712,15 +713,15 @@ ngx_http_idem_process_header(ngx_http_request_t *r)
     ctx = ngx_http_idem_get_ctx(r);
     u = r->upstream;
 
-    rc = ctx->original_process_header(r);
+    rc = ctx->upstream.original_process_header(r);
 
     if (u->process_header != ngx_http_idem_process_header) {
-        ctx->original_process_header = u->process_header;
+        ctx->upstream.original_process_header = u->process_header;
         u->process_header = ngx_http_idem_process_header;
     }
 
     if (rc == NGX_OK) {
-        if (ctx->grpc) {
+        if (ctx->grpc.on) {
             ngx_http_idem_grpc_retry(r, ctx);
         }
 
@@ -741,10 +742,10 @@ ngx_http_idem_reinit_request(ngx_http_request_t *r)
     ctx = ngx_http_idem_get_ctx(r);
     u = r->upstream;
 
-    rc = ctx->original_reinit_request(r);
+    rc = ctx->upstream.original_reinit_request(r);
 
     if (u->process_header != ngx_http_idem_process_header) {
-        ctx->original_process_header = u->process_header;
+        ctx->upstream.original_process_header = u->process_header;
         u->process_header = ngx_http_idem_process_header;
     }
 
@@ -828,7 +829,7 @@ ngx_http_idem_delay_next(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     /* without a budget, the wait has a cap of its own */
 
-    if (!ctx->has_deadline
+    if (!ctx->deadline.set
         && delay > ngx_max(ctx->conf->retry_max_backoff,
                            NGX_HTTP_IDEM_RETRY_AFTER_MAX))
     {
@@ -839,7 +840,7 @@ ngx_http_idem_delay_next(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         goto last;
     }
 
-    if (ctx->has_deadline
+    if (ctx->deadline.set
         && (ngx_msec_int_t) delay >= ngx_http_idem_remaining(ctx))
     {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
@@ -848,7 +849,7 @@ ngx_http_idem_delay_next(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         goto last;
     }
 
-    ctx->retry_after = delay;
+    ctx->upstream.retry_after = delay;
     return;
 
 last:
@@ -857,9 +858,9 @@ last:
 
     u->peer.tries = 1;
 
-    if (ctx->grpc_retry_status) {
+    if (ctx->grpc.retry_status) {
         u->headers_in.status_n = NGX_HTTP_OK;
-        ctx->grpc_retry_status = 0;
+        ctx->grpc.retry_status = 0;
     }
 }
 
@@ -881,7 +882,7 @@ ngx_http_idem_grpc_retry(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ngx_http_upstream_t  *u;
 
     u = r->upstream;
-    ctx->grpc_retry_status = 0;
+    ctx->grpc.retry_status = 0;
 
     status = ngx_http_idem_grpc_retryable(r, &delay);
 
@@ -902,7 +903,7 @@ ngx_http_idem_grpc_retry(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                    "idem grpc: retryable grpc-status, seen as %ui", status);
 
     u->headers_in.status_n = status;
-    ctx->grpc_retry_status = status;
+    ctx->grpc.retry_status = status;
 
     if (delay >= 0) {
         ngx_http_idem_delay_next(r, ctx, (ngx_msec_t) delay);

@@ -26,13 +26,14 @@ static ngx_int_t ngx_http_idem_variable_number(ngx_http_request_t *r,
 static ngx_http_variable_t  ngx_http_idem_vars[] = {
 
     { ngx_string("idem_call_id"), NULL, ngx_http_idem_variable_str,
-      offsetof(ngx_http_idem_ctx_t, call_id), NGX_HTTP_VAR_NOCACHEABLE, 0 },
+      offsetof(ngx_http_idem_ctx_t, ids.call_id), NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
     { ngx_string("idem_call_id_source"), NULL,
       ngx_http_idem_variable_source, 0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
     { ngx_string("idem_trace_id"), NULL, ngx_http_idem_variable_str,
-      offsetof(ngx_http_idem_ctx_t, trace_id), NGX_HTTP_VAR_NOCACHEABLE, 0 },
+      offsetof(ngx_http_idem_ctx_t, ids.trace_id),
+      NGX_HTTP_VAR_NOCACHEABLE, 0 },
 
     { ngx_string("idem_attempts"), NULL, ngx_http_idem_variable_attempts,
       0, NGX_HTTP_VAR_NOCACHEABLE, 0 },
@@ -101,12 +102,12 @@ ngx_http_idem_variable_source(ngx_http_request_t *r,
 
     ctx = ngx_http_idem_get_ctx(r);
 
-    if (ctx == NULL || ctx->call_id.len == 0) {
+    if (ctx == NULL || ctx->ids.call_id.len == 0) {
         v->not_found = 1;
         return NGX_OK;
     }
 
-    if (ctx->source == NGX_HTTP_IDEM_SOURCE_CLIENT) {
+    if (ctx->ids.source == NGX_HTTP_IDEM_SOURCE_CLIENT) {
         ngx_http_idem_variable_value(v, (u_char *) "client",
                                      sizeof("client") - 1);
 
@@ -134,7 +135,7 @@ ngx_http_idem_variable_attempts(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    return ngx_http_idem_variable_number(r, v, ctx->attempt);
+    return ngx_http_idem_variable_number(r, v, ctx->upstream.attempt);
 }
 
 
@@ -148,7 +149,7 @@ ngx_http_idem_variable_remaining(ngx_http_request_t *r,
 
     ctx = ngx_http_idem_get_ctx(r);
 
-    if (ctx == NULL || !ctx->has_deadline) {
+    if (ctx == NULL || !ctx->deadline.set) {
         v->not_found = 1;
         return NGX_OK;
     }
@@ -170,7 +171,7 @@ ngx_http_idem_variable_state(ngx_http_request_t *r,
 
     ctx = ngx_http_idem_get_ctx(r);
 
-    if (ctx == NULL || ctx->call_id.len == 0) {
+    if (ctx == NULL || ctx->ids.call_id.len == 0) {
         v->not_found = 1;
         return NGX_OK;
     }

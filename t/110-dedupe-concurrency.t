@@ -14,40 +14,34 @@
 #
 # Plain Test::More: this needs two nginx instances with master processes
 # and two workers each, and many clients writing at the same moment, which
-# is outside the Test::Nginx format.  The clients are plain sockets in this
-# one process: all connected first, all requests written back to back, then
-# every answer read to EOF through IO::Select.
+# is outside the Test::Nginx format.  The gateways and the clients are
+# t/lib/IdemGateway.pm's: plain sockets in this one process, all connected
+# first, all requests written back to back, then every answer read to EOF
+# through IO::Select.
 
 use strict;
 use warnings;
 use Test::More;
-use IO::Socket::INET;
-use IO::Select;
-use File::Path qw(make_path remove_tree);
 use Time::HiRes qw(sleep time);
-use Cwd qw(abs_path);
+use lib 't/lib';
+use IdemGateway qw(send_all post is_original summary);
 use Digest::SHA qw(sha256_hex);
 
-my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
-my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
 my $redis = $ENV{TEST_NGINX_REDIS_PORT}
     or plan skip_all => 'TEST_NGINX_REDIS_PORT is not set (use make test)';
 my $backend = $ENV{TEST_NGINX_BACKEND_PORT}
     or plan skip_all => 'TEST_NGINX_BACKEND_PORT is not set (use make test)';
 my $base = $ENV{TEST_NGINX_SERVER_PORT} || 1984;
 my @ports = ($base + 110, $base + 111);
-my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
 
 my $prefix = "conc:$$:";          # the Redis keys of this run only
-my $timeout = 10;                 # seconds, for every network wait
+my $timeout = $IdemGateway::Timeout;    # seconds, every network wait
 my $clients = 50;
 my $pairs = 20;
 
-my %master;                       # port => master pid, for the cleanup
-
 END {
     local $?;
-    stop_all();
+    IdemGateway::stop_all();
     system("redis-cli -p $redis --scan --pattern '$prefix*' "
            . "| xargs -r redis-cli -p $redis del >/dev/null 2>&1")
         if $redis;
@@ -203,12 +197,10 @@ my ($gw_a, $gw_b) = @ports;
 
 # both gateways stop cleanly and logged nothing wrong
 
-stop_all();
+IdemGateway::stop_all();
 
 for my $port (@ports) {
-    my $log = slurp(servroot($port) . '/logs/error.log');
-    my @lines = grep { /\[(?:alert|crit|emerg|error)\]|exited on signal/ }
-                split /\n/, $log;
+    my @lines = IdemGateway::bad_lines($port);
     is(scalar @lines, 0, "gateway :$port: no error, alert or crash logged")
         or diag(join "\n", @lines);
 }
@@ -218,170 +210,24 @@ done_testing();
 
 # --- helpers ---------------------------------------------------------------
 
-sub servroot { "$root/t/servroot-dedupe-$_[0]" }
-
 sub start_gateway {
     my ($port) = @_;
-    my $sr = servroot($port);
 
-    remove_tree($sr);
-    make_path("$sr/conf", "$sr/logs");
-
-    my $load = join '', map { "load_module $_;\n" } @modules;
-    my $user = $> == 0 ? "user root;\n" : '';
-
-    open my $fh, '>', "$sr/conf/nginx.conf" or die "$sr/conf/nginx.conf: $!";
-    print $fh <<"CONF";
-${load}${user}worker_processes 2;
-master_process on;
-daemon on;
-error_log $sr/logs/error.log info;
-pid $sr/logs/nginx.pid;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $sr/client_body_temp;
-    proxy_temp_path $sr/proxy_temp;
-    fastcgi_temp_path $sr/fastcgi_temp;
-    uwsgi_temp_path $sr/uwsgi_temp;
-    scgi_temp_path $sr/scgi_temp;
-    idem_redis 127.0.0.1:$redis;
-    idem_key_prefix $prefix;
-    server {
-        listen 127.0.0.1:$port;
-        location /d {
-            idem on;
-            idem_call_id_missing reject;
-            idem_dedupe on;
-            idem_dedupe_scope off;
-            idem_status_url /_idem/calls/;
-            proxy_pass http://127.0.0.1:$backend/sleep/400/1;
-        }
-        location /s {
-            idem on;
-            idem_call_id_missing reject;
-            idem_dedupe on;
-            idem_dedupe_scope \$http_authorization;
-            proxy_pass http://127.0.0.1:$backend/ok;
-        }
-        location /_idem/calls/ {
-            idem_status;
-        }
-    }
-}
-CONF
-    close $fh;
-
-    my $out = `$nginx -p $sr/ -c $sr/conf/nginx.conf -e $sr/logs/error.log 2>&1`;
-    if ($?) {
-        diag($out);
+    eval {
+        IdemGateway::start($port, "idem_redis 127.0.0.1:$redis;\n"
+                                  . "    idem_key_prefix $prefix",
+                           $backend, sleep => 400, log => 'info');
+    };
+    if ($@) {
+        diag($@);
         BAIL_OUT("nginx on :$port does not start");
     }
-
-    for (1 .. 100) {
-        last if IO::Socket::INET->new("127.0.0.1:$port");
-        sleep 0.1;
-    }
-
-    my $pid = slurp("$sr/logs/nginx.pid");
-    chomp $pid;
-    BAIL_OUT("no master pid for :$port") unless $pid =~ /^\d+$/;
-    $master{$port} = $pid;
     pass("gateway :$port starts");
-}
-
-# QUIT every master still running and wait for it (then TERM, then KILL)
-sub stop_all {
-    for my $port (sort keys %master) {
-        my $pid = delete $master{$port};
-        kill 'QUIT', $pid;
-        for my $sig ('TERM', 'KILL', undef) {
-            for (1 .. 100) {
-                last unless kill 0, $pid;
-                sleep 0.1;
-            }
-            last unless kill 0, $pid;
-            kill $sig, $pid if defined $sig;
-        }
-    }
 }
 
 sub fresh_id {
     my @c = ('A' .. 'Z', 'a' .. 'z', '0' .. '9', '-', '.', '_', '~', ':');
     return "t110-$$-" . join '', map { $c[int rand @c] } 1 .. 20;
-}
-
-sub post {
-    my ($id, $body) = @_;
-    return "POST /d HTTP/1.0\r\nHost: localhost\r\nX-Call-Id: $id\r\n"
-           . "Content-Type: application/json\r\n"
-           . 'Content-Length: ' . length($body) . "\r\n\r\n$body";
-}
-
-# Sends every [port, request] at once: connects them all, writes them all,
-# then reads every answer to EOF.  Returns the parsed answers in order
-# (undef for one that could not be sent or did not finish in time).
-sub send_all {
-    my @todo = @_;
-    my (@socks, %buf, %idx);
-
-    for my $i (0 .. $#todo) {
-        $socks[$i] = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$todo[$i][0]",
-                                           Timeout => $timeout);
-    }
-    for my $i (0 .. $#todo) {
-        my $s = $socks[$i] or next;
-        my $req = $todo[$i][1];
-        if ((syswrite($s, $req) // -1) != length $req) {
-            $socks[$i] = undef;
-        }
-    }
-
-    my $sel = IO::Select->new;
-    for my $i (0 .. $#socks) {
-        next unless $socks[$i];
-        $sel->add($socks[$i]);
-        $idx{$socks[$i]} = $i;
-        $buf{$i} = '';
-    }
-
-    my (@res, %done);
-    my $end = time + $timeout;
-    while ($sel->count && time < $end) {
-        for my $s ($sel->can_read($end - time)) {
-            my $i = $idx{$s};
-            my $n = sysread($s, $buf{$i}, 65536, length $buf{$i});
-            next if defined $n && $n > 0;
-            $sel->remove($s);
-            close $s;
-            $done{$i} = 1;
-        }
-    }
-
-    for my $i (0 .. $#todo) {
-        $res[$i] = $done{$i} ? parse($buf{$i}) : undef;
-    }
-    return wantarray ? @res : $res[0];
-}
-
-sub parse {
-    my ($raw) = @_;
-    my ($head, $body) = split /\r\n\r\n/, $raw, 2;
-    return undef unless defined $body;
-    my ($line, @fields) = split /\r\n/, $head;
-    my ($status) = $line =~ m{^HTTP/1\.[01] (\d{3})} or return undef;
-    my %h;
-    for (@fields) {
-        my ($k, $v) = /^([^:]+):\s*(.*)$/ or next;
-        $k = lc $k;
-        $h{$k} = defined $h{$k} ? "$h{$k}, $v" : $v;
-    }
-    return { status => $status, h => \%h, body => $body, raw => $raw };
-}
-
-sub is_original {
-    my ($r) = @_;
-    return $r->{status} == 200 && !exists $r->{h}{'idempotent-replayed'};
 }
 
 sub content_type_is_problem {
@@ -445,16 +291,9 @@ sub settled_status {
     }
 }
 
-sub backend_log {
-    my ($id) = @_;
-    my $r = send_all([$backend, "GET /log/$id HTTP/1.0\r\nHost: localhost\r\n\r\n"]);
-    return defined $r && $r->{status} == 200 ? $r->{body} : '';
-}
+sub backend_log { IdemGateway::backend_log($backend, $_[0]) }
 
-sub backend_runs {
-    my ($id) = @_;
-    return scalar grep { length } split /\n/, backend_log($id);
-}
+sub backend_runs { IdemGateway::backend_runs($backend, $_[0]) }
 
 sub describe {
     my ($r) = @_;
@@ -464,26 +303,7 @@ sub describe {
     return "\n$raw";
 }
 
-sub summary {
-    my %n;
-    for my $r (@_) {
-        my $k = !defined $r ? 'none'
-              : $r->{status} == 200
-                ? (exists $r->{h}{'idempotent-replayed'} ? '200 replay' : '200')
-              : $r->{status};
-        $n{$k}++;
-    }
-    return join ', ', map { "$n{$_} x $_" } sort keys %n;
-}
-
 # a long list of complaints, cut to its first few
 sub first_few {
     return @_ <= 5 ? @_ : (@_[0 .. 4], '... and ' . (@_ - 5) . ' more');
-}
-
-sub slurp {
-    my ($f) = @_;
-    open my $fh, '<', $f or return '';
-    local $/;
-    return scalar <$fh>;
 }

@@ -1,8 +1,9 @@
 package IdemGateway;
 
-# Gateways of the store tests (t/145, t/150): nginx with a master process
-# and two workers on a port of their own, with the idem_redis line given,
-# and plain-socket clients that send many requests at once.
+# Gateways of the tests that need real nginx masters (t/110, t/185,
+# t/195): nginx with a master process and two workers on a port of their
+# own, with the idem_redis line given, and plain-socket clients that send
+# many requests at once.
 
 use strict;
 use warnings;
@@ -11,6 +12,10 @@ use IO::Select;
 use File::Path qw(make_path remove_tree);
 use Time::HiRes qw(sleep time);
 use Cwd qw(abs_path);
+use Exporter qw(import);
+
+# what a test may import; t/185 and t/195 call them by their full names
+our @EXPORT_OK = qw(send_all post get is_original is_duplicate summary);
 
 our $Timeout = 10;
 
@@ -21,15 +26,20 @@ my %master;
 
 sub servroot { "$root/t/servroot-store-$_[0]" }
 
-# start($port, $idem_redis_line, $backend_port): the gateway's locations
+# start($port, $idem_redis_line, $backend_port, %opt): the gateway's
+# locations
 #   /d        dedupe, call id required, to the backend's /sleep/MS/1
 #   /q        dedupe, call id required, to the backend's /ok
+#   /s        as /q, scoped by the Authorization header
 #   /t        records only, to the backend's /ok
 #   /_idem/calls/  status
+# %opt: sleep => MS (300), log => the error_log level (debug).  Dies if
+# nginx does not start.
 sub start {
     my ($port, $redis, $backend, %opt) = @_;
     my $sr = servroot($port);
     my $sleep = $opt{sleep} // 300;
+    my $level = $opt{log} // 'debug';
 
     remove_tree($sr);
     make_path("$sr/conf", "$sr/logs");
@@ -42,7 +52,7 @@ sub start {
 ${load}${user}worker_processes 2;
 master_process on;
 daemon on;
-error_log $sr/logs/error.log debug;
+error_log $sr/logs/error.log $level;
 pid $sr/logs/nginx.pid;
 events { worker_connections 1024; }
 http {
@@ -68,6 +78,13 @@ http {
             idem_call_id_missing reject;
             idem_dedupe on;
             idem_dedupe_scope off;
+            proxy_pass http://127.0.0.1:$backend/ok;
+        }
+        location /s {
+            idem on;
+            idem_call_id_missing reject;
+            idem_dedupe on;
+            idem_dedupe_scope \$http_authorization;
             proxy_pass http://127.0.0.1:$backend/ok;
         }
         location /t {
@@ -190,7 +207,9 @@ sub parse {
     my %h;
     for (@fields) {
         my ($k, $v) = /^([^:]+):\s*(.*)$/ or next;
-        $h{lc $k} = $v;
+        $k = lc $k;
+        # a repeated header shows as one "a, b": a test of its value fails
+        $h{$k} = defined $h{$k} ? "$h{$k}, $v" : $v;
     }
     return { status => $status, h => \%h, body => $body, raw => $raw };
 }
@@ -210,11 +229,16 @@ sub is_duplicate {
                    && ($r->{h}{'idempotent-replayed'} // '') eq 'true'));
 }
 
-sub backend_runs {
+# what the backend logged of the call: a line per execution
+sub backend_log {
     my ($backend, $id) = @_;
     my $r = send_all([$backend, get("/log/$id")]);
-    return 0 unless defined $r && $r->{status} == 200;
-    return scalar grep { length } split /\n/, $r->{body};
+    return defined $r && $r->{status} == 200 ? $r->{body} : '';
+}
+
+sub backend_runs {
+    my ($backend, $id) = @_;
+    return scalar grep { length } split /\n/, backend_log($backend, $id);
 }
 
 sub summary {
