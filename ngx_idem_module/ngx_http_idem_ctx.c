@@ -71,8 +71,10 @@ ngx_http_idem_create_ctx(ngx_http_request_t *r)
 
 
 /*
- * Runs when the request's pool goes: no timer may outlive the request.
- * (Its other job is to be found again after an internal redirect.)
+ * Runs when the request's pool goes: no timer or posted event of the
+ * context may outlive the request.  What a feature holds besides (a claim
+ * on its way, a digest) it releases in a pool cleanup of its own.  (This
+ * cleanup's other job is to be found again after an internal redirect.)
  */
 
 static void
@@ -80,10 +82,23 @@ ngx_http_idem_cleanup(void *data)
 {
     ngx_http_idem_ctx_t *ctx = data;
 
-    ngx_http_idem_timers_cleanup(ctx);
-    ngx_http_idem_dedupe_cleanup(ctx);
+    ngx_uint_t    i;
+    ngx_event_t  *ev[5];
 
-    if (ctx->record.arrival_ev.posted) {
-        ngx_delete_posted_event(&ctx->record.arrival_ev);
+    ev[0] = &ctx->deadline.ev;
+    ev[1] = &ctx->deadline.try_ev;
+    ev[2] = &ctx->upstream.backoff_ev;
+    ev[3] = &ctx->record.arrival_ev;
+    ev[4] = &ctx->dedupe.resume_ev;
+
+    for (i = 0; i < sizeof(ev) / sizeof(ev[0]); i++) {
+
+        if (ev[i]->timer_set) {
+            ngx_del_timer(ev[i]);
+        }
+
+        if (ev[i]->posted) {
+            ngx_delete_posted_event(ev[i]);
+        }
     }
 }

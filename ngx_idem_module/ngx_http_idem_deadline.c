@@ -312,20 +312,3 @@ ngx_http_idem_expire_handler(ngx_event_t *ev)
         ngx_post_event(c->write, &ngx_posted_events);
     }
 }
-
-
-void
-ngx_http_idem_timers_cleanup(ngx_http_idem_ctx_t *ctx)
-{
-    if (ctx->deadline.ev.timer_set) {
-        ngx_del_timer(&ctx->deadline.ev);
-    }
-
-    if (ctx->deadline.try_ev.timer_set) {
-        ngx_del_timer(&ctx->deadline.try_ev);
-    }
-
-    if (ctx->upstream.backoff_ev.timer_set) {
-        ngx_del_timer(&ctx->upstream.backoff_ev);
-    }
-}

@@ -46,6 +46,7 @@
 #define NGX_HTTP_IDEM_LEASE_DEFAULT      60000
 
 
+static void ngx_http_idem_dedupe_cleanup(void *data);
 static void ngx_http_idem_dedupe_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_dedupe_claim(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
@@ -70,6 +71,7 @@ ngx_int_t
 ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
     ngx_int_t                  rc;
+    ngx_pool_cleanup_t        *cln;
     ngx_http_idem_loc_conf_t  *ilcf;
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
@@ -104,6 +106,16 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                        "idem dedupe: reading the body");
 
         ctx->dedupe.state = NGX_HTTP_IDEM_DEDUPE_BODY;
+
+        /* the claim and the digest go with the request, whenever it goes */
+
+        cln = ngx_pool_cleanup_add(r->pool, 0);
+        if (cln == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        cln->handler = ngx_http_idem_dedupe_cleanup;
+        cln->data = ctx;
 
         ctx->dedupe.resume_ev.handler = ngx_http_idem_dedupe_resume;
         ctx->dedupe.resume_ev.data = ctx;
@@ -190,16 +202,14 @@ ngx_http_idem_dedupe_body_filter(ngx_http_request_t *r,
 
 /* the pool of a request that goes while its claim is out */
 
-void
-ngx_http_idem_dedupe_cleanup(ngx_http_idem_ctx_t *ctx)
+static void
+ngx_http_idem_dedupe_cleanup(void *data)
 {
+    ngx_http_idem_ctx_t *ctx = data;
+
     if (ctx->dedupe.claim_op != NULL) {
         ngx_http_idem_store_cancel(ctx->dedupe.claim_op);
         ctx->dedupe.claim_op = NULL;
-    }
-
-    if (ctx->dedupe.resume_ev.posted) {
-        ngx_delete_posted_event(&ctx->dedupe.resume_ev);
     }
 
     if (ctx->dedupe.md != NULL) {

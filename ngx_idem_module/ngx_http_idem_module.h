@@ -482,7 +482,6 @@ u_char *ngx_http_idem_grpc_timeout(u_char *p, ngx_msec_t ms);
 ngx_int_t ngx_http_idem_deadline_start(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 void ngx_http_idem_arm_try_timer(ngx_http_idem_ctx_t *ctx);
-void ngx_http_idem_timers_cleanup(ngx_http_idem_ctx_t *ctx);
 
 /* ngx_http_idem_upstream.c */
 ngx_int_t ngx_http_idem_upstream_init(ngx_conf_t *cf);
@@ -534,7 +533,6 @@ ngx_int_t ngx_http_idem_timeline_headers(ngx_http_request_t *r,
 /* ngx_http_idem_dedupe.c */
 ngx_int_t ngx_http_idem_dedupe(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
-void ngx_http_idem_dedupe_cleanup(ngx_http_idem_ctx_t *ctx);
 void ngx_http_idem_dedupe_body_filter(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_chain_t *in);
 
