@@ -272,7 +272,7 @@ typedef struct {
  * deadline.c (stops the backoff at the budget)
  */
 typedef struct {
-    ngx_uint_t                attempt;      /* the current one, from 1 */
+    ngx_uint_t                attempt;      /* the current one, 0: none yet */
     ngx_uint_t                first_attempt;  /* the number of its first */
 
     /* the wrapped balancer of this request's upstream (the latest one) */
