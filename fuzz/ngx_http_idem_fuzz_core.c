@@ -21,10 +21,27 @@
 #include "ngx_http_idem_fuzz.h"
 
 
+/* a conversion of ngx_vslprintf(): its flags */
+typedef struct {
+    u_char                    pad;          /* '0' or ' ' */
+    ngx_uint_t                width;
+    ngx_uint_t                hex;          /* 1: lowercase, 2: uppercase */
+    size_t                    len;          /* "%*s": the length */
+    unsigned                  is_signed:1;
+} ngx_http_idem_fuzz_spec_t;
+
+
+static const char *ngx_http_idem_fuzz_spec(const char *fmt,
+    ngx_http_idem_fuzz_spec_t *sp, va_list *ap);
+static u_char *ngx_http_idem_fuzz_convert(u_char *buf, u_char *last,
+    int letter, ngx_http_idem_fuzz_spec_t *sp, va_list *ap);
 static u_char *ngx_http_idem_fuzz_number(u_char *buf, u_char *last,
-    uint64_t ui64, u_char zero, ngx_uint_t hex, ngx_uint_t width);
+    uint64_t value, ngx_http_idem_fuzz_spec_t *sp);
 static u_char *ngx_http_idem_fuzz_copy(u_char *buf, u_char *last,
     u_char *p, size_t len, ngx_uint_t hex);
+static int64_t ngx_http_idem_fuzz_decimal(u_char *p, size_t n,
+    uint64_t max);
+static const char *ngx_http_idem_fuzz_json_escape(u_char ch, char *u);
 
 
 /* nginx's globals, as a worker has them between two events */
@@ -141,14 +158,11 @@ ngx_pnalloc(ngx_pool_t *pool, size_t size)
 void *
 ngx_pcalloc(ngx_pool_t *pool, size_t size)
 {
-    void  *p;
+    void  *block;
 
-    p = ngx_palloc(pool, size);
-    if (p != NULL) {
-        ngx_memzero(p, size);
-    }
+    block = ngx_palloc(pool, size);
 
-    return p;
+    return (block == NULL) ? NULL : memset(block, 0, size);
 }
 
 
@@ -174,29 +188,30 @@ ngx_pfree(ngx_pool_t *pool, void *p)
 ngx_pool_cleanup_t *
 ngx_pool_cleanup_add(ngx_pool_t *p, size_t size)
 {
-    ngx_pool_cleanup_t  *c;
+    void                *data;
+    ngx_pool_cleanup_t  *cln;
 
-    c = ngx_palloc(p, sizeof(ngx_pool_cleanup_t));
-    if (c == NULL) {
+    data = NULL;
+
+    if (size > 0) {
+        data = ngx_palloc(p, size);
+        if (data == NULL) {
+            return NULL;
+        }
+    }
+
+    cln = ngx_pcalloc(p, sizeof(ngx_pool_cleanup_t));
+    if (cln == NULL) {
         return NULL;
     }
 
-    if (size) {
-        c->data = ngx_palloc(p, size);
-        if (c->data == NULL) {
-            return NULL;
-        }
+    /* the pool runs them newest first */
 
-    } else {
-        c->data = NULL;
-    }
+    cln->data = data;
+    cln->next = p->cleanup;
+    p->cleanup = cln;
 
-    c->handler = NULL;
-    c->next = p->cleanup;
-
-    p->cleanup = c;
-
-    return c;
+    return cln;
 }
 
 
@@ -217,21 +232,20 @@ ngx_calloc(size_t size, ngx_log_t *log)
 ngx_buf_t *
 ngx_create_temp_buf(ngx_pool_t *pool, size_t size)
 {
+    u_char     *space;
     ngx_buf_t  *b;
 
+    space = ngx_palloc(pool, size);
     b = ngx_calloc_buf(pool);
-    if (b == NULL) {
+
+    if (space == NULL || b == NULL) {
         return NULL;
     }
 
-    b->start = ngx_palloc(pool, size);
-    if (b->start == NULL) {
-        return NULL;
-    }
-
-    b->pos = b->start;
-    b->last = b->start;
-    b->end = b->last + size;
+    b->start = space;
+    b->end = space + size;
+    b->pos = space;
+    b->last = space;
     b->temporary = 1;
 
     return b;
@@ -248,18 +262,15 @@ ngx_alloc_chain_link(ngx_pool_t *pool)
 ngx_array_t *
 ngx_array_create(ngx_pool_t *p, ngx_uint_t n, size_t size)
 {
-    ngx_array_t  *a;
+    ngx_array_t  *array;
 
-    a = ngx_palloc(p, sizeof(ngx_array_t));
-    if (a == NULL) {
+    array = ngx_palloc(p, sizeof(ngx_array_t));
+
+    if (array == NULL || ngx_array_init(array, p, n, size) != NGX_OK) {
         return NULL;
     }
 
-    if (ngx_array_init(a, p, n, size) != NGX_OK) {
-        return NULL;
-    }
-
-    return a;
+    return array;
 }
 
 
@@ -268,171 +279,155 @@ ngx_array_create(ngx_pool_t *p, ngx_uint_t n, size_t size)
 void *
 ngx_array_push(ngx_array_t *a)
 {
-    void    *elt, *new;
-    size_t   size;
+    void    *room;
+    size_t   used;
 
     if (a->nelts == a->nalloc) {
-        size = a->size * a->nalloc;
+        used = a->nalloc * a->size;
 
-        new = ngx_palloc(a->pool, 2 * size);
-        if (new == NULL) {
+        room = ngx_palloc(a->pool, 2 * used);
+        if (room == NULL) {
             return NULL;
         }
 
-        ngx_memcpy(new, a->elts, size);
-        a->elts = new;
+        a->elts = memcpy(room, a->elts, used);
         a->nalloc *= 2;
     }
 
-    elt = (u_char *) a->elts + a->size * a->nelts;
-    a->nelts++;
-
-    return elt;
+    return (u_char *) a->elts + a->size * a->nelts++;
 }
 
+
+/* a full last part gets a new part of the same room after it */
 
 void *
 ngx_list_push(ngx_list_t *l)
 {
-    void             *elt;
-    ngx_list_part_t  *last;
+    ngx_list_part_t  *part;
 
-    last = l->last;
+    part = l->last;
 
-    if (last->nelts == l->nalloc) {
-        last = ngx_palloc(l->pool, sizeof(ngx_list_part_t));
-        if (last == NULL) {
+    if (part->nelts == l->nalloc) {
+        part = ngx_pcalloc(l->pool, sizeof(ngx_list_part_t));
+        if (part == NULL) {
             return NULL;
         }
 
-        last->elts = ngx_palloc(l->pool, l->nalloc * l->size);
-        if (last->elts == NULL) {
+        part->elts = ngx_palloc(l->pool, l->nalloc * l->size);
+        if (part->elts == NULL) {
             return NULL;
         }
 
-        last->nelts = 0;
-        last->next = NULL;
-
-        l->last->next = last;
-        l->last = last;
+        l->last->next = part;
+        l->last = part;
     }
 
-    elt = (u_char *) last->elts + l->size * last->nelts;
-    last->nelts++;
-
-    return elt;
+    return (u_char *) part->elts + l->size * part->nelts++;
 }
 
 
 /* strings */
 
-ngx_int_t
-ngx_atoi(u_char *line, size_t n)
+/*
+ * ngx_atoi() and ngx_atoof(): one decimal digit or more and nothing else,
+ * up to the type's largest value; anything else is NGX_ERROR.
+ */
+
+static int64_t
+ngx_http_idem_fuzz_decimal(u_char *p, size_t n, uint64_t max)
 {
-    ngx_int_t  value, cutoff, cutlim;
+    u_char    *end;
+    uint64_t   v, d;
 
     if (n == 0) {
         return NGX_ERROR;
     }
 
-    cutoff = NGX_MAX_INT_T_VALUE / 10;
-    cutlim = NGX_MAX_INT_T_VALUE % 10;
+    v = 0;
 
-    for (value = 0; n--; line++) {
-        if (*line < '0' || *line > '9') {
+    for (end = p + n; p < end; p++) {
+        if (*p < '0' || *p > '9') {
             return NGX_ERROR;
         }
 
-        if (value >= cutoff && (value > cutoff || *line - '0' > cutlim)) {
+        d = *p - '0';
+
+        /* v * 10 + d must stay within max */
+
+        if (v > (max - d) / 10) {
             return NGX_ERROR;
         }
 
-        value = value * 10 + (*line - '0');
+        v = v * 10 + d;
     }
 
-    return value;
+    return (int64_t) v;
+}
+
+
+ngx_int_t
+ngx_atoi(u_char *line, size_t n)
+{
+    return (ngx_int_t) ngx_http_idem_fuzz_decimal(line, n,
+                                                  NGX_MAX_INT_T_VALUE);
 }
 
 
 off_t
 ngx_atoof(u_char *line, size_t n)
 {
-    off_t  value, cutoff, cutlim;
-
-    if (n == 0) {
-        return NGX_ERROR;
-    }
-
-    cutoff = NGX_MAX_OFF_T_VALUE / 10;
-    cutlim = NGX_MAX_OFF_T_VALUE % 10;
-
-    for (value = 0; n--; line++) {
-        if (*line < '0' || *line > '9') {
-            return NGX_ERROR;
-        }
-
-        if (value >= cutoff && (value > cutoff || *line - '0' > cutlim)) {
-            return NGX_ERROR;
-        }
-
-        value = value * 10 + (*line - '0');
-    }
-
-    return value;
+    return (off_t) ngx_http_idem_fuzz_decimal(line, n, NGX_MAX_OFF_T_VALUE);
 }
 
 
 u_char *
 ngx_hex_dump(u_char *dst, u_char *src, size_t len)
 {
-    static u_char  hex[] = "0123456789abcdef";
+    size_t             i;
+    static const char  digit[] = "0123456789abcdef";
 
-    while (len--) {
-        *dst++ = hex[*src >> 4];
-        *dst++ = hex[*src++ & 0xf];
+    for (i = 0; i < len; i++) {
+        dst[2 * i] = digit[src[i] >> 4];
+        dst[2 * i + 1] = digit[src[i] & 0x0f];
     }
 
-    return dst;
+    return dst + 2 * len;
 }
 
+
+/* at most n - 1 bytes, up to a NUL; then a NUL, where it points */
 
 u_char *
 ngx_cpystrn(u_char *dst, u_char *src, size_t n)
 {
+    size_t  i;
+
     if (n == 0) {
         return dst;
     }
 
-    while (--n) {
-        *dst = *src;
-
-        if (*dst == '\0') {
-            return dst;
-        }
-
-        dst++;
-        src++;
+    for (i = 0; i + 1 < n && src[i] != '\0'; i++) {
+        dst[i] = src[i];
     }
 
-    *dst = '\0';
+    dst[i] = '\0';
 
-    return dst;
+    return dst + i;
 }
 
 
 u_char *
 ngx_pstrdup(ngx_pool_t *pool, ngx_str_t *src)
 {
-    u_char  *dst;
+    u_char  *copy;
 
-    dst = ngx_pnalloc(pool, src->len);
-    if (dst == NULL) {
-        return NULL;
+    copy = ngx_pnalloc(pool, src->len);
+
+    if (copy != NULL) {
+        memcpy(copy, src->data, src->len);
     }
 
-    ngx_memcpy(dst, src->data, src->len);
-
-    return dst;
+    return copy;
 }
 
 
@@ -566,30 +561,32 @@ ngx_gmtime(time_t t, ngx_tm_t *tp)
 ngx_uint_t
 ngx_hash_key(u_char *data, size_t len)
 {
-    ngx_uint_t  i, key;
+    u_char      *end;
+    ngx_uint_t   key;
 
     key = 0;
 
-    for (i = 0; i < len; i++) {
-        key = ngx_hash(key, data[i]);
+    for (end = data + len; data < end; data++) {
+        key = ngx_hash(key, *data);
     }
 
     return key;
 }
 
 
+/* the lowercase copy, and the hash of what was copied */
+
 ngx_uint_t
 ngx_hash_strlow(u_char *dst, u_char *src, size_t n)
 {
+    size_t      i;
     ngx_uint_t  key;
 
     key = 0;
 
-    while (n--) {
-        *dst = ngx_tolower(*src);
-        key = ngx_hash(key, *dst);
-        dst++;
-        src++;
+    for (i = 0; i < n; i++) {
+        dst[i] = ngx_tolower(src[i]);
+        key = ngx_hash(key, dst[i]);
     }
 
     return key;
@@ -605,69 +602,71 @@ ngx_hash_strlow(u_char *dst, u_char *src, size_t n)
 uintptr_t
 ngx_escape_json(u_char *dst, u_char *src, size_t size)
 {
-    u_char      ch;
-    ngx_uint_t  len;
+    char         u[8];
+    size_t       i, n, added;
+    const char  *escape;
 
-    static u_char  hex[] = "0123456789abcdef";
+    added = 0;
 
-    if (dst == NULL) {
-        len = 0;
+    for (i = 0; i < size; i++) {
+        escape = ngx_http_idem_fuzz_json_escape(src[i], u);
 
-        while (size--) {
-            ch = *src++;
-
-            if (ch == '\\' || ch == '"') {
-                len++;
-
-            } else if (ch <= 0x1f) {
-                len += (ch == '\n' || ch == '\r' || ch == '\t' || ch == '\b'
-                        || ch == '\f') ? 1 : 5;
+        if (escape == NULL) {
+            if (dst != NULL) {
+                *dst++ = src[i];
             }
-        }
 
-        return (uintptr_t) len;
-    }
-
-    while (size--) {
-        ch = *src++;
-
-        if (ch > 0x7f || (ch > 0x1f && ch != '\\' && ch != '"')) {
-            *dst++ = ch;
             continue;
         }
 
-        *dst++ = '\\';
+        n = strlen(escape);
+        added += n - 1;
 
-        switch (ch) {
-        case '\n':
-            *dst++ = 'n';
-            break;
-        case '\r':
-            *dst++ = 'r';
-            break;
-        case '\t':
-            *dst++ = 't';
-            break;
-        case '\b':
-            *dst++ = 'b';
-            break;
-        case '\f':
-            *dst++ = 'f';
-            break;
-        case '\\':
-        case '"':
-            *dst++ = ch;
-            break;
-        default:
-            *dst++ = 'u';
-            *dst++ = '0';
-            *dst++ = '0';
-            *dst++ = hex[ch >> 4];
-            *dst++ = hex[ch & 0xf];
+        if (dst != NULL) {
+            dst = ngx_cpymem(dst, escape, n);
         }
     }
 
-    return (uintptr_t) dst;
+    return (dst == NULL) ? (uintptr_t) added : (uintptr_t) dst;
+}
+
+
+/* a byte's escape in a JSON string; NULL: the byte goes as it is */
+
+static const char *
+ngx_http_idem_fuzz_json_escape(u_char ch, char *u)
+{
+    switch (ch) {
+
+    case '"':
+        return "\\\"";
+
+    case '\\':
+        return "\\\\";
+
+    case '\n':
+        return "\\n";
+
+    case '\r':
+        return "\\r";
+
+    case '\t':
+        return "\\t";
+
+    case '\b':
+        return "\\b";
+
+    case '\f':
+        return "\\f";
+    }
+
+    if (ch >= 0x20) {
+        return NULL;
+    }
+
+    snprintf(u, 8, "\\u%04x", ch);
+
+    return u;
 }
 
 
@@ -676,321 +675,338 @@ ngx_escape_json(u_char *dst, u_char *src, size_t size)
 u_char * ngx_cdecl
 ngx_sprintf(u_char *buf, const char *fmt, ...)
 {
-    u_char   *p;
-    va_list   args;
+    u_char   *end;
+    va_list   ap;
 
-    va_start(args, fmt);
-    p = ngx_vslprintf(buf, (void *) -1, fmt, args);
-    va_end(args);
+    /* no bound: as nginx's, the caller has sized buf */
 
-    return p;
+    va_start(ap, fmt);
+    end = ngx_vslprintf(buf, (u_char *) (uintptr_t) -1, fmt, ap);
+    va_end(ap);
+
+    return end;
 }
 
 
 u_char * ngx_cdecl
 ngx_snprintf(u_char *buf, size_t max, const char *fmt, ...)
 {
-    u_char   *p;
-    va_list   args;
+    u_char   *end;
+    va_list   ap;
 
-    va_start(args, fmt);
-    p = ngx_vslprintf(buf, buf + max, fmt, args);
-    va_end(args);
+    va_start(ap, fmt);
+    end = ngx_vslprintf(buf, buf + max, fmt, ap);
+    va_end(ap);
 
-    return p;
+    return end;
 }
 
 
 u_char * ngx_cdecl
 ngx_slprintf(u_char *buf, u_char *last, const char *fmt, ...)
 {
-    u_char   *p;
-    va_list   args;
+    u_char   *end;
+    va_list   ap;
 
-    va_start(args, fmt);
-    p = ngx_vslprintf(buf, last, fmt, args);
-    va_end(args);
+    va_start(ap, fmt);
+    end = ngx_vslprintf(buf, last, fmt, ap);
+    va_end(ap);
 
-    return p;
+    return end;
 }
 
 
 u_char *
 ngx_vslprintf(u_char *buf, u_char *last, const char *fmt, va_list args)
 {
-    u_char                *p, zero;
-    size_t                 len, slen;
-    int64_t                i64;
-    uint64_t               ui64;
+    va_list                    ap;
+    ngx_http_idem_fuzz_spec_t  spec;
+
+    va_copy(ap, args);
+
+    while (*fmt != '\0' && buf < last) {
+
+        if (*fmt == '%') {
+            fmt = ngx_http_idem_fuzz_spec(fmt + 1, &spec, &ap);
+            buf = ngx_http_idem_fuzz_convert(buf, last, *fmt, &spec, &ap);
+
+        } else {
+            *buf++ = *fmt;
+        }
+
+        fmt++;
+    }
+
+    va_end(ap);
+
+    return buf;
+}
+
+
+/* "%[0][width][u][x|X][*]": the flags, up to the conversion's letter */
+
+static const char *
+ngx_http_idem_fuzz_spec(const char *fmt, ngx_http_idem_fuzz_spec_t *sp,
+    va_list *ap)
+{
+    sp->pad = (u_char) (*fmt == '0' ? '0' : ' ');
+    sp->width = 0;
+    sp->hex = 0;
+    sp->len = (size_t) -1;
+    sp->is_signed = 1;
+
+    for ( /* void */ ; *fmt >= '0' && *fmt <= '9'; fmt++) {
+        sp->width = sp->width * 10 + (*fmt - '0');
+    }
+
+    for ( ;; fmt++) {
+
+        if (*fmt == 'u') {
+            sp->is_signed = 0;
+
+        } else if (*fmt == 'x' || *fmt == 'X') {
+            sp->hex = (*fmt == 'x') ? 1 : 2;
+            sp->is_signed = 0;
+
+        } else if (*fmt == '*') {
+            sp->len = va_arg(*ap, size_t);
+
+        } else {
+            return fmt;
+        }
+    }
+}
+
+
+/*
+ * One conversion.  The loop only calls it with room for a byte at buf, so
+ * a one-byte conversion needs no check.  A signed value's "-" is not part
+ * of the width, as with nginx's.
+ */
+
+static u_char *
+ngx_http_idem_fuzz_convert(u_char *buf, u_char *last, int letter,
+    ngx_http_idem_fuzz_spec_t *sp, va_list *ap)
+{
+    u_char                *str;
+    int64_t                value;
     ngx_str_t             *v;
     ngx_msec_t             ms;
-    ngx_uint_t             width, sign, hex;
     ngx_variable_value_t  *vv;
 
-    while (*fmt && buf < last) {
+    switch (letter) {
 
-        if (*fmt != '%') {
-            *buf++ = *fmt++;
-            continue;
+    case 'V':
+        v = va_arg(*ap, ngx_str_t *);
+        return ngx_http_idem_fuzz_copy(buf, last, v->data, v->len, sp->hex);
+
+    case 'v':
+        vv = va_arg(*ap, ngx_variable_value_t *);
+        return ngx_http_idem_fuzz_copy(buf, last, vv->data, vv->len,
+                                       sp->hex);
+
+    case 's':
+        str = va_arg(*ap, u_char *);
+        return ngx_http_idem_fuzz_copy(buf, last, str,
+                                       sp->len == (size_t) -1
+                                       ? ngx_strlen(str) : sp->len,
+                                       sp->hex);
+
+    case 'c':
+        *buf++ = (u_char) va_arg(*ap, int);
+        return buf;
+
+    case 'Z':
+        *buf++ = '\0';
+        return buf;
+
+    case 'N':
+        *buf++ = LF;
+        return buf;
+
+    case '%':
+        *buf++ = '%';
+        return buf;
+
+    case 'p':
+        sp->hex = 2;
+        sp->pad = '0';
+        sp->width = 2 * sizeof(void *);
+        return ngx_http_idem_fuzz_number(buf, last,
+                                         (uintptr_t) va_arg(*ap, void *),
+                                         sp);
+
+    case 'M':
+        ms = va_arg(*ap, ngx_msec_t);
+
+        /* NGX_TIMER_INFINITE and the like print as -1 */
+
+        if ((ngx_msec_int_t) ms == -1) {
+            *buf++ = '-';
+            return ngx_http_idem_fuzz_number(buf, last, 1, sp);
         }
 
-        fmt++;
+        return ngx_http_idem_fuzz_number(buf, last, ms, sp);
 
-        zero = (u_char) ((*fmt == '0') ? '0' : ' ');
-        width = 0;
-        sign = 1;
-        hex = 0;
-        slen = (size_t) -1;
-        i64 = 0;
-        ui64 = 0;
+    /* always signed, whatever the flags */
 
-        while (*fmt >= '0' && *fmt <= '9') {
-            width = width * 10 + (*fmt++ - '0');
+    case 'O':
+        value = va_arg(*ap, off_t);
+        break;
+
+    case 'P':
+        value = va_arg(*ap, ngx_pid_t);
+        break;
+
+    case 'T':
+        value = va_arg(*ap, time_t);
+        break;
+
+    /* signed unless "u" or "x" came before */
+
+    case 'z':
+        if (!sp->is_signed) {
+            return ngx_http_idem_fuzz_number(buf, last,
+                                             va_arg(*ap, size_t), sp);
         }
 
-        for ( ;; ) {
-            switch (*fmt) {
+        value = va_arg(*ap, ssize_t);
+        break;
 
-            case 'u':
-                sign = 0;
-                fmt++;
-                continue;
-
-            case 'x':
-                hex = 1;
-                sign = 0;
-                fmt++;
-                continue;
-
-            case 'X':
-                hex = 2;
-                sign = 0;
-                fmt++;
-                continue;
-
-            case '*':
-                slen = va_arg(args, size_t);
-                fmt++;
-                continue;
-
-            default:
-                break;
-            }
-
-            break;
+    case 'i':
+        if (!sp->is_signed) {
+            return ngx_http_idem_fuzz_number(buf, last,
+                                             va_arg(*ap, ngx_uint_t), sp);
         }
 
-        switch (*fmt) {
+        value = va_arg(*ap, ngx_int_t);
+        break;
 
-        case 'V':
-            v = va_arg(args, ngx_str_t *);
-            buf = ngx_http_idem_fuzz_copy(buf, last, v->data, v->len, hex);
-            fmt++;
-            continue;
-
-        case 'v':
-            vv = va_arg(args, ngx_variable_value_t *);
-            buf = ngx_http_idem_fuzz_copy(buf, last, vv->data, vv->len, hex);
-            fmt++;
-            continue;
-
-        case 's':
-            p = va_arg(args, u_char *);
-            len = (slen == (size_t) -1) ? ngx_strlen(p) : slen;
-            buf = ngx_http_idem_fuzz_copy(buf, last, p, len, hex);
-            fmt++;
-            continue;
-
-        case 'O':
-            i64 = (int64_t) va_arg(args, off_t);
-            sign = 1;
-            break;
-
-        case 'P':
-            i64 = (int64_t) va_arg(args, ngx_pid_t);
-            sign = 1;
-            break;
-
-        case 'T':
-            i64 = (int64_t) va_arg(args, time_t);
-            sign = 1;
-            break;
-
-        case 'M':
-            ms = (ngx_msec_t) va_arg(args, ngx_msec_t);
-            if ((ngx_msec_int_t) ms == -1) {
-                sign = 1;
-                i64 = -1;
-
-            } else {
-                sign = 0;
-                ui64 = (uint64_t) ms;
-            }
-            break;
-
-        case 'z':
-            if (sign) {
-                i64 = (int64_t) va_arg(args, ssize_t);
-            } else {
-                ui64 = (uint64_t) va_arg(args, size_t);
-            }
-            break;
-
-        case 'i':
-            if (sign) {
-                i64 = (int64_t) va_arg(args, ngx_int_t);
-            } else {
-                ui64 = (uint64_t) va_arg(args, ngx_uint_t);
-            }
-            break;
-
-        case 'd':
-            if (sign) {
-                i64 = (int64_t) va_arg(args, int);
-            } else {
-                ui64 = (uint64_t) va_arg(args, u_int);
-            }
-            break;
-
-        case 'l':
-            if (sign) {
-                i64 = (int64_t) va_arg(args, long);
-            } else {
-                ui64 = (uint64_t) va_arg(args, u_long);
-            }
-            break;
-
-        case 'D':
-            if (sign) {
-                i64 = (int64_t) va_arg(args, int32_t);
-            } else {
-                ui64 = (uint64_t) va_arg(args, uint32_t);
-            }
-            break;
-
-        case 'L':
-            if (sign) {
-                i64 = va_arg(args, int64_t);
-            } else {
-                ui64 = va_arg(args, uint64_t);
-            }
-            break;
-
-        case 'A':
-            if (sign) {
-                i64 = (int64_t) va_arg(args, ngx_atomic_int_t);
-            } else {
-                ui64 = (uint64_t) va_arg(args, ngx_atomic_uint_t);
-            }
-            break;
-
-        case 'p':
-            ui64 = (uintptr_t) va_arg(args, void *);
-            hex = 2;
-            sign = 0;
-            zero = '0';
-            width = 2 * sizeof(void *);
-            break;
-
-        case 'c':
-            *buf++ = (u_char) (va_arg(args, int) & 0xff);
-            fmt++;
-            continue;
-
-        case 'Z':
-            *buf++ = '\0';
-            fmt++;
-            continue;
-
-        case 'N':
-            *buf++ = LF;
-            fmt++;
-            continue;
-
-        case '%':
-            *buf++ = '%';
-            fmt++;
-            continue;
-
-        default:
-
-            /* %f, %r, %m and the rest: the module's formats do not use them */
-            ngx_http_idem_fuzz_abort("ngx_vslprintf: unknown format");
+    case 'd':
+        if (!sp->is_signed) {
+            return ngx_http_idem_fuzz_number(buf, last,
+                                             va_arg(*ap, u_int), sp);
         }
 
-        if (sign) {
-            if (i64 < 0) {
-                *buf++ = '-';
-                ui64 = (uint64_t) -(i64 + 1) + 1;
+        value = va_arg(*ap, int);
+        break;
 
-            } else {
-                ui64 = (uint64_t) i64;
-            }
+    case 'l':
+        if (!sp->is_signed) {
+            return ngx_http_idem_fuzz_number(buf, last,
+                                             va_arg(*ap, u_long), sp);
         }
 
-        buf = ngx_http_idem_fuzz_number(buf, last, ui64, zero, hex, width);
+        value = va_arg(*ap, long);
+        break;
 
-        fmt++;
+    case 'D':
+        if (!sp->is_signed) {
+            return ngx_http_idem_fuzz_number(buf, last,
+                                             va_arg(*ap, uint32_t), sp);
+        }
+
+        value = va_arg(*ap, int32_t);
+        break;
+
+    case 'L':
+        if (!sp->is_signed) {
+            return ngx_http_idem_fuzz_number(buf, last,
+                                             va_arg(*ap, uint64_t), sp);
+        }
+
+        value = va_arg(*ap, int64_t);
+        break;
+
+    case 'A':
+        if (!sp->is_signed) {
+            return ngx_http_idem_fuzz_number(buf, last,
+                                             va_arg(*ap, ngx_atomic_uint_t),
+                                             sp);
+        }
+
+        value = va_arg(*ap, ngx_atomic_int_t);
+        break;
+
+    default:
+
+        /* %f, %r, %m and the rest: the module's formats do not use them */
+        ngx_http_idem_fuzz_abort("ngx_vslprintf: unknown format");
+        return buf;
+    }
+
+    if (value >= 0) {
+        return ngx_http_idem_fuzz_number(buf, last, (uint64_t) value, sp);
+    }
+
+    /* INT64_MIN has no positive int64_t: the magnitude in uint64_t */
+
+    *buf++ = '-';
+
+    return ngx_http_idem_fuzz_number(buf, last, 0 - (uint64_t) value, sp);
+}
+
+
+/* digits, after the padding that brings them to the width */
+
+static u_char *
+ngx_http_idem_fuzz_number(u_char *buf, u_char *last, uint64_t value,
+    ngx_http_idem_fuzz_spec_t *sp)
+{
+    u_char       digits[24], *d, *end;
+    ngx_uint_t   base, n;
+    const char  *set;
+
+    set = (sp->hex == 2) ? "0123456789ABCDEF" : "0123456789abcdef";
+    base = sp->hex ? 16 : 10;
+
+    end = digits + sizeof(digits);
+    d = end;
+
+    do {
+        *--d = set[value % base];
+        value /= base;
+    } while (value != 0);
+
+    for (n = end - d; n < sp->width && buf < last; n++) {
+        *buf++ = sp->pad;
+    }
+
+    while (d < end && buf < last) {
+        *buf++ = *d++;
     }
 
     return buf;
 }
 
 
-static u_char *
-ngx_http_idem_fuzz_number(u_char *buf, u_char *last, uint64_t ui64,
-    u_char zero, ngx_uint_t hex, ngx_uint_t width)
-{
-    u_char      *p, temp[NGX_INT64_LEN + 1];
-    size_t       len;
-
-    static u_char  lower[] = "0123456789abcdef";
-    static u_char  upper[] = "0123456789ABCDEF";
-
-    p = temp + NGX_INT64_LEN;
-
-    if (hex == 0) {
-        do {
-            *--p = (u_char) (ui64 % 10 + '0');
-        } while (ui64 /= 10);
-
-    } else {
-        do {
-            *--p = (hex == 1 ? lower : upper)[ui64 & 0xf];
-        } while (ui64 >>= 4);
-    }
-
-    len = (temp + NGX_INT64_LEN) - p;
-
-    while (len++ < width && buf < last) {
-        *buf++ = zero;
-    }
-
-    len = (temp + NGX_INT64_LEN) - p;
-
-    if (buf + len > last) {
-        len = last - buf;
-    }
-
-    return ngx_cpymem(buf, p, len);
-}
-
+/* a string, or with "x"/"X" its bytes in hex (whole pairs only) */
 
 static u_char *
 ngx_http_idem_fuzz_copy(u_char *buf, u_char *last, u_char *p, size_t len,
     ngx_uint_t hex)
 {
-    if (hex) {
-        while (len-- && buf + 1 < last) {
-            buf = ngx_hex_dump(buf, p++, 1);
+    size_t  i;
+
+    for (i = 0; i < len; i++) {
+
+        if (!hex) {
+            if (buf == last) {
+                break;
+            }
+
+            *buf++ = p[i];
+            continue;
         }
 
-        return buf;
+        if (last - buf < 2) {
+            break;
+        }
+
+        buf = ngx_hex_dump(buf, &p[i], 1);
     }
 
-    len = ngx_min((size_t) (last - buf), len);
-
-    return ngx_cpymem(buf, p, len);
+    return buf;
 }
 
 
@@ -1279,48 +1295,48 @@ ngx_slab_calloc(ngx_slab_pool_t *pool, size_t size)
 
 
 /*
- * What nginx's reads: four decimal octets of at most 255 separated by
- * dots, nothing else; INADDR_NONE otherwise.
+ * What nginx's reads: four decimal parts of at most 255 separated by
+ * dots (an empty part is 0), nothing else; INADDR_NONE otherwise.
  */
 
 in_addr_t
 ngx_inet_addr(u_char *text, size_t len)
 {
-    u_char      *p;
-    in_addr_t    addr;
-    ngx_uint_t   octet, dots;
+    size_t      i;
+    uint32_t    part[4];
+    ngx_uint_t  n;
 
-    addr = 0;
-    octet = 0;
-    dots = 0;
+    /* parts split at the dots; an empty part reads 0, as nginx's does */
 
-    for (p = text; p < text + len; p++) {
+    n = 0;
+    part[0] = 0;
 
-        if (*p >= '0' && *p <= '9') {
-            octet = octet * 10 + (*p - '0');
+    for (i = 0; i < len; i++) {
 
-            if (octet > 255) {
+        if (text[i] == '.') {
+            if (++n == 4) {
                 return INADDR_NONE;
             }
 
-            continue;
-        }
+            part[n] = 0;
 
-        if (*p == '.') {
-            addr = (addr << 8) + octet;
-            octet = 0;
-            dots++;
-            continue;
-        }
+        } else if (text[i] >= '0' && text[i] <= '9') {
+            part[n] = part[n] * 10 + (text[i] - '0');
 
+            if (part[n] > 255) {
+                return INADDR_NONE;
+            }
+
+        } else {
+            return INADDR_NONE;
+        }
+    }
+
+    if (n != 3) {
         return INADDR_NONE;
     }
 
-    if (dots != 3) {
-        return INADDR_NONE;
-    }
-
-    return htonl((addr << 8) + octet);
+    return htonl(part[0] << 24 | part[1] << 16 | part[2] << 8 | part[3]);
 }
 
 
