@@ -778,6 +778,14 @@ ngx_http_idem_fuzz_spec(const char *fmt, ngx_http_idem_fuzz_spec_t *sp,
 }
 
 
+/* an integer argument, signed unless "u" or "x" came before */
+#define ngx_http_idem_fuzz_int_arg(utype, stype)                             \
+    if (!sp->is_signed) {                                                    \
+        return ngx_http_idem_fuzz_number(buf, last, va_arg(*ap, utype), sp); \
+    }                                                                        \
+    value = va_arg(*ap, stype)
+
+
 /*
  * One conversion.  The loop only calls it with room for a byte at buf, so
  * a one-byte conversion needs no check.  A signed value's "-" is not part
@@ -862,70 +870,32 @@ ngx_http_idem_fuzz_convert(u_char *buf, u_char *last, int letter,
         value = va_arg(*ap, time_t);
         break;
 
-    /* signed unless "u" or "x" came before */
-
     case 'z':
-        if (!sp->is_signed) {
-            return ngx_http_idem_fuzz_number(buf, last,
-                                             va_arg(*ap, size_t), sp);
-        }
-
-        value = va_arg(*ap, ssize_t);
+        ngx_http_idem_fuzz_int_arg(size_t, ssize_t);
         break;
 
     case 'i':
-        if (!sp->is_signed) {
-            return ngx_http_idem_fuzz_number(buf, last,
-                                             va_arg(*ap, ngx_uint_t), sp);
-        }
-
-        value = va_arg(*ap, ngx_int_t);
+        ngx_http_idem_fuzz_int_arg(ngx_uint_t, ngx_int_t);
         break;
 
     case 'd':
-        if (!sp->is_signed) {
-            return ngx_http_idem_fuzz_number(buf, last,
-                                             va_arg(*ap, u_int), sp);
-        }
-
-        value = va_arg(*ap, int);
+        ngx_http_idem_fuzz_int_arg(u_int, int);
         break;
 
     case 'l':
-        if (!sp->is_signed) {
-            return ngx_http_idem_fuzz_number(buf, last,
-                                             va_arg(*ap, u_long), sp);
-        }
-
-        value = va_arg(*ap, long);
+        ngx_http_idem_fuzz_int_arg(u_long, long);
         break;
 
     case 'D':
-        if (!sp->is_signed) {
-            return ngx_http_idem_fuzz_number(buf, last,
-                                             va_arg(*ap, uint32_t), sp);
-        }
-
-        value = va_arg(*ap, int32_t);
+        ngx_http_idem_fuzz_int_arg(uint32_t, int32_t);
         break;
 
     case 'L':
-        if (!sp->is_signed) {
-            return ngx_http_idem_fuzz_number(buf, last,
-                                             va_arg(*ap, uint64_t), sp);
-        }
-
-        value = va_arg(*ap, int64_t);
+        ngx_http_idem_fuzz_int_arg(uint64_t, int64_t);
         break;
 
     case 'A':
-        if (!sp->is_signed) {
-            return ngx_http_idem_fuzz_number(buf, last,
-                                             va_arg(*ap, ngx_atomic_uint_t),
-                                             sp);
-        }
-
-        value = va_arg(*ap, ngx_atomic_int_t);
+        ngx_http_idem_fuzz_int_arg(ngx_atomic_uint_t, ngx_atomic_int_t);
         break;
 
     default:
