@@ -401,6 +401,50 @@ ngx_http_idem_fuzz_sf_string(ngx_str_t *value, ngx_str_t *content)
 
 
 /*
+ * hiredis 0.14 allocates at once the element vector an array header
+ * announces: "*1000000000" asks it for 8 GB.  That is hiredis' limit on
+ * what Redis may send (1.x has maxelements), not the module's: an input
+ * with an array header over 4096 elements is not run.
+ */
+
+ngx_uint_t
+ngx_http_idem_fuzz_resp_too_large(u_char *p, u_char *last)
+{
+    ngx_uint_t  n;
+
+    for ( /* void */ ; p < last; p++) {
+        if (*p != '*') {
+            continue;
+        }
+
+        for (n = 0; p + 1 < last && p[1] >= '0' && p[1] <= '9'; p++) {
+            n = n * 10 + (p[1] - '0');
+
+            if (n > NGX_HTTP_IDEM_FUZZ_ELEMENTS) {
+                return 1;
+            }
+        }
+    }
+
+    return 0;
+}
+
+
+/* a 400 problem+json answer was sent, and it parses */
+
+void
+ngx_http_idem_fuzz_problem_sent(ngx_int_t rc)
+{
+    ngx_http_idem_fuzz_assert(rc == NGX_OK);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.status
+                              == NGX_HTTP_BAD_REQUEST);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_json(
+                                  ngx_http_idem_fuzz_answer.body.data,
+                                  ngx_http_idem_fuzz_answer.body.len));
+}
+
+
+/*
  * JSON (RFC 8259) syntax, one value and nothing after it but white space.
  * Bytes above 0x7f in strings are taken as they are (no UTF-8 check).
  */

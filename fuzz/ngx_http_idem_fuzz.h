@@ -65,6 +65,10 @@ typedef struct {
 extern ngx_http_idem_fuzz_answer_t  ngx_http_idem_fuzz_answer;
 
 
+/* the largest RESP array a Redis target lets hiredis read */
+#define NGX_HTTP_IDEM_FUZZ_ELEMENTS  4096
+
+
 ngx_int_t ngx_http_idem_fuzz_init(ngx_http_idem_fuzz_t *fz,
     const uint8_t *data, size_t size, ngx_http_idem_fuzz_input_t *in);
 void ngx_http_idem_fuzz_done(ngx_http_idem_fuzz_t *fz);
@@ -80,6 +84,8 @@ ngx_int_t ngx_http_idem_fuzz_header(ngx_http_idem_fuzz_t *fz,
 ngx_int_t ngx_http_idem_fuzz_names(ngx_http_idem_fuzz_t *fz);
 
 ngx_uint_t ngx_http_idem_fuzz_json(u_char *p, size_t len);
+ngx_uint_t ngx_http_idem_fuzz_resp_too_large(u_char *p, u_char *last);
+void ngx_http_idem_fuzz_problem_sent(ngx_int_t rc);
 ngx_uint_t ngx_http_idem_fuzz_id_valid(ngx_str_t *id, size_t max);
 ngx_uint_t ngx_http_idem_fuzz_sf_string(ngx_str_t *value, ngx_str_t *content);
 

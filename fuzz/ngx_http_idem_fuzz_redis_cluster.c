@@ -27,7 +27,6 @@
 #include "ngx_http_idem_fuzz.h"
 
 
-#define NGX_HTTP_IDEM_FUZZ_ELEMENTS  4096
 #define NGX_HTTP_IDEM_FUZZ_HOST      "10.0.0.1"
 #define NGX_HTTP_IDEM_FUZZ_PORT      7000
 
@@ -70,8 +69,7 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     void                         *reply;
-    u_char                       *p, *q;
-    ngx_uint_t                    flags, n, which, i;
+    ngx_uint_t                    flags, which, i;
     ngx_cycle_t                   cycle;
     redisReader                  *reader;
     ngx_http_idem_fuzz_t          fz;
@@ -90,25 +88,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_memzero(&ngx_http_idem_fuzz_store, sizeof(ngx_http_idem_fuzz_store_t));
     ngx_http_idem_fuzz_store.up = (flags & 8) ? 1 : 0;
 
-    /* hiredis 0.14 allocates what an array header announces at once */
-
-    for (p = input.pos; p < input.last; p++) {
-        if (*p != '*') {
-            continue;
-        }
-
-        for (n = 0, q = p + 1;
-             q < input.last && *q >= '0' && *q <= '9'
-             && n <= NGX_HTTP_IDEM_FUZZ_ELEMENTS;
-             q++)
-        {
-            n = n * 10 + (*q - '0');
-        }
-
-        if (n > NGX_HTTP_IDEM_FUZZ_ELEMENTS) {
-            ngx_http_idem_fuzz_done(&fz);
-            return 0;
-        }
+    if (ngx_http_idem_fuzz_resp_too_large(input.pos, input.last)) {
+        ngx_http_idem_fuzz_done(&fz);
+        return 0;
     }
 
     reader = redisReaderCreate();

@@ -37,7 +37,6 @@
 #include "ngx_http_idem_fuzz.h"
 
 
-#define NGX_HTTP_IDEM_FUZZ_ELEMENTS  4096
 #define NGX_HTTP_IDEM_FUZZ_COMMANDS  8
 
 
@@ -59,8 +58,7 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     void                        *reply;
-    u_char                      *p, *q;
-    ngx_uint_t                   flags, n, i;
+    ngx_uint_t                   flags, i;
     redisReader                 *reader;
     redisAsyncContext            ac;
     ngx_http_idem_fuzz_t         fz;
@@ -81,29 +79,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     flags = ngx_http_idem_fuzz_byte(&input);
 
-    /*
-     * hiredis 0.14 allocates at once the element vector an array header
-     * announces: "*1000000000" asks it for 8 GB.  That is hiredis' limit
-     * on what Redis may send (1.x has maxelements), not the module's.
-     */
-
-    for (p = input.pos; p < input.last; p++) {
-        if (*p != '*') {
-            continue;
-        }
-
-        for (n = 0, q = p + 1;
-             q < input.last && *q >= '0' && *q <= '9'
-             && n <= NGX_HTTP_IDEM_FUZZ_ELEMENTS;
-             q++)
-        {
-            n = n * 10 + (*q - '0');
-        }
-
-        if (n > NGX_HTTP_IDEM_FUZZ_ELEMENTS) {
-            ngx_http_idem_fuzz_done(&fz);
-            return 0;
-        }
+    if (ngx_http_idem_fuzz_resp_too_large(input.pos, input.last)) {
+        ngx_http_idem_fuzz_done(&fz);
+        return 0;
     }
 
     /* the replies, parsed by hiredis as it reads them from the socket */

@@ -122,12 +122,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     if (!valid) {
-        ngx_http_idem_fuzz_assert(rc == NGX_OK);
-        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_answer.status
-                                  == NGX_HTTP_BAD_REQUEST);
-        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_json(
-                                      ngx_http_idem_fuzz_answer.body.data,
-                                      ngx_http_idem_fuzz_answer.body.len));
+        ngx_http_idem_fuzz_problem_sent(rc);
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_handler == NULL);
 
         ngx_http_idem_fuzz_done(&fz);
