@@ -430,6 +430,36 @@ ngx_http_idem_fuzz_resp_too_large(u_char *p, u_char *last)
 }
 
 
+/* the value of the request header added last */
+
+ngx_str_t *
+ngx_http_idem_fuzz_last_value(ngx_http_idem_fuzz_t *fz)
+{
+    ngx_list_part_t  *last;
+
+    last = fz->request->headers_in.headers.last;
+
+    return &((ngx_table_elt_t *) last->elts)[last->nelts - 1].value;
+}
+
+
+/* two header entries with the same name and value, byte for byte */
+
+void
+ngx_http_idem_fuzz_same_header(ngx_table_elt_t *h, ngx_table_elt_t *h2)
+{
+    ngx_http_idem_fuzz_assert(h2 != NULL);
+    ngx_http_idem_fuzz_assert(h->key.len == h2->key.len
+                              && ngx_memcmp(h->key.data, h2->key.data,
+                                            h->key.len) == 0);
+    ngx_http_idem_fuzz_assert(h->value.len == h2->value.len
+                              && (h->value.len == 0
+                                  || ngx_memcmp(h->value.data,
+                                                h2->value.data,
+                                                h->value.len) == 0));
+}
+
+
 /* a 400 problem+json answer was sent, and it parses */
 
 void

@@ -86,6 +86,9 @@ ngx_int_t ngx_http_idem_fuzz_names(ngx_http_idem_fuzz_t *fz);
 ngx_uint_t ngx_http_idem_fuzz_json(u_char *p, size_t len);
 ngx_uint_t ngx_http_idem_fuzz_resp_too_large(u_char *p, u_char *last);
 void ngx_http_idem_fuzz_problem_sent(ngx_int_t rc);
+ngx_str_t *ngx_http_idem_fuzz_last_value(ngx_http_idem_fuzz_t *fz);
+void ngx_http_idem_fuzz_same_header(ngx_table_elt_t *h,
+    ngx_table_elt_t *h2);
 ngx_uint_t ngx_http_idem_fuzz_id_valid(ngx_str_t *id, size_t max);
 ngx_uint_t ngx_http_idem_fuzz_sf_string(ngx_str_t *value, ngx_str_t *content);
 

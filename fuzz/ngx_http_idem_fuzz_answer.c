@@ -376,15 +376,7 @@ ngx_http_idem_fuzz_keep(ngx_http_idem_fuzz_t *fz,
             break;
         }
 
-        ngx_http_idem_fuzz_assert(h2 != NULL);
-        ngx_http_idem_fuzz_assert(h->key.len == h2->key.len
-                                  && ngx_memcmp(h->key.data, h2->key.data,
-                                                h->key.len) == 0);
-        ngx_http_idem_fuzz_assert(h->value.len == h2->value.len
-                                  && (h->value.len == 0
-                                      || ngx_memcmp(h->value.data,
-                                                    h2->value.data,
-                                                    h->value.len) == 0));
+        ngx_http_idem_fuzz_same_header(h, h2);
     }
 
     ngx_http_idem_fuzz_assert(h2 != NULL && h2->key.len == 19
@@ -410,15 +402,7 @@ ngx_http_idem_fuzz_keep(ngx_http_idem_fuzz_t *fz,
             break;
         }
 
-        ngx_http_idem_fuzz_assert(h2 != NULL);
-        ngx_http_idem_fuzz_assert(h->key.len == h2->key.len
-                                  && ngx_memcmp(h->key.data, h2->key.data,
-                                                h->key.len) == 0);
-        ngx_http_idem_fuzz_assert(h->value.len == h2->value.len
-                                  && (h->value.len == 0
-                                      || ngx_memcmp(h->value.data,
-                                                    h2->value.data,
-                                                    h->value.len) == 0));
+        ngx_http_idem_fuzz_same_header(h, h2);
     }
 
     /* the body */

@@ -144,21 +144,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         if (i == 0 || i == 3) {
             ncall++;
-            cv = &((ngx_table_elt_t *)
-                   fz.request->headers_in.headers.last->elts)
-                  [fz.request->headers_in.headers.last->nelts - 1].value;
+            cv = ngx_http_idem_fuzz_last_value(&fz);
 
         } else if (i == 1 || i == 4) {
             ntrace++;
-            tv = &((ngx_table_elt_t *)
-                   fz.request->headers_in.headers.last->elts)
-                  [fz.request->headers_in.headers.last->nelts - 1].value;
+            tv = ngx_http_idem_fuzz_last_value(&fz);
 
         } else if (i == 2) {
             nparent++;
-            pv = &((ngx_table_elt_t *)
-                   fz.request->headers_in.headers.last->elts)
-                  [fz.request->headers_in.headers.last->nelts - 1].value;
+            pv = ngx_http_idem_fuzz_last_value(&fz);
         }
     }
 

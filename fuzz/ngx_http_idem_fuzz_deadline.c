@@ -81,15 +81,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         if (i == 0 || i == 2) {
             nd++;
-            dv = &((ngx_table_elt_t *)
-                   fz.request->headers_in.headers.last->elts)
-                  [fz.request->headers_in.headers.last->nelts - 1].value;
+            dv = ngx_http_idem_fuzz_last_value(&fz);
 
         } else if (i == 1 || i == 3) {
             ng++;
-            gv = &((ngx_table_elt_t *)
-                   fz.request->headers_in.headers.last->elts)
-                  [fz.request->headers_in.headers.last->nelts - 1].value;
+            gv = ngx_http_idem_fuzz_last_value(&fz);
         }
     }
 
