@@ -1255,3 +1255,35 @@ X-Call-Id: dd-38
  "payload-mismatch"]
 --- no_error_log
 [error]
+
+
+
+=== TEST 39: a body that never comes: the request ends on client_body_timeout, its digest and claim go with it
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    log_format dd39 'DD39 $status upstream=$upstream_addr';
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        client_body_timeout 200ms;
+        access_log logs/error.log dd39;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- raw_request eval
+"POST /d HTTP/1.1\r
+Host: localhost\r
+X-Call-Id: dd-39\r
+Content-Length: 100\r
+Connection: close\r
+\r
+0123456789"
+--- timeout: 1
+--- ignore_response
+--- error_log
+DD39 408 upstream=-
+--- no_error_log
+[alert]
+[crit]
+idem dedupe: claim
