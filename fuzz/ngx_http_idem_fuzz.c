@@ -759,14 +759,6 @@ ngx_http_idem_add_response_header(ngx_http_request_t *r, char *name,
 }
 
 
-__attribute__((weak)) ngx_uint_t
-ngx_http_idem_header_named(ngx_table_elt_t *h, ngx_str_t *name)
-{
-    ngx_http_idem_fuzz_unreached("ngx_http_idem_header_named");
-    return 0;
-}
-
-
 __attribute__((weak)) ngx_int_t
 ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t grpc)
