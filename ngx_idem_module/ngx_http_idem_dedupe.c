@@ -471,7 +471,6 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
             /* the arrival completes the claim: its digest, its lease */
 
             ctx->dedupe.claim_rest = 1;
-            ctx->dedupe.claim_fresh = 1;
             return;
         }
 

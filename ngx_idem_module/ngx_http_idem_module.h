@@ -323,6 +323,7 @@ typedef struct {
 
     unsigned                  on:1;         /* the call is recorded */
     unsigned                  arrived:1;    /* the arrival was written */
+    unsigned                  counted:1;    /* its first write was sent */
     unsigned                  expire_sent:1;    /* "expired" is set */
 } ngx_http_idem_record_ctx_t;
 
@@ -342,7 +343,6 @@ typedef struct {
     void                     *md;           /* EVP_MD_CTX: the digest */
 
     unsigned                  claim_rest:1; /* to write: digest, lease */
-    unsigned                  claim_fresh:1;    /* the id's first claim */
     unsigned                  owner:1;      /* this request holds a claim */
     unsigned                  md_failed:1;
 } ngx_http_idem_dedupe_ctx_t;

@@ -30,12 +30,15 @@
  * (ngx_http_idem_store_write()).
  *
  * A record keeps the newest idem_record_max_executions (N) executions.
- * Each final write counts its execution in a field of its own; when the
+ * An execution's first write counts it, unless that write made the
+ * record (a call id used once, as most are, costs no count); when the
  * count passes N + N/4, the store drops the oldest executions down to N
  * and folds them into a summary:
  *
- *   n              its executions, as counted: one more per final write
- *                  (one increment), set to those kept by a trim
+ *   v              "1", written by every execution's first write: a
+ *                  write to which every field is new made the record
+ *   n              its executions after the first, as counted (one
+ *                  increment each), set to those kept less one by a trim
  *   x              the dropped ones: "<count> <successes> <unknowns>
  *                  <updated_ms> <final status|-> <created_ms> <source>
  *                  <node> <method> <trace id> <uri>", the last six of the
@@ -587,10 +590,10 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     /*
      * ttl, the execution's field and value, two per attempt, then what a
-     * claim's owner keeps for duplicates: "k:" and "r"
+     * claim's owner keeps for duplicates: "k:" and "r", and "v"
      */
 
-    argv = ngx_palloc(r->pool, (7 + 2 * n) * sizeof(ngx_str_t));
+    argv = ngx_palloc(r->pool, (9 + 2 * n) * sizeof(ngx_str_t));
     if (argv == NULL) {
         return NGX_ERROR;
     }
@@ -756,17 +759,24 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         w.ttl = imcf->record_ttl;
     }
 
-    if (final) {
+    if (!ctx->record.counted) {
 
         /*
-         * Counted: past the cap, the store trims the record.  Not the
-         * execution that made the id's first claim: the record holds
-         * no other (but for those of a record-only route under the same
-         * key, which the cap then counts one short).
+         * The execution's first write counts it, unless it made the
+         * record: "v" is a field every record has, so that every field
+         * new means a new record.  Past the cap, the store trims it.
          */
 
-        w.count = !ctx->dedupe.claim_fresh;
+        ngx_str_set(&argv[argc], "v");
+        ngx_str_set(&argv[argc + 1], NGX_HTTP_IDEM_RECORD_VERSION);
+        w.nfields += 2;
+
+        w.first = 1;
         w.max_executions = imcf->record_max_executions;
+
+        /* lost or not, never counted twice */
+
+        ctx->record.counted = 1;
     }
 
     rc = ngx_http_idem_store_write(&w);

@@ -19,6 +19,9 @@
 #define NGX_HTTP_IDEM_RECORD_MAX_EXECUTIONS  100
 #define NGX_HTTP_IDEM_RECORD_MAX_LIMIT       10000
 
+/* the value of "v", a field every record has (ngx_http_idem_record.c) */
+#define NGX_HTTP_IDEM_RECORD_VERSION         "1"
+
 
 typedef struct ngx_http_idem_record_exec_s  ngx_http_idem_record_exec_t;
 

@@ -7,7 +7,8 @@
  * What a call costs Redis, on the common path, without a script:
  *
  *   a recorded call  HSET + PEXPIRE (arrival), HSET (end; PEXPIRE only
- *                    when the expiry must move), HINCRBY (the count)
+ *                    when the expiry must move); HINCRBY (the count) only
+ *                    when the record was there before the call
  *   a new claim      HSETNX "o" (the claim itself: atomic, one field);
  *                    its owner's arrival completes it: HSET with "d" and
  *                    the lease, PEXPIRE; at the end HSET
@@ -61,6 +62,8 @@ static void ngx_http_idem_redis_appended(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_record_read(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_redis_first_written(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_counted(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc,
@@ -85,8 +88,9 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_trim_lua = {
 
 
 /*
- * HSET key fields (with a claim's "d" and "l:"), PEXPIRE key ttl,
- * HINCRBY key n 1 (a count): all of them or none.
+ * HSET key fields (with a claim's "d" and "l:"), PEXPIRE key ttl: both of
+ * them or none.  An execution's first write is a read in passing: its
+ * reply (how many fields were new) says whether the execution is counted.
  */
 
 ngx_int_t
@@ -96,11 +100,11 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
                                 lease[2 + 64 + 3 + 2 * NGX_INT64_LEN];
     ngx_int_t                   rc;
     ngx_str_t                   argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv,
-                                cmd[4], lfield;
+                                cmd[3], lfield;
     ngx_uint_t                  n, i;
     ngx_http_idem_store_op_t   *op;
 
-    n = (w->nfields ? 1 : 0) + (w->ttl ? 1 : 0) + (w->count ? 1 : 0);
+    n = (w->nfields ? 1 : 0) + (w->ttl ? 1 : 0);
 
     if (n == 0) {
         return NGX_OK;
@@ -111,8 +115,8 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
     }
 
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "idem store: write \"%V\": %ui fields, ttl %M, count %d",
-                   &w->key, w->nfields / 2, w->ttl, (int) w->count);
+                   "idem store: write \"%V\": %ui fields, ttl %M, first %d",
+                   &w->key, w->nfields / 2, w->ttl, (int) w->first);
 
     rc = NGX_OK;
 
@@ -163,7 +167,28 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
             }
         }
 
-        rc = ngx_http_idem_redis_write(i, argv);
+        if (w->first) {
+
+            /* the cap goes with the op: the request may be gone by then */
+
+            ngx_http_idem_redis_lazy(1);
+
+            op = ngx_http_idem_redis_read(NULL, i, argv,
+                                          ngx_http_idem_redis_first_written,
+                                          NULL, sizeof(ngx_uint_t));
+
+            ngx_http_idem_redis_lazy(0);
+
+            if (op != NULL) {
+                op->data = op;
+                *(ngx_uint_t *) op->ext = w->max_executions;
+            }
+
+            rc = (op != NULL) ? NGX_OK : NGX_ERROR;
+
+        } else {
+            rc = ngx_http_idem_redis_write(i, argv);
+        }
 
         if (argv != argv_buf) {
             ngx_free(argv);
@@ -174,10 +199,9 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
         }
     }
 
-    cmd[1] = w->key;
-
     if (w->ttl) {
         ngx_str_set(&cmd[0], "PEXPIRE");
+        cmd[1] = w->key;
         cmd[2].data = ttl;
         cmd[2].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
 
@@ -187,30 +211,6 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
     }
 
     ngx_http_idem_redis_urgent(0);
-
-    if (w->count) {
-
-        /* the cap goes with the op: the request may be gone by the reply */
-
-        ngx_str_set(&cmd[0], "HINCRBY");
-        ngx_str_set(&cmd[2], "n");
-        ngx_str_set(&cmd[3], "1");
-
-        ngx_http_idem_redis_lazy(1);
-
-        op = ngx_http_idem_redis_read(NULL, 4, cmd,
-                                      ngx_http_idem_redis_counted, NULL,
-                                      sizeof(ngx_uint_t));
-
-        ngx_http_idem_redis_lazy(0);
-
-        if (op == NULL) {
-            return NGX_DECLINED;
-        }
-
-        op->data = op;
-        *(ngx_uint_t *) op->ext = w->max_executions;
-    }
 
     return NGX_OK;
 
@@ -223,10 +223,58 @@ failed:
 
 
 /*
- * The execution's count: over the cap by a quarter, the record is trimmed.
- * A trim reads the whole record (some 0.7 ms of Redis for 100
- * executions): done once a quarter of the cap more has been counted, not
- * for every call of an id sent over and over.
+ * An execution's first write is in: every field of it new (the one all
+ * records have too), it made the record and is not counted, as a record
+ * holds its first execution; else HINCRBY key n 1.  So "n" is the
+ * executions after the first, and a call id used once, as most are,
+ * costs no count.
+ */
+
+static void
+ngx_http_idem_redis_first_written(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_int_t                  added;
+    ngx_str_t                  cmd[4];
+    ngx_http_idem_store_op_t  *count;
+
+    /* a store that did not answer says so itself */
+
+    added = (rc == NGX_OK && n == 1) ? ngx_atoi(elts[0].data, elts[0].len)
+                                     : NGX_ERROR;
+
+    if (added == NGX_ERROR || (ngx_uint_t) added == (op->argc - 2) / 2) {
+        return;
+    }
+
+    ngx_str_set(&cmd[0], "HINCRBY");
+    cmd[1].data = (u_char *) op->argv[1];
+    cmd[1].len = op->lens[1];
+    ngx_str_set(&cmd[2], "n");
+    ngx_str_set(&cmd[3], "1");
+
+    ngx_http_idem_redis_lazy(1);
+
+    count = ngx_http_idem_redis_read(NULL, 4, cmd,
+                                     ngx_http_idem_redis_counted, NULL,
+                                     sizeof(ngx_uint_t));
+
+    ngx_http_idem_redis_lazy(0);
+
+    if (count != NULL) {
+        count->data = count;
+        *(ngx_uint_t *) count->ext = *(ngx_uint_t *) op->ext;
+    }
+}
+
+
+/*
+ * The executions after the first: past the cap by a quarter, the record
+ * is trimmed.  A trim reads the whole record (some 0.7 ms of Redis for
+ * 100 executions): done once a quarter of the cap more has been counted,
+ * not for every call of an id sent over and over.
  */
 
 static void
@@ -245,7 +293,7 @@ ngx_http_idem_redis_counted(void *data, ngx_int_t rc, ngx_str_t *elts,
                                      : NGX_ERROR;
     max = *(ngx_uint_t *) op->ext;
 
-    if (count == NGX_ERROR || count <= max + max / 4) {
+    if (count == NGX_ERROR || count + 1 <= max + max / 4) {
         return;
     }
 
@@ -257,7 +305,7 @@ ngx_http_idem_redis_counted(void *data, ngx_int_t rc, ngx_str_t *elts,
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                    "idem store: \"%V\" has %i executions, over %i: trim",
-                   &argv[1], count, max);
+                   &argv[1], count + 1, max);
 
     (void) ngx_http_idem_redis_read(&ngx_http_idem_redis_trim_lua, 3, argv,
                                     ngx_http_idem_redis_trimmed, NULL, 0);

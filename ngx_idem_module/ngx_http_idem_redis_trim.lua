@@ -3,7 +3,7 @@
 -- executions, folds the others into "x" and deletes their fields, and
 -- fields of no execution, but for the claim's own fields of the execution
 -- named by "o" (the dedupe claim reads them); sets "n" to the executions
--- kept.  Replies how many executions were dropped.  The hash is about the
+-- kept after the first.  Replies how many executions were dropped.  The hash is about the
 -- cap when this runs (a record of an older version aside, hence the
 -- chunks: Lua's unpack() has a limit).
 local k, max = KEYS[1], tonumber(ARGV[1])
@@ -81,5 +81,5 @@ end
 for i = 1, #gone, 1000 do
   redis.call('HDEL', k, unpack(gone, i, math.min(i + 999, #gone)))
 end
-redis.call('HSET', k, 'n', math.min(#list, max))
+redis.call('HSET', k, 'n', math.max(math.min(#list, max) - 1, 0))
 return math.max(n, 0)

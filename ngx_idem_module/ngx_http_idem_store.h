@@ -105,10 +105,12 @@ typedef struct {
 
 /*
  * A write of a record's fields, fire and forget.  ttl 0: the record's
- * expiry is left as it is (the caller set it a moment ago); count: the
- * execution ended, count it and trim the record past max_executions
- * (+ a quarter); claim: the rest of a claim that said so (its digest,
- * and its lease unless the execution is done; the lease needs the ttl).
+ * expiry is left as it is (the caller set it a moment ago); first: the
+ * execution's first write, which counts it in the record and trims the
+ * record past max_executions (+ a quarter), unless every field it wrote
+ * was new (the fields include one that every record has: the write made
+ * the record); claim: the rest of a claim that said so (its digest, and
+ * its lease unless the execution is done; the lease needs the ttl).
  */
 typedef struct {
     ngx_str_t                  key;
@@ -119,7 +121,7 @@ typedef struct {
     ngx_uint_t                 nfields;        /* strings, 2 a field */
     ngx_msec_t                 ttl;
     ngx_uint_t                 max_executions;
-    unsigned                   count:1;
+    unsigned                   first:1;
     unsigned                   claim:1;
 } ngx_http_idem_store_write_t;
 

@@ -43,6 +43,14 @@ sub fields {
     return (scalar(@f), scalar(grep { /^e:/ } @f), @f);
 }
 
+# one field of a record, or "(none)"
+sub field {
+    my ($key, $name) = @_;
+    my $v = `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} --raw hget '$key' '$name'`;
+    chomp $v;
+    return $v eq '' ? '(none)' : $v;
+}
+
 __DATA__
 
 === TEST 1: a call id sent 6 times with idem_record_max_executions 3
@@ -331,3 +339,83 @@ invalid value "10001" in "idem_record_max_executions" directive, it must be a nu
 --- must_die
 --- error_log
 "idem_record_max_executions" directive is not allowed here
+
+
+=== TEST 14: a call id used once costs no count
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /ok {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["GET /ok", "POST /d\nx", "GET /ok"]
+--- more_headers eval
+["X-Call-Id: rb-once", "X-Call-Id: rb-claim", "X-Call-Id: rb-first"]
+--- wait: 0.05
+--- error_code eval
+[200, 200, 200]
+--- no_error_log
+[error]
+
+
+
+=== TEST 15: ... its record has "v" and no "n"; an execution more counts 1, a record-only one after a fresh claim too
+--- init
+Test::More::is(main::field('idem:c:{rb-once}', 'v'), '1', 'v: a record');
+Test::More::is(main::field('idem:c:{rb-once}', 'n'), '(none)', 'no count');
+Test::More::is(main::field('idem:c:{rb-claim}', 'v'), '1', 'v, by the claim');
+Test::More::is(main::field('idem:c:{rb-claim}', 'n'), '(none)',
+               'a fresh claim: no count');
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /ok {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request eval
+["GET /ok", "GET /ok", "POST /d\nx"]
+--- more_headers eval
+["X-Call-Id: rb-once", "X-Call-Id: rb-claim", "X-Call-Id: rb-first"]
+--- wait: 0.05
+--- error_code eval
+[200, 200, 200]
+--- no_error_log
+[error]
+
+
+
+=== TEST 16: ... so each of the three holds 2 executions and counts 1
+--- init
+Test::More::is(main::field("idem:c:{$_}", 'n'), '1', "$_: one counted")
+    for qw(rb-once rb-claim rb-first);
+Test::More::is((main::fields("idem:c:{$_}"))[1], 2, "$_: 2 executions")
+    for qw(rb-once rb-claim rb-first);
+--- config
+    location /t {
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- no_error_log
+[error]
