@@ -38,6 +38,6 @@ if o then
 end
 redis.call('HSET', k, 'd', ARGV[2], 'o', ARGV[1],
   'l:' .. ARGV[1], string.format('%.0f', now + tonumber(ARGV[3])),
-  'e:' .. ARGV[1], ARGV[5])
+  'e:' .. ARGV[1], ARGV[5], 'v', '1')
 redis.call('PEXPIRE', k, ARGV[4])
 return {'claimed'}
