@@ -19,7 +19,10 @@
 #define NGX_HTTP_IDEM_RECORD_MAX_EXECUTIONS  100
 #define NGX_HTTP_IDEM_RECORD_MAX_LIMIT       10000
 
-/* the value of "v", a field every record has (ngx_http_idem_record.c) */
+/*
+ * the value of "v", a field every record has (ngx_http_idem_record.c);
+ * a claim taken over writes it too (ngx_http_idem_redis_claim.lua)
+ */
 #define NGX_HTTP_IDEM_RECORD_VERSION         "1"
 
 

@@ -36,6 +36,8 @@ if o then
   if s == 'L' then return record('large') end
   if s ~= 'F' then return record('unknown') end
 end
+-- 'v': NGX_HTTP_IDEM_RECORD_VERSION (ngx_http_idem_record.h), as this may
+-- be the write that makes the record
 redis.call('HSET', k, 'd', ARGV[2], 'o', ARGV[1],
   'l:' .. ARGV[1], string.format('%.0f', now + tonumber(ARGV[3])),
   'e:' .. ARGV[1], ARGV[5], 'v', '1')

@@ -66,6 +66,9 @@ static void ngx_http_idem_redis_first_written(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_counted(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
+static ngx_int_t ngx_http_idem_redis_write_read(ngx_uint_t argc,
+    ngx_str_t *argv, ngx_http_idem_redis_reply_pt handler,
+    ngx_uint_t max_executions);
 static void ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_ms(ngx_str_t *value, uint64_t *ms);
@@ -96,13 +99,10 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_trim_lua = {
 ngx_int_t
 ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 {
-    u_char                      ttl[NGX_INT64_LEN],
-                                lease[2 + 64 + 3 + 2 * NGX_INT64_LEN];
-    ngx_int_t                   rc;
-    ngx_str_t                   argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv,
-                                cmd[3], lfield;
-    ngx_uint_t                  n, i;
-    ngx_http_idem_store_op_t   *op;
+    u_char       ttl[NGX_INT64_LEN], lease[2 + 64 + 3 + 2 * NGX_INT64_LEN];
+    ngx_int_t    rc;
+    ngx_str_t    argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv, cmd[3], lfield;
+    ngx_uint_t   n, i;
 
     n = (w->nfields ? 1 : 0) + (w->ttl ? 1 : 0);
 
@@ -168,23 +168,9 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
         }
 
         if (w->first) {
-
-            /* the cap goes with the op: the request may be gone by then */
-
-            ngx_http_idem_redis_lazy(1);
-
-            op = ngx_http_idem_redis_read(NULL, i, argv,
-                                          ngx_http_idem_redis_first_written,
-                                          NULL, sizeof(ngx_uint_t));
-
-            ngx_http_idem_redis_lazy(0);
-
-            if (op != NULL) {
-                op->data = op;
-                *(ngx_uint_t *) op->ext = w->max_executions;
-            }
-
-            rc = (op != NULL) ? NGX_OK : NGX_ERROR;
+            rc = ngx_http_idem_redis_write_read(i, argv,
+                                            ngx_http_idem_redis_first_written,
+                                            w->max_executions);
 
         } else {
             rc = ngx_http_idem_redis_write(i, argv);
@@ -236,9 +222,8 @@ ngx_http_idem_redis_first_written(void *data, ngx_int_t rc, ngx_str_t *elts,
 {
     ngx_http_idem_store_op_t *op = data;
 
-    ngx_int_t                  added;
-    ngx_str_t                  cmd[4];
-    ngx_http_idem_store_op_t  *count;
+    ngx_int_t   added;
+    ngx_str_t   cmd[4];
 
     /* a store that did not answer says so itself */
 
@@ -255,18 +240,38 @@ ngx_http_idem_redis_first_written(void *data, ngx_int_t rc, ngx_str_t *elts,
     ngx_str_set(&cmd[2], "n");
     ngx_str_set(&cmd[3], "1");
 
+    (void) ngx_http_idem_redis_write_read(4, cmd, ngx_http_idem_redis_counted,
+                                          *(ngx_uint_t *) op->ext);
+}
+
+
+/*
+ * A write whose reply is looked at: it leaves with the writes (no request
+ * waits for it), and the cap on executions goes with the op, as the
+ * request may be gone by the time the reply is in.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_write_read(ngx_uint_t argc, ngx_str_t *argv,
+    ngx_http_idem_redis_reply_pt handler, ngx_uint_t max_executions)
+{
+    ngx_http_idem_store_op_t  *op;
+
     ngx_http_idem_redis_lazy(1);
 
-    count = ngx_http_idem_redis_read(NULL, 4, cmd,
-                                     ngx_http_idem_redis_counted, NULL,
-                                     sizeof(ngx_uint_t));
+    op = ngx_http_idem_redis_read(NULL, argc, argv, handler, NULL,
+                                  sizeof(ngx_uint_t));
 
     ngx_http_idem_redis_lazy(0);
 
-    if (count != NULL) {
-        count->data = count;
-        *(ngx_uint_t *) count->ext = *(ngx_uint_t *) op->ext;
+    if (op == NULL) {
+        return NGX_ERROR;
     }
+
+    op->data = op;
+    *(ngx_uint_t *) op->ext = max_executions;
+
+    return NGX_OK;
 }
 
 
