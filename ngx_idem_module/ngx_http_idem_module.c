@@ -188,6 +188,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       offsetof(ngx_http_idem_loc_conf_t, record),
       NULL },
 
+    { ngx_string("idem_record_arrival_delay"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, record_arrival_delay),
+      NULL },
+
     { ngx_string("idem_unknown_stream"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
       ngx_http_idem_unknown_stream,
@@ -566,6 +573,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->retry_per_try_timeout = NGX_CONF_UNSET_MSEC;
     ilcf->retry_on = NGX_CONF_UNSET_UINT;
     ilcf->record = NGX_CONF_UNSET;
+    ilcf->record_arrival_delay = NGX_CONF_UNSET_MSEC;
     ilcf->unknown_stream_maxlen = NGX_CONF_UNSET_UINT;
     ilcf->dedupe = NGX_CONF_UNSET;
     ilcf->dedupe_scope_set = NGX_CONF_UNSET;
@@ -667,6 +675,9 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     ngx_conf_merge_value(conf->record, prev->record, 0);
+    ngx_conf_merge_msec_value(conf->record_arrival_delay,
+                              prev->record_arrival_delay,
+                              NGX_HTTP_IDEM_RECORD_ARRIVAL_DELAY);
 
     /* idem_unknown_stream is one directive: name and maxlen go together */
 

@@ -159,6 +159,7 @@ typedef struct {
     ngx_http_idem_storm_conf_t  storm;      /* retry budget, breaker */
 
     ngx_flag_t                record;
+    ngx_msec_t                record_arrival_delay;
     ngx_str_t                 unknown_stream;   /* its name, empty: off */
     ngx_uint_t                unknown_stream_maxlen;
 

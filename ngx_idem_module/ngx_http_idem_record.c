@@ -66,6 +66,7 @@
 
 
 static void ngx_http_idem_arrival_handler(ngx_event_t *ev);
+static void ngx_http_idem_record_cancel_arrival(ngx_http_idem_ctx_t *ctx);
 static ngx_int_t ngx_http_idem_record_write(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_uint_t final);
 static ngx_uint_t ngx_http_idem_final_state(ngx_http_request_t *r,
@@ -145,8 +146,10 @@ ngx_http_idem_record_key(ngx_http_request_t *r,
 
 /*
  * After access checks: this execution of the call is recorded.  The
- * arrival is written at the end of this turn of the event loop, so that a
- * call whose first attempt starts at once costs one write, not two.
+ * arrival is written once the call has run idem_record_arrival_delay
+ * (0: at the end of this turn of the event loop), as PROCESSING if its
+ * first attempt has started by then; a call over sooner has its arrival
+ * go with its final state, one write instead of two.
  */
 
 ngx_int_t
@@ -162,7 +165,12 @@ ngx_http_idem_record_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ctx->record.on = 1;
 
-    ngx_post_event(&ctx->record.arrival_ev, &ngx_posted_events);
+    if (ilcf->record_arrival_delay) {
+        ngx_add_timer(&ctx->record.arrival_ev, ilcf->record_arrival_delay);
+
+    } else {
+        ngx_post_event(&ctx->record.arrival_ev, &ngx_posted_events);
+    }
 
     return NGX_OK;
 }
@@ -242,11 +250,24 @@ ngx_http_idem_record_prepare(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 void
 ngx_http_idem_record_unstart(ngx_http_idem_ctx_t *ctx)
 {
+    ngx_http_idem_record_cancel_arrival(ctx);
+
+    ctx->record.on = 0;
+}
+
+
+/* an arrival waiting to be written: posted, or on its delay */
+
+static void
+ngx_http_idem_record_cancel_arrival(ngx_http_idem_ctx_t *ctx)
+{
+    if (ctx->record.arrival_ev.timer_set) {
+        ngx_del_timer(&ctx->record.arrival_ev);
+    }
+
     if (ctx->record.arrival_ev.posted) {
         ngx_delete_posted_event(&ctx->record.arrival_ev);
     }
-
-    ctx->record.on = 0;
 }
 
 
@@ -410,9 +431,9 @@ ngx_http_idem_record_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_DECLINED;
     }
 
-    if (ctx->record.arrival_ev.posted) {
-        ngx_delete_posted_event(&ctx->record.arrival_ev);
-    }
+    /* an arrival not written yet goes with the final state */
+
+    ngx_http_idem_record_cancel_arrival(ctx);
 
     return ngx_http_idem_record_write(r, ctx, ctx->record.final_state, 1);
 }

@@ -15,6 +15,9 @@
 #include <ngx_core.h>
 
 
+/* idem_record_arrival_delay: default */
+#define NGX_HTTP_IDEM_RECORD_ARRIVAL_DELAY   5
+
 /* idem_record_max_executions: default and bounds */
 #define NGX_HTTP_IDEM_RECORD_MAX_EXECUTIONS  100
 #define NGX_HTTP_IDEM_RECORD_MAX_LIMIT       10000

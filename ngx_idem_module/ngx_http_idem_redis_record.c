@@ -6,7 +6,9 @@
  *
  * What a call costs Redis, on the common path, without a script:
  *
- *   a recorded call  HSET + PEXPIRE (arrival), HSET (end; PEXPIRE only
+ *   a recorded call  over within idem_record_arrival_delay: HSET +
+ *                    PEXPIRE (arrival and end in one write); longer:
+ *                    HSET + PEXPIRE (arrival), HSET (end; PEXPIRE only
  *                    when the expiry must move); HINCRBY (the count) only
  *                    when the record was there before the call
  *   a new claim      HSETNX "o" (the claim itself: atomic, one field);

@@ -412,3 +412,12 @@ invalid number of arguments in "idem_status" directive
 --- must_die
 --- error_log
 invalid number of arguments in "idem_metrics" directive
+
+
+
+=== TEST 43: idem_record_arrival_delay takes a time
+--- config
+    location /t { idem_record_arrival_delay soon; }
+--- must_die
+--- error_log
+"idem_record_arrival_delay" directive invalid value

@@ -407,3 +407,142 @@ X-Call-Id: rec-subrequest
 ["main\n", "{\"state\":\"NOT_FOUND\"}\n"]
 --- no_error_log
 [error]
+
+
+
+=== TEST 17: a call over within idem_record_arrival_delay: its arrival goes with its end, one write
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        idem_record_arrival_delay 2s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request eval
+["GET /t", "GET /calls/rec-merged"]
+--- more_headers
+X-Call-Id: rec-merged
+--- wait: 0.05
+--- error_code eval
+[200, 200]
+--- response_body_like eval
+["", '"call_id":"rec-merged",.*"state":"SUCCESS",.*"method":"GET","uri":"/t",.*"executions":1,"attempts":\[\{"execution":1,"n":1,[^}]*"outcome":"ok"']
+--- no_error_log
+[error]
+
+
+
+=== TEST 18: ... no arrival field of its own; with idem_record_arrival_delay 0, a call's arrival is written before its end
+--- init
+my @f = sort split /\n/,
+    `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} hkeys 'idem:c:{rec-merged}'`;
+Test::More::is(scalar(grep { /^e:/ } @f), 0, "no e: field (@f)");
+Test::More::is(scalar(grep { /^f:/ } @f), 1, "one f: field (@f)");
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        idem_record_arrival_delay 0;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request
+GET /t
+--- more_headers
+X-Call-Id: rec-apart
+--- wait: 0.05
+--- no_error_log
+[error]
+
+
+
+=== TEST 19: ... both fields
+--- init
+my @f = sort split /\n/,
+    `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} hkeys 'idem:c:{rec-apart}'`;
+Test::More::is(scalar(grep { /^e:/ } @f), 1, "an e: field (@f)");
+Test::More::is(scalar(grep { /^f:/ } @f), 1, "an f: field (@f)");
+--- config
+    location /t {
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+
+
+
+=== TEST 20: a call in flight past idem_record_arrival_delay reads PROCESSING
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        echo_location_async /call;
+        echo_sleep 0.25;
+        echo_location /peek;
+    }
+    location /call {
+        proxy_set_header X-Call-Id rec-inflight;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/slow;
+    }
+    location /peek {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/calls/rec-inflight;
+    }
+    location /slow {
+        idem on;
+        idem_record on;
+        idem_record_arrival_delay 50ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/600/9;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request
+GET /t
+--- response_body_like
+\{"call_id":"rec-inflight",.*"state":"PROCESSING",.*"uri":"/slow",.*"final_status":null,"executions":1,"attempts":\[\]\}
+--- timeout: 5
+--- no_error_log
+[error]
+
+
+
+=== TEST 21: a call in flight within idem_record_arrival_delay is not in Redis yet
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        echo_location_async /call;
+        echo_sleep 0.25;
+        echo_location /peek;
+    }
+    location /call {
+        proxy_set_header X-Call-Id rec-inflight-early;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/slow;
+    }
+    location /peek {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/calls/rec-inflight-early;
+    }
+    location /slow {
+        idem on;
+        idem_record on;
+        idem_record_arrival_delay 2s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/600/9;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- request
+GET /t
+--- response_body_like
+\{"state":"NOT_FOUND"\}
+--- timeout: 5
+--- no_error_log
+[error]

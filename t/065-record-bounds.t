@@ -35,12 +35,15 @@ LUA
     return $len;
 }
 
-# field names of a record, and how many start with "e:"
+# field names of a record, and how many executions they are: an execution
+# has "e:" (its arrival), "f:" (its end, with the arrival when that was
+# not written before), or both
 sub fields {
     my ($key) = @_;
     my @f = split /\n/,
         `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} hkeys '$key'`;
-    return (scalar(@f), scalar(grep { /^e:/ } @f), @f);
+    my %ex = map { /^[ef]:(.+)$/ ? ($1 => 1) : () } @f;
+    return (scalar(@f), scalar(keys %ex), @f);
 }
 
 # one field of a record, or "(none)"
