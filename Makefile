@@ -63,7 +63,7 @@ MODCONF_DIR := /usr/share/nginx/modules-available
 ENABLED_DIR := /etc/nginx/modules-enabled
 DOC_DIR     := /usr/share/doc/libnginx-mod-http-idem
 
-.PHONY: all deps run test asan valgrind bench fuzz fuzz-build clean deb \
+.PHONY: all deps run test asan valgrind bench redis-cost fuzz fuzz-build clean deb \
         install test-deb storm
 
 all: $(MODULE)
@@ -106,7 +106,13 @@ endif
 # dedupe and an OpenResty peer (util/bench.sh says how)
 bench: deps $(MODULE)
 	@util/bench.sh
+	@util/redis-cost.sh
 	@util/bench-cluster.sh
+
+# what a recorded and a dedupe call cost an idle Redis: their commands,
+# taken with MONITOR, replayed for new call ids
+redis-cost: deps $(MODULE)
+	@util/redis-cost.sh
 
 # an upstream that answers 503 to all: what the budget and the breaker save
 storm: deps $(MODULE)

@@ -1,0 +1,220 @@
+#!/bin/bash
+# What a call costs Redis, on an idle Redis: the number `make bench`
+# cannot give on two CPUs, where Redis shares its CPU with wrk and
+# INFO commandstats (wall time) counts the preemptions too.
+#
+#   util/redis-cost.sh        (make redis-cost: builds the module first)
+#
+# It starts a redis-server and a gateway (one worker, the module, a
+# keepalive upstream to a return 200 in the same nginx) under
+# build/redis-cost/ and sends one call to each variant with MONITOR on:
+#
+#   record       idem_record on
+#   record-long  the same with idem_record_arrival_delay 0: what a call
+#                longer than the delay costs
+#   dedupe       idem_dedupe on, scope off
+#
+# It keeps the commands that name that call's id: what the gateway really
+# sends for a call id used once.  Then, for each variant and run, it
+# empties Redis, resets its statistics, replays those commands for
+# COST_CALLS new call ids in one redis-cli --pipe and reports the usec
+# INFO commandstats counted, per call.  A report, not a test: exit 0
+# whatever it measures.
+#
+# Environment:
+#   COST_CALLS=20000    calls per run
+#   COST_RUNS=5         runs per variant (the report gives each, and the
+#                       median)
+#   NGINX_BIN=/usr/sbin/nginx
+
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+run=$root/build/redis-cost
+module=$root/build/ngx_http_idem_module.so
+nginx=${NGINX_BIN:-/usr/sbin/nginx}
+calls=${COST_CALLS:-20000}
+runs=${COST_RUNS:-5}
+
+die() { echo "redis-cost: $*" >&2; exit 1; }
+
+[ -f "$module" ] || die "no $module (make first)"
+command -v redis-server >/dev/null || die "no redis-server (make deps)"
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
+print(s.getsockname()[1])'
+}
+
+redis_port=$(free_port)
+gateway_port=$(free_port)
+backend_port=$(free_port)
+
+rm -rf "$run" && mkdir -p "$run/logs"
+
+redis-server --bind 127.0.0.1 --port "$redis_port" --save '' \
+    --appendonly no --dir "$run" --maxmemory-policy noeviction \
+    --logfile "$run/redis.log" --daemonize no &
+redis_pid=$!
+
+cat >"$run/nginx.conf" <<EOF
+load_module $module;
+worker_processes 1;
+daemon off;
+master_process on;
+error_log $run/logs/error.log notice;
+pid $run/logs/nginx.pid;
+events { worker_connections 256; }
+http {
+    access_log off;
+    client_body_temp_path $run/body;
+    proxy_temp_path $run/proxy;
+    fastcgi_temp_path $run/fastcgi;
+    uwsgi_temp_path $run/uwsgi;
+    scgi_temp_path $run/scgi;
+
+    idem_redis 127.0.0.1:$redis_port;
+
+    upstream backend {
+        server 127.0.0.1:$backend_port;
+        keepalive 8;
+    }
+
+    server {
+        listen 127.0.0.1:$backend_port;
+        return 200 "ok\n";
+    }
+
+    server {
+        listen 127.0.0.1:$gateway_port;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+
+        location /record {
+            idem on;
+            idem_deadline 3s;
+            idem_record on;
+            proxy_pass http://backend;
+        }
+
+        # what a call that outlives idem_record_arrival_delay costs
+        location /record-long {
+            idem on;
+            idem_deadline 3s;
+            idem_record on;
+            idem_record_arrival_delay 0;
+            proxy_pass http://backend;
+        }
+
+        location /dedupe {
+            idem on;
+            idem_deadline 3s;
+            idem_call_id_missing reject;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            proxy_pass http://backend;
+        }
+    }
+}
+EOF
+
+"$nginx" -p "$run/" -c "$run/nginx.conf" -e "$run/logs/error.log" &
+nginx_pid=$!
+
+cleanup() {
+    kill "$nginx_pid" "$redis_pid" 2>/dev/null || true
+    wait "$nginx_pid" "$redis_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+rcli() { redis-cli -p "$redis_port" "$@"; }
+
+for _ in $(seq 100); do
+    rcli ping >/dev/null 2>&1 \
+        && curl -s -o /dev/null "http://127.0.0.1:$gateway_port/" && break
+    sleep 0.1
+done
+
+echo "redis-cost: $(redis-server --version | cut -d' ' -f1-3)," \
+     "$calls calls per run, $runs runs per variant"
+
+for variant in record record-long dedupe; do
+    probe="costprobe-$variant"
+
+    redis-cli -p "$redis_port" monitor >"$run/$variant.monitor" &
+    monitor_pid=$!
+    sleep 0.3
+    curl -s -o /dev/null -H "X-Call-Id: $probe" \
+        "http://127.0.0.1:$gateway_port/$variant"
+    # the writes nobody waits for leave within a few ms
+    sleep 0.5
+    kill "$monitor_pid" 2>/dev/null || true
+    wait "$monitor_pid" 2>/dev/null || true
+
+    # MONITOR's lines, the probe's commands, N calls of them in RESP
+    python3 - "$run/$variant.monitor" "$probe" "$calls" \
+        "$run/$variant.resp" <<'PY'
+import re, sys
+
+monitor, probe, calls, out = sys.argv[1], sys.argv[2].encode(), \
+    int(sys.argv[3]), sys.argv[4]
+
+def unquote(s):
+    # MONITOR prints each argument as a C-like quoted string
+    out, i = bytearray(), 0
+    while i < len(s):
+        c = s[i]
+        if c == '\\':
+            n = s[i + 1]
+            if n == 'x':
+                out.append(int(s[i + 2:i + 4], 16))
+                i += 4
+                continue
+            out += {'n': b'\n', 'r': b'\r', 't': b'\t', 'a': b'\a',
+                    'b': b'\b'}.get(n, n.encode())
+            i += 2
+            continue
+        out += c.encode()
+        i += 1
+    return bytes(out)
+
+cmds = []
+for line in open(monitor, encoding='latin-1'):
+    args = [unquote(a) for a in re.findall(r'"((?:[^"\\]|\\.)*)"', line)]
+    if any(probe in a for a in args):
+        cmds.append(args)
+
+if not cmds:
+    sys.exit("redis-cost: no command named " + probe.decode())
+
+with open(out, 'wb') as f:
+    for i in range(calls):
+        id = b'cost-%08d' % i
+        for args in cmds:
+            args = [a.replace(probe, id) for a in args]
+            f.write(b'*%d\r\n' % len(args))
+            for a in args:
+                f.write(b'$%d\r\n%s\r\n' % (len(a), a))
+
+print("  %s: %d commands per call: %s" % (
+    probe.decode().split('-', 1)[1], len(cmds),
+    ', '.join(a[0].decode().upper() for a in cmds)))
+PY
+
+    results=""
+    for _ in $(seq "$runs"); do
+        rcli flushall >/dev/null
+        rcli config resetstat >/dev/null
+        rcli --pipe <"$run/$variant.resp" >/dev/null
+        usec=$(rcli info commandstats | tr -d '\r' | awk -F'[:,=]' '
+            /^cmdstat_/ && $1 !~ /_(flushall|config|info|echo)$/ {
+                s += $5 }
+            END { print s }')
+        results="$results $(awk -v u="$usec" -v n="$calls" \
+                                'BEGIN { printf "%.2f", u / n }')"
+    done
+    median=$(echo $results | tr ' ' '\n' | sort -n \
+             | awk '{ v[NR] = $1 } END { printf "%.2f",
+                     NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+    echo "  $variant: Redis usec per call:$results (median $median)"
+done
