@@ -29,6 +29,7 @@
 # (idem/hdrs, record/hdrsid, dedupe/peer, record's p99 over plain's), and
 # Redis CPU per call from INFO commandstats (reset before each run: the
 # usec Redis spent on the variant's commands / the calls wrk completed).
+# Every run starts on an empty Redis (FLUSHALL, outside the measured time).
 #
 # Throughput is the gateway's cost only while the gateway's CPU is the one
 # that is full.  With 2 CPUs, wrk, the backend and Redis share the other
@@ -586,6 +587,11 @@ for ((r = 1; r <= rounds; r++)); do
     line="round $r:"
     for v in "${variants[@]}"; do
         out=$run/wrk/$v-$r.txt
+        # each run starts on an empty Redis, whatever ran before it: the
+        # keys of the runs before (millions by the last round) make Redis
+        # grow its tables in bursts, on wrk's CPU, which fell on whichever
+        # variant ran then
+        redis_cmd FLUSHALL >/dev/null
         redis_cmd CONFIG RESETSTAT >/dev/null
         t0=$(worker_ticks "$v") r0=$(ticks "$redis_pid")
         wrk_run "$v" "$duration" "$out" "$tag-$r-$v"
@@ -612,8 +618,7 @@ done
 
 # the same offered load for plain and record, well under what either
 # serves: their p99 apart is what recording adds to a call's latency.
-# Redis starts each run empty: the millions of keys the rounds above left
-# make it rehash in bursts, on the CPU wrk measures from.  The gateway
+# Redis starts each run empty, as in the rounds above.  The gateway
 # logs each call's $request_time, its own view of the same latency.
 paced=()
 for v in plain record; do
