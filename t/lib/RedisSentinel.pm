@@ -122,6 +122,69 @@ sub master_port {
     return $a[1];
 }
 
+# "SENTINEL MASTER mymaster" of one sentinel, as a hash
+sub master_info {
+    my ($port) = @_;
+    my @a = split /\n/, cli($port, 'sentinel', 'master', 'mymaster');
+    return @a % 2 ? () : @a;
+}
+
+# every sentinel names $port as the master, none is failing over, and
+# each sees one replica that is up: nothing will move the master by
+# itself now (a failover started meanwhile could undo another)
+sub settled {
+    my ($port) = @_;
+    for my $s (sentinels()) {
+        my %m = master_info($s);
+        return 0 unless ($m{port} // '') eq $port
+                        && ($m{flags} // '') eq 'master'
+                        && ($m{'num-slaves'} // '') eq '1';
+        my $r = cli($s, 'sentinel', 'replicas', 'mymaster');
+        return 0 unless $r =~ /\nflags\nslave\n/
+                        && $r =~ /\nmaster-link-status\nok\n/
+                        && $r =~ /\nmaster-port\n$port\n/;
+    }
+    return 1;
+}
+
+# every sentinel names $port as the master and none is failing over (the
+# old master may still say it is one: a sentinel converts it to a replica
+# only some seconds after the failover)
+sub agreed {
+    my ($port) = @_;
+    for my $s (sentinels()) {
+        my %m = master_info($s);
+        return 0 unless ($m{port} // '') eq $port
+                        && ($m{flags} // '') eq 'master';
+    }
+    return 1;
+}
+
+# waits up to $secs for settled($port) (or agreed($port), $how 'agreed')
+sub wait_settled {
+    my ($port, $secs, $how) = @_;
+    my $check = ($how // '') eq 'agreed' ? \&agreed : \&settled;
+    my $until = time + $secs;
+    while (time < $until) {
+        return 1 if $check->($port);
+        sleep 0.2;
+    }
+    return 0;
+}
+
+# what the sentinels decided, from their logs: for a failure's diag
+sub events {
+    my @lines;
+    for my $s (sentinels()) {
+        open my $fh, '<', dir($s) . '/redis.log' or next;
+        push @lines, map { "$s: $_" }
+            grep { /epoch|switch-master|user requested|failover|convert|
+                    fix-slave|odown|elected|config-update/x } <$fh>;
+    }
+    chomp @lines;
+    return @lines;
+}
+
 sub kill_node {
     my ($port, $sig) = @_;
     my $pid = pid($port) or return;
