@@ -18,11 +18,19 @@
 # sends for a call id used once.  Then, for each variant and run, it
 # empties Redis, resets its statistics, replays those commands for
 # COST_CALLS new call ids in one redis-cli --pipe and reports the usec
-# INFO commandstats counted, per call.  A report, not a test: exit 0
+# INFO commandstats counted, per call.  Then it sends real calls through
+# the gateway for COST_GATEWAY_SECONDS=3, one at a time (wrk -c1) and at
+# one offered load (32 connections, 4 ms apart), and reports the same sum
+# per call (COST_COMMANDS=1: and each command's line), with the CPU time
+# the redis-server process used per call.  A report, not a
+# test: exit 0
 # whatever it measures.
 #
 # Environment:
 #   COST_CALLS=20000    calls per run
+#   COST_VARIANTS="record record-long dedupe"
+#   COST_MODULE=build/ngx_http_idem_module.so (another build's, e.g. an
+#                       older commit's, for a comparison in one run)
 #   COST_RUNS=5         runs per variant (the report gives each, and the
 #                       median)
 #   NGINX_BIN=/usr/sbin/nginx
@@ -31,7 +39,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 run=$root/build/redis-cost
-module=$root/build/ngx_http_idem_module.so
+module=${COST_MODULE:-$root/build/ngx_http_idem_module.so}
+variants=${COST_VARIANTS:-record record-long dedupe}
 nginx=${NGINX_BIN:-/usr/sbin/nginx}
 calls=${COST_CALLS:-20000}
 runs=${COST_RUNS:-5}
@@ -56,6 +65,20 @@ redis-server --bind 127.0.0.1 --port "$redis_port" --save '' \
     --appendonly no --dir "$run" --maxmemory-policy noeviction \
     --logfile "$run/redis.log" --daemonize no &
 redis_pid=$!
+
+# a module from before idem_record_arrival_delay: COST_VARIANTS without it
+record_long=
+if [[ " $variants " == *" record-long "* ]]; then
+    record_long='        # what a call that outlives idem_record_arrival_delay costs
+        location /record-long {
+            idem on;
+            idem_deadline 3s;
+            idem_record on;
+            idem_record_arrival_delay 0;
+            proxy_pass http://backend;
+        }
+'
+fi
 
 cat >"$run/nginx.conf" <<EOF
 load_module $module;
@@ -97,16 +120,7 @@ http {
             proxy_pass http://backend;
         }
 
-        # what a call that outlives idem_record_arrival_delay costs
-        location /record-long {
-            idem on;
-            idem_deadline 3s;
-            idem_record on;
-            idem_record_arrival_delay 0;
-            proxy_pass http://backend;
-        }
-
-        location /dedupe {
+$record_long        location /dedupe {
             idem on;
             idem_deadline 3s;
             idem_call_id_missing reject;
@@ -129,6 +143,12 @@ trap cleanup EXIT
 
 rcli() { redis-cli -p "$redis_port" "$@"; }
 
+# the redis-server process's CPU time so far, in clock ticks: what it
+# spends per call on reading, parsing and answering too, which
+# commandstats leaves out (the 0.5 s idle after each run adds its
+# background tasks' few ticks)
+redis_cpu() { awk '{ print $14 + $15 }' "/proc/$redis_pid/stat"; }
+
 for _ in $(seq 100); do
     rcli ping >/dev/null 2>&1 \
         && curl -s -o /dev/null "http://127.0.0.1:$gateway_port/" && break
@@ -138,7 +158,7 @@ done
 echo "redis-cost: $(redis-server --version | cut -d' ' -f1-3)," \
      "$calls calls per run, $runs runs per variant"
 
-for variant in record record-long dedupe; do
+for variant in $variants; do
     probe="costprobe-$variant"
 
     redis-cli -p "$redis_port" monitor >"$run/$variant.monitor" &
@@ -207,7 +227,8 @@ PY
         rcli config resetstat >/dev/null
         rcli --pipe <"$run/$variant.resp" >/dev/null
         usec=$(rcli info commandstats | tr -d '\r' | awk -F'[:,=]' '
-            /^cmdstat_/ && $1 !~ /_(flushall|config|info|echo)$/ {
+            /^cmdstat_/ &&
+            $1 !~ /^cmdstat_(flushall|config|info|echo)($|[|])/ {
                 s += $5 }
             END { print s }')
         results="$results $(awk -v u="$usec" -v n="$calls" \
@@ -217,4 +238,49 @@ PY
              | awk '{ v[NR] = $1 } END { printf "%.2f",
                      NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
     echo "  $variant: Redis usec per call:$results (median $median)"
+
+    # the same through the gateway: one call at a time (wrk -c1; each
+    # command reaches Redis alone), and at one offered load well under
+    # saturation (32 connections, 4 ms between a connection's calls; the
+    # writes of many calls reach Redis together), as a cross-check
+    if command -v wrk >/dev/null; then
+        for load in one paced; do
+            rcli flushall >/dev/null
+            rcli config resetstat >/dev/null
+            if [ $load = one ]; then
+                args=(-c1 -s "$root/util/bench-newid.lua"
+                      "http://127.0.0.1:$gateway_port/$variant"
+                      -- "gw-$variant")
+                what="one call at a time"
+            else
+                args=(-c32 -s "$root/util/bench-paced.lua"
+                      "http://127.0.0.1:$gateway_port/$variant"
+                      -- 4 "gwp-$variant")
+                what="32 connections, 4 ms apart"
+            fi
+            cpu0=$(redis_cpu)
+            done_calls=$(wrk -t1 -d"${COST_GATEWAY_SECONDS:-3}"s "${args[@]}" \
+                         | awk '/requests in/ { print $1 }')
+            # the writes nobody waits for leave within a few ms
+            sleep 0.5
+            cpu=$(( $(redis_cpu) - cpu0 ))
+            if [ -n "${COST_COMMANDS:-}" ]; then
+                rcli info commandstats | tr -d '\r' | grep '^cmdstat_' \
+                    | grep -v '^cmdstat_\(flushall\|config\|info\)[:|]' \
+                    | sed 's/^/    /'
+            fi
+            usec=$(rcli info commandstats | tr -d '\r' | awk -F'[:,=]' '
+                /^cmdstat_/ &&
+                $1 !~ /^cmdstat_(flushall|config|info|echo)($|[|])/ {
+                    s += $5 }
+                END { print s }')
+            echo "  $variant: through the gateway, $what:" \
+                 "$(awk -v u="$usec" -v n="$done_calls" \
+                        'BEGIN { printf "%.2f", u / n }') usec per call," \
+                 "redis-server CPU $(awk -v t="$cpu" -v n="$done_calls" \
+                     -v hz="$(getconf CLK_TCK)" \
+                     'BEGIN { printf "%.1f", t * 1e6 / hz / n }') usec" \
+                 "($done_calls calls)"
+        done
+    fi
 done
