@@ -1,9 +1,12 @@
 package RedisSentinel;
 
-# A real local Redis with Sentinel for the tests (t/150, t/155): a master,
+# A real local Redis with Sentinel for the tests (t/190, t/195): a master,
 # a replica and 3 sentinels watching them as "mymaster" (quorum 2, down
-# after 1 s), on loopback ports from TEST_NGINX_REDIS_SENTINEL_PORT:
-# master base, replica base + 1, sentinels base + 10 .. base + 12.
+# after 2 s: a sentinel pings every second, so a new link, right after a
+# switch, may wait most of a second for its first answer; with 1 s a
+# loaded machine saw the new master down and failed over again), on
+# loopback ports from TEST_NGINX_REDIS_SENTINEL_PORT: master base,
+# replica base + 1, sentinels base + 10 .. base + 12.
 
 use strict;
 use warnings;
@@ -80,7 +83,7 @@ pidfile $d/redis.pid
 logfile $d/redis.log
 dir $d
 sentinel monitor mymaster 127.0.0.1 $base 2
-sentinel down-after-milliseconds mymaster 1000
+sentinel down-after-milliseconds mymaster 2000
 sentinel failover-timeout mymaster 3000
 sentinel parallel-syncs mymaster 1
 CONF
