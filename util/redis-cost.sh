@@ -22,8 +22,7 @@
 # the gateway for COST_GATEWAY_SECONDS=3, one at a time (wrk -c1) and at
 # one offered load (32 connections, 4 ms apart), and reports the same sum
 # per call (COST_COMMANDS=1: and each command's line), with the CPU time
-# the redis-server process used per call.  A report, not a
-# test: exit 0
+# the redis-server process used per call.  A report, not a test: exit 0
 # whatever it measures.
 #
 # Environment:
@@ -33,6 +32,7 @@
 #                       older commit's, for a comparison in one run)
 #   COST_RUNS=5         runs per variant (the report gives each, and the
 #                       median)
+#   COST_GATEWAY_SECONDS=3  each run through the gateway
 #   NGINX_BIN=/usr/sbin/nginx
 
 set -euo pipefail
@@ -69,7 +69,8 @@ redis_pid=$!
 # a module from before idem_record_arrival_delay: COST_VARIANTS without it
 record_long=
 if [[ " $variants " == *" record-long "* ]]; then
-    record_long='        # what a call that outlives idem_record_arrival_delay costs
+    # what a call that outlives idem_record_arrival_delay costs
+    record_long='
         location /record-long {
             idem on;
             idem_deadline 3s;
@@ -142,6 +143,15 @@ cleanup() {
 trap cleanup EXIT
 
 rcli() { redis-cli -p "$redis_port" "$@"; }
+
+# the usec INFO commandstats counted, summed over every command but the
+# script's own
+redis_usec() {
+    rcli info commandstats | tr -d '\r' | awk -F'[:,=]' '
+        /^cmdstat_/ && $1 !~ /^cmdstat_(flushall|config|info|echo)($|[|])/ {
+            s += $5 }
+        END { print s }'
+}
 
 # the redis-server process's CPU time so far, in clock ticks: what it
 # spends per call on reading, parsing and answering too, which
@@ -226,11 +236,7 @@ PY
         rcli flushall >/dev/null
         rcli config resetstat >/dev/null
         rcli --pipe <"$run/$variant.resp" >/dev/null
-        usec=$(rcli info commandstats | tr -d '\r' | awk -F'[:,=]' '
-            /^cmdstat_/ &&
-            $1 !~ /^cmdstat_(flushall|config|info|echo)($|[|])/ {
-                s += $5 }
-            END { print s }')
+        usec=$(redis_usec)
         results="$results $(awk -v u="$usec" -v n="$calls" \
                                 'BEGIN { printf "%.2f", u / n }')"
     done
@@ -269,11 +275,7 @@ PY
                     | grep -v '^cmdstat_\(flushall\|config\|info\)[:|]' \
                     | sed 's/^/    /'
             fi
-            usec=$(rcli info commandstats | tr -d '\r' | awk -F'[:,=]' '
-                /^cmdstat_/ &&
-                $1 !~ /^cmdstat_(flushall|config|info|echo)($|[|])/ {
-                    s += $5 }
-                END { print s }')
+            usec=$(redis_usec)
             echo "  $variant: through the gateway, $what:" \
                  "$(awk -v u="$usec" -v n="$done_calls" \
                         'BEGIN { printf "%.2f", u / n }') usec per call," \
