@@ -155,17 +155,14 @@ sub workers_followed {
     # replica, and none be failing over, before the planned failover: the
     # sentinels may have failed over once more by themselves (a loaded
     # machine), and the planned one then goes the other way
-    my ($from, $to);
-    $until = time + 20;
-    while (time < $until && !defined $from) {
-        ($from) = grep { RedisSentinel::settled($_) } $cur, $old;
-        sleep 0.2 unless defined $from;
-    }
+    my $from = RedisSentinel::wait_until(20, sub {
+        (grep { RedisSentinel::settled($_) } $cur, $old)[0]
+    });
     ok(defined $from, 'the sentinels agree: the old master is a replica '
                       . 'now')
         or diag(join "\n", RedisSentinel::events());
     $from //= $cur;
-    $to = $from == $cur ? $old : $cur;
+    my $to = $from == $cur ? $old : $cur;
     diag("the sentinels failed over again by themselves: the planned "
          . "failover goes from $from to $to") if $from != $cur;
     my $log_at = length IdemGateway::log_text($gw);
@@ -192,7 +189,7 @@ sub workers_followed {
         }
         sleep 0.05;
     }
-    ok(RedisSentinel::wait_settled($to, 10, 'agreed'),
+    ok(RedisSentinel::wait_until(10, sub { RedisSentinel::agreed($to) }),
        'the master moved (every sentinel says so)')
         or diag(join "\n", 'master now: ' . RedisSentinel::master_port(),
                 RedisSentinel::events());

@@ -132,24 +132,6 @@ sub master_info {
     return @a % 2 ? () : @a;
 }
 
-# every sentinel names $port as the master, none is failing over, and
-# each sees one replica that is up: nothing will move the master by
-# itself now (a failover started meanwhile could undo another)
-sub settled {
-    my ($port) = @_;
-    for my $s (sentinels()) {
-        my %m = master_info($s);
-        return 0 unless ($m{port} // '') eq $port
-                        && ($m{flags} // '') eq 'master'
-                        && ($m{'num-slaves'} // '') eq '1';
-        my $r = cli($s, 'sentinel', 'replicas', 'mymaster');
-        return 0 unless $r =~ /\nflags\nslave\n/
-                        && $r =~ /\nmaster-link-status\nok\n/
-                        && $r =~ /\nmaster-port\n$port\n/;
-    }
-    return 1;
-}
-
 # every sentinel names $port as the master and none is failing over (the
 # old master may still say it is one: a sentinel converts it to a replica
 # only some seconds after the failover)
@@ -163,16 +145,33 @@ sub agreed {
     return 1;
 }
 
-# waits up to $secs for settled($port) (or agreed($port), $how 'agreed')
-sub wait_settled {
-    my ($port, $secs, $how) = @_;
-    my $check = ($how // '') eq 'agreed' ? \&agreed : \&settled;
+# agreed($port), and each sentinel sees one replica, up and replicating
+# from it: nothing will move the master by itself now (a failover started
+# meanwhile could undo another)
+sub settled {
+    my ($port) = @_;
+    return 0 unless agreed($port);
+    for my $s (sentinels()) {
+        my %m = master_info($s);
+        my $r = cli($s, 'sentinel', 'replicas', 'mymaster');
+        return 0 unless ($m{'num-slaves'} // '') eq '1'
+                        && $r =~ /\nflags\nslave\n/
+                        && $r =~ /\nmaster-link-status\nok\n/
+                        && $r =~ /\nmaster-port\n$port\n/;
+    }
+    return 1;
+}
+
+# the first true value $check returns within $secs (polled), or undef
+sub wait_until {
+    my ($secs, $check) = @_;
     my $until = time + $secs;
     while (time < $until) {
-        return 1 if $check->($port);
+        my $v = $check->();
+        return $v if $v;
         sleep 0.2;
     }
-    return 0;
+    return;
 }
 
 # what the sentinels decided, from their logs: for a failure's diag
