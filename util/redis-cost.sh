@@ -40,6 +40,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 run=$root/build/redis-cost
 module=${COST_MODULE:-$root/build/ngx_http_idem_module.so}
+# nginx.conf names it from the run's directory
+[ -f "$module" ] && module=$(realpath "$module")
 variants=${COST_VARIANTS:-record record-long dedupe}
 nginx=${NGINX_BIN:-/usr/sbin/nginx}
 calls=${COST_CALLS:-20000}
@@ -284,5 +286,8 @@ PY
                      'BEGIN { printf "%.1f", t * 1e6 / hz / n }') usec" \
                  "($done_calls calls)"
         done
+    else
+        echo "  $variant: no wrk, no calls through the gateway" \
+             "(make bench installs it)"
     fi
 done
