@@ -6,7 +6,9 @@
  *
  * A record is a Redis hash under <prefix>c:{<call id>}, or under
  * <prefix>s:{<SHA-256 of the scope>:<call id>} where the route has a
- * scope (dedupe.c, which adds the claim's fields).  Every field is
+ * scope (dedupe.c, which adds the claim's fields); a call over in one
+ * write, as most are, makes it short, one string of the same fields
+ * (ngx_http_idem_redis_record.c).  Every field is
  * written once and never changed, so that states only move forward
  * whatever order the writes arrive in, and a write is one cheap store
  * write (with the TTL refreshed in the same turn):
@@ -794,6 +796,10 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
         w.first = 1;
         w.max_executions = imcf->record_max_executions;
+
+        /* over before its arrival was written, and no claim: short */
+
+        w.whole = final && !w.claim && !ctx->dedupe.owner;
 
         /* lost or not, never counted twice */
 

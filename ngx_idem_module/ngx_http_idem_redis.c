@@ -182,11 +182,13 @@ ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
 /*
  * A write, fire and forget.  Writes of one turn sit side by side in
  * hiredis' buffer: they leave in one write and Redis runs them in order.
- * In a cluster each is an op of its own, kept for a redirect.
+ * In a cluster each is an op of its own, kept for a redirect; so is one
+ * with an "upgrade" script, kept for a WRONGTYPE (redis_op.c).
  */
 
 ngx_int_t
-ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv)
+ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
+    ngx_http_idem_redis_script_t *upgrade)
 {
     size_t                       lens_buf[NGX_HTTP_IDEM_REDIS_ARGS], *lens;
     ngx_int_t                    rc;
@@ -203,11 +205,13 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv)
         return NGX_DECLINED;
     }
 
-    if (rd->cluster) {
+    if (rd->cluster || upgrade) {
         op = ngx_http_idem_redis_op_create(rd, NULL, argc, argv, 0);
         if (op == NULL) {
             return NGX_DECLINED;
         }
+
+        op->upgrade = upgrade;
 
         if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
             ngx_http_idem_redis_op_free(op);

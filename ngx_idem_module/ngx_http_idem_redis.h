@@ -106,6 +106,7 @@ struct ngx_http_idem_store_op_s {
     ngx_uint_t                       redirects;
 
     ngx_http_idem_redis_script_t    *script;
+    ngx_http_idem_redis_script_t    *upgrade;    /* WRONGTYPE: run by it */
     void                            *ext;        /* the caller's */
 
     unsigned                         done:1;     /* answered or cancelled */
@@ -221,7 +222,8 @@ ngx_http_idem_store_op_t *ngx_http_idem_redis_read(
     ngx_http_idem_redis_reply_pt handler, void *data, size_t ext);
 ngx_int_t ngx_http_idem_redis_again(ngx_http_idem_store_op_t *op,
     ngx_http_idem_redis_script_t *script, ngx_uint_t argc, ngx_str_t *argv);
-ngx_int_t ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv);
+ngx_int_t ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
+    ngx_http_idem_redis_script_t *upgrade);
 ngx_int_t ngx_http_idem_redis_room(ngx_uint_t n);
 void ngx_http_idem_redis_urgent(ngx_uint_t urgent);
 void ngx_http_idem_redis_lazy(ngx_uint_t lazy);
@@ -278,6 +280,7 @@ ngx_http_idem_store_op_t *ngx_http_idem_redis_op_create(
     ngx_http_idem_redis_t *rd, ngx_http_idem_redis_script_t *script,
     ngx_uint_t argc, ngx_str_t *argv, size_t ext);
 void ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op);
+ngx_uint_t ngx_http_idem_redis_op_key(ngx_http_idem_store_op_t *op);
 ngx_int_t ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op);
 

@@ -1,5 +1,6 @@
 -- The claim's rare paths, after HSETNX of "o" found an owner already
--- (ngx_http_idem_redis_record.c), with the record prelude before it.
+-- (ngx_http_idem_redis_record.c), with the short and record preludes
+-- before it.
 -- KEYS[1]: the record; ARGV: token, digest,
 -- lease (ms), ttl (ms), arrival.  Replies {"claimed"}, {"mismatch"},
 -- {"inflight", ms left}, {"replay", answer}, or {"large" | "unknown",
@@ -7,6 +8,8 @@
 -- gateways need not agree on the time; its owner's final write applies
 -- whenever it comes.
 local k = KEYS[1]
+-- the record went and came back short since the HSETNX: a rare race
+hash()
 local function record(v)
   return fields({v, string.format('%.0f', now)})
 end

@@ -23,6 +23,8 @@ static ngx_int_t ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
     ngx_uint_t argc, ngx_str_t *argv);
 static ngx_int_t ngx_http_idem_redis_noscript(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op, redisReply *reply);
+static ngx_int_t ngx_http_idem_redis_wrongtype(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, redisReply *reply);
 static void ngx_http_idem_redis_answer(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op, redisReply *reply);
 static void ngx_http_idem_redis_read_timeout(ngx_event_t *ev);
@@ -65,7 +67,10 @@ ngx_http_idem_redis_op_create(ngx_http_idem_redis_t *rd,
 }
 
 
-/* the op's command, copied (a command it had before goes) */
+/*
+ * The op's command, copied; a command it had before goes once the new one
+ * is copied (argv may point into it: a command sent again differently).
+ */
 
 static ngx_int_t
 ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
@@ -75,7 +80,7 @@ ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
     u_char       *p, md[EVP_MAX_MD_SIZE];
     size_t        size;
     ngx_uint_t    i, k, n, skip;
-    const char  **args;
+    const char  **args, **old;
     unsigned int  len;
 
     skip = 0;
@@ -109,9 +114,7 @@ ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
         return NGX_ERROR;
     }
 
-    if (op->argv != NULL) {
-        ngx_free(op->argv);
-    }
+    old = op->argv;
 
     op->script = script;
     op->resent = 0;
@@ -136,18 +139,11 @@ ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
         p = ngx_cpymem(p, argv[i].data, argv[i].len);
     }
 
-    /* EVAL script numkeys key ...: the first key; else the argument 1 */
-
-    k = 0;
-
-    if (script != NULL) {
-        if (n >= 4 && !(op->lens[2] == 1 && op->argv[2][0] == '0')) {
-            k = 3;
-        }
-
-    } else if (n >= 2) {
-        k = 1;
+    if (old != NULL) {
+        ngx_free(old);
     }
+
+    k = ngx_http_idem_redis_op_key(op);
 
     if (k == 0 || rd->cluster == NULL) {
         op->slot = NGX_HTTP_IDEM_REDIS_ANY_SLOT;
@@ -158,6 +154,23 @@ ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * Where the op's key is in its command: a script's first key (EVAL script
+ * numkeys key ...), else the argument 1; 0: it names none.
+ */
+
+ngx_uint_t
+ngx_http_idem_redis_op_key(ngx_http_idem_store_op_t *op)
+{
+    if (op->script != NULL) {
+        return (op->argc >= 4 && !(op->lens[2] == 1 && op->argv[2][0] == '0'))
+               ? 3 : 0;
+    }
+
+    return (op->argc >= 2) ? 1 : 0;
 }
 
 
@@ -345,7 +358,9 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
             return;
         }
 
-        if (ngx_http_idem_redis_noscript(rd, op, reply) == NGX_OK) {
+        if (ngx_http_idem_redis_noscript(rd, op, reply) == NGX_OK
+            || ngx_http_idem_redis_wrongtype(rd, op, reply) == NGX_OK)
+        {
             return;
         }
     }
@@ -430,6 +445,73 @@ ngx_http_idem_redis_noscript(ngx_http_idem_redis_t *rd,
     op->lens[1] = op->script->text.len;
 
     if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * WRONGTYPE to a command of an op that has an "upgrade" script: the key
+ * holds another form of what the command expects (a short record: see
+ * ngx_http_idem_redis_record.c).  The command goes again, once, to that
+ * script, as EVALSHA <sha1> 1 <key> <command> <its other arguments>: the
+ * script changes the form and runs the command, and its reply is the
+ * command's.  NGX_OK: sent.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_wrongtype(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, redisReply *reply)
+{
+    ngx_int_t   rc;
+    ngx_str_t   argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv;
+    ngx_uint_t  i, n;
+
+    if (op->upgrade == NULL || op->script != NULL || op->argc < 2
+        || reply->len < sizeof("WRONGTYPE") - 1
+        || ngx_strncmp(reply->str, "WRONGTYPE", sizeof("WRONGTYPE") - 1)
+           != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    n = op->argc + 1;
+
+    if (n <= NGX_HTTP_IDEM_REDIS_ARGS) {
+        argv = argv_buf;
+
+    } else {
+        argv = ngx_alloc(n * sizeof(ngx_str_t), rd->log);
+        if (argv == NULL) {
+            return NGX_DECLINED;
+        }
+    }
+
+    ngx_str_set(&argv[0], "1");
+
+    argv[1].data = (u_char *) op->argv[1];
+    argv[1].len = op->lens[1];
+    argv[2].data = (u_char *) op->argv[0];
+    argv[2].len = op->lens[0];
+
+    for (i = 2; i < op->argc; i++) {
+        argv[i + 1].data = (u_char *) op->argv[i];
+        argv[i + 1].len = op->lens[i];
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: WRONGTYPE for %*s, through its script",
+                   op->lens[0], op->argv[0]);
+
+    rc = ngx_http_idem_redis_op_command(rd, op, op->upgrade, n, argv);
+
+    if (argv != argv_buf) {
+        ngx_free(argv);
+    }
+
+    if (rc != NGX_OK || ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
         return NGX_DECLINED;
     }
 

@@ -2,15 +2,23 @@
 /*
  * The record store's operations on Redis: a record's fields written, a
  * call id claimed, a record read, an execution counted and a record
- * trimmed.  A record is a hash (its fields: ngx_http_idem_record.c).
+ * trimmed.  A record is a hash (its fields: ngx_http_idem_record.c), or
+ * short: a call whose one write made its record leaves a string of that
+ * write's fields, "<field> <length> <value>\n" each, set with its expiry
+ * in one SET ... PX ... NX.  A command that needs the hash (HSET, HSETNX,
+ * HINCRBY: another execution, a claim) meets a short record as WRONGTYPE
+ * and goes through the upgrade script, which makes the string the hash
+ * it stands for first (redis_op.c); so does a short write that meets a
+ * record there already; the other scripts read both forms.
  *
  * What a call costs Redis, on the common path, without a script:
  *
- *   a recorded call  over within idem_record_arrival_delay: HSET +
- *                    PEXPIRE (arrival and end in one write); longer:
- *                    HSET + PEXPIRE (arrival), HSET (end; PEXPIRE only
- *                    when the expiry must move); HINCRBY (the count) only
- *                    when the record was there before the call
+ *   a recorded call  over within idem_record_arrival_delay, its id new:
+ *                    SET (short: arrival and end in one write, with the
+ *                    expiry); longer: HSET + PEXPIRE (arrival), HSET
+ *                    (end; PEXPIRE only when the expiry must move);
+ *                    HINCRBY (the count) only when the record was there
+ *                    before the call
  *   a new claim      HSETNX "o" (the claim itself: atomic, one field);
  *                    its owner's arrival completes it: HSET with "d" and
  *                    the lease, PEXPIRE; at the end HSET
@@ -32,6 +40,13 @@
 #include "ngx_http_idem_store.h"
 #include "ngx_http_idem_redis.h"
 #include "ngx_http_idem_redis_lua.h"
+
+
+/* an execution's first write on its way: what its reply is checked with */
+typedef struct {
+    ngx_uint_t                       max_executions;
+    ngx_uint_t                       nfields;    /* a field and its value */
+} ngx_http_idem_redis_first_t;
 
 
 /* a claim on its way: copies, the request may go before the reply */
@@ -64,30 +79,41 @@ static void ngx_http_idem_redis_appended(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_record_read(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
+static ngx_int_t ngx_http_idem_redis_write_short(
+    ngx_http_idem_store_write_t *w);
+static void ngx_http_idem_redis_short_written(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_first_written(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_counted(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_write_read(ngx_uint_t argc,
     ngx_str_t *argv, ngx_http_idem_redis_reply_pt handler,
-    ngx_uint_t max_executions);
+    ngx_uint_t max_executions, ngx_uint_t nfields);
 static void ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_ms(ngx_str_t *value, uint64_t *ms);
 
 
 static ngx_http_idem_redis_script_t  ngx_http_idem_redis_claim_lua = {
-    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_RECORD NGX_HTTP_IDEM_REDIS_LUA_CLAIM),
+    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_RECORD
+               NGX_HTTP_IDEM_REDIS_LUA_CLAIM),
     { 0 }, 0
 };
 
 static ngx_http_idem_redis_script_t  ngx_http_idem_redis_read_lua = {
-    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_RECORD NGX_HTTP_IDEM_REDIS_LUA_READ),
+    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_RECORD
+               NGX_HTTP_IDEM_REDIS_LUA_READ),
     { 0 }, 0
 };
 
 static ngx_http_idem_redis_script_t  ngx_http_idem_redis_trim_lua = {
-    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_TRIM),
+    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_TRIM),
+    { 0 }, 0
+};
+
+static ngx_http_idem_redis_script_t  ngx_http_idem_redis_upgrade_lua = {
+    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_UPGRADE),
     { 0 }, 0
 };
 
@@ -110,6 +136,10 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 
     if (n == 0) {
         return NGX_OK;
+    }
+
+    if (w->whole && w->first && w->ttl && !w->claim && w->nfields) {
+        return ngx_http_idem_redis_write_short(w);
     }
 
     if (ngx_http_idem_redis_room(n) != NGX_OK) {
@@ -172,10 +202,11 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
         if (w->first) {
             rc = ngx_http_idem_redis_write_read(i, argv,
                                             ngx_http_idem_redis_first_written,
-                                            w->max_executions);
+                                            w->max_executions, (i - 2) / 2);
 
         } else {
-            rc = ngx_http_idem_redis_write(i, argv);
+            rc = ngx_http_idem_redis_write(i, argv,
+                                           &ngx_http_idem_redis_upgrade_lua);
         }
 
         if (argv != argv_buf) {
@@ -193,7 +224,7 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
         cmd[2].data = ttl;
         cmd[2].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
 
-        if (ngx_http_idem_redis_write(3, cmd) != NGX_OK) {
+        if (ngx_http_idem_redis_write(3, cmd, NULL) != NGX_OK) {
             goto failed;
         }
     }
@@ -211,6 +242,114 @@ failed:
 
 
 /*
+ * SET key value PX ttl NX: the execution's only write, which makes a
+ * record of a call id used once, as most are, in one command and short:
+ * its fields as "<field> <length> <value>\n" each (a field name has no
+ * space), which the scripts read (ngx_http_idem_redis_short.lua).
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_write_short(ngx_http_idem_store_write_t *w)
+{
+    u_char      *value, *p, ttl[NGX_INT64_LEN];
+    size_t       len;
+    ngx_int_t    rc;
+    ngx_str_t    argv[6];
+    ngx_uint_t   i;
+
+    if (ngx_http_idem_redis_room(1) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    len = 0;
+
+    for (i = 0; i + 1 < w->nfields; i += 2) {
+        len += w->fields[i].len + sizeof("  \n") - 1 + NGX_SIZE_T_LEN
+               + w->fields[i + 1].len;
+    }
+
+    value = ngx_alloc(len, ngx_cycle->log);
+    if (value == NULL) {
+        return NGX_DECLINED;
+    }
+
+    p = value;
+
+    for (i = 0; i + 1 < w->nfields; i += 2) {
+        p = ngx_sprintf(p, "%V %uz %V\n", &w->fields[i],
+                        w->fields[i + 1].len, &w->fields[i + 1]);
+    }
+
+    ngx_str_set(&argv[0], "SET");
+    argv[1] = w->key;
+    argv[2].data = value;
+    argv[2].len = p - value;
+    ngx_str_set(&argv[3], "PX");
+    argv[4].data = ttl;
+    argv[4].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
+    ngx_str_set(&argv[5], "NX");
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: write \"%V\": short, %ui fields",
+                   &w->key, w->nfields / 2);
+
+    rc = ngx_http_idem_redis_write_read(6, argv,
+                                        ngx_http_idem_redis_short_written,
+                                        w->max_executions, w->nfields / 2);
+
+    ngx_free(value);
+
+    return (rc == NGX_OK) ? NGX_OK : NGX_DECLINED;
+}
+
+
+/*
+ * OK: the write made the record.  Nil: a record is there (an execution
+ * before this one), and the write goes to it as to a hash, through the
+ * upgrade script, which makes a short record a hash first; its reply is
+ * then that of an execution's first write.
+ */
+
+static void
+ngx_http_idem_redis_short_written(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_str_t   argv[7];
+    ngx_uint_t  i;
+
+    /* a store that did not answer says so itself */
+
+    if (rc != NGX_OK || n != 0 || op->argc != 6) {
+        return;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: \"%*s\" there already: written as a hash",
+                   op->lens[1], op->argv[1]);
+
+    /* 1 key SET value PX ttl NX */
+
+    ngx_str_set(&argv[0], "1");
+    argv[1].data = (u_char *) op->argv[1];
+    argv[1].len = op->lens[1];
+    argv[2].data = (u_char *) op->argv[0];
+    argv[2].len = op->lens[0];
+
+    for (i = 2; i < 6; i++) {
+        argv[i + 1].data = (u_char *) op->argv[i];
+        argv[i + 1].len = op->lens[i];
+    }
+
+    op->handler = ngx_http_idem_redis_first_written;
+
+    (void) ngx_http_idem_redis_again(op, &ngx_http_idem_redis_upgrade_lua,
+                                     7, argv);
+}
+
+
+/*
  * An execution's first write is in: every field of it new (the one all
  * records have too), it made the record and is not counted, as a record
  * holds its first execution; else HINCRBY key n 1.  So "n" is the
@@ -224,45 +363,54 @@ ngx_http_idem_redis_first_written(void *data, ngx_int_t rc, ngx_str_t *elts,
 {
     ngx_http_idem_store_op_t *op = data;
 
-    ngx_int_t   added;
-    ngx_str_t   cmd[4];
+    ngx_int_t                     added;
+    ngx_str_t                     cmd[4];
+    ngx_uint_t                    k;
+    ngx_http_idem_redis_first_t  *first;
+
+    first = op->ext;
 
     /* a store that did not answer says so itself */
 
     added = (rc == NGX_OK && n == 1) ? ngx_atoi(elts[0].data, elts[0].len)
                                      : NGX_ERROR;
 
-    if (added == NGX_ERROR || (ngx_uint_t) added == (op->argc - 2) / 2) {
+    k = ngx_http_idem_redis_op_key(op);
+
+    if (added == NGX_ERROR || (ngx_uint_t) added == first->nfields || k == 0)
+    {
         return;
     }
 
     ngx_str_set(&cmd[0], "HINCRBY");
-    cmd[1].data = (u_char *) op->argv[1];
-    cmd[1].len = op->lens[1];
+    cmd[1].data = (u_char *) op->argv[k];
+    cmd[1].len = op->lens[k];
     ngx_str_set(&cmd[2], "n");
     ngx_str_set(&cmd[3], "1");
 
     (void) ngx_http_idem_redis_write_read(4, cmd, ngx_http_idem_redis_counted,
-                                          *(ngx_uint_t *) op->ext);
+                                          first->max_executions, 0);
 }
 
 
 /*
  * A write whose reply is looked at: it leaves with the writes (no request
- * waits for it), and the cap on executions goes with the op, as the
- * request may be gone by the time the reply is in.
+ * waits for it), and the cap on executions and the write's fields go with
+ * the op, as the request may be gone by the time the reply is in.
  */
 
 static ngx_int_t
 ngx_http_idem_redis_write_read(ngx_uint_t argc, ngx_str_t *argv,
-    ngx_http_idem_redis_reply_pt handler, ngx_uint_t max_executions)
+    ngx_http_idem_redis_reply_pt handler, ngx_uint_t max_executions,
+    ngx_uint_t nfields)
 {
-    ngx_http_idem_store_op_t  *op;
+    ngx_http_idem_store_op_t     *op;
+    ngx_http_idem_redis_first_t  *first;
 
     ngx_http_idem_redis_lazy(1);
 
     op = ngx_http_idem_redis_read(NULL, argc, argv, handler, NULL,
-                                  sizeof(ngx_uint_t));
+                                  sizeof(ngx_http_idem_redis_first_t));
 
     ngx_http_idem_redis_lazy(0);
 
@@ -271,7 +419,11 @@ ngx_http_idem_redis_write_read(ngx_uint_t argc, ngx_str_t *argv,
     }
 
     op->data = op;
-    *(ngx_uint_t *) op->ext = max_executions;
+    op->upgrade = &ngx_http_idem_redis_upgrade_lua;
+
+    first = op->ext;
+    first->max_executions = max_executions;
+    first->nfields = nfields;
 
     return NGX_OK;
 }
@@ -290,23 +442,28 @@ ngx_http_idem_redis_counted(void *data, ngx_int_t rc, ngx_str_t *elts,
 {
     ngx_http_idem_store_op_t *op = data;
 
-    u_char      buf[NGX_INT_T_LEN];
-    ngx_int_t   count, max;
-    ngx_str_t   argv[3];
+    u_char                        buf[NGX_INT_T_LEN];
+    ngx_int_t                     count, max;
+    ngx_str_t                     argv[3];
+    ngx_uint_t                    k;
+    ngx_http_idem_redis_first_t  *first;
+
+    first = op->ext;
 
     /* a store that did not answer says so itself */
 
     count = (rc == NGX_OK && n == 1) ? ngx_atoi(elts[0].data, elts[0].len)
                                      : NGX_ERROR;
-    max = *(ngx_uint_t *) op->ext;
+    max = first->max_executions;
+    k = ngx_http_idem_redis_op_key(op);
 
-    if (count == NGX_ERROR || count + 1 <= max + max / 4) {
+    if (count == NGX_ERROR || count + 1 <= max + max / 4 || k == 0) {
         return;
     }
 
     ngx_str_set(&argv[0], "1");
-    argv[1].data = (u_char *) op->argv[1];
-    argv[1].len = op->lens[1];
+    argv[1].data = (u_char *) op->argv[k];
+    argv[1].len = op->lens[k];
     argv[2].data = buf;
     argv[2].len = ngx_sprintf(buf, "%i", max) - buf;
 
@@ -372,6 +529,10 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
     if (op == NULL) {
         return NULL;
     }
+
+    /* a short record there: the claim goes through the upgrade script */
+
+    op->upgrade = &ngx_http_idem_redis_upgrade_lua;
 
     cl = op->ext;
     op->data = op;

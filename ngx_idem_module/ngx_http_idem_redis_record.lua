@@ -1,4 +1,5 @@
--- Shared by the claim and the record read (a prelude, not run alone).
+-- Shared by the claim and the record read (a prelude, not run alone;
+-- the short prelude goes before it).
 -- now: Redis's clock, unix ms.  lease_at(v): when a claim's lease ("l:")
 -- lapses, Redis's clock: a script's claim writes it so; a claim made
 -- without a script (no clock) writes "+<lease> <ttl>" with the PEXPIRE
@@ -6,7 +7,7 @@
 -- which the record's PTTL tells (a later refresh of the expiry only makes
 -- the lease longer).  fields(out): appends the record's fields to out,
 -- leases as lease_at() reads them, all but the stored answer "r" (never
--- read here: it may be large).  A record holds about
+-- read here: it may be large), a short record's too.  A record holds about
 -- idem_record_max_executions executions; one of an older version may hold
 -- more, hence HMGET in chunks (Lua's unpack() has a limit).
 local t = redis.call('TIME')
@@ -18,6 +19,9 @@ local function lease_at(v)
   return now + tonumber(lease) - math.max(tonumber(ttl) - left, 0)
 end
 local function fields(out)
+  if redis.call('TYPE', KEYS[1]).ok == 'string' then
+    return short(redis.call('GET', KEYS[1]), out)
+  end
   local ks, some = redis.call('HKEYS', KEYS[1]), {}
   for i = 1, #ks + 1 do
     if #some == 1000 or (i > #ks and #some > 0) then

@@ -110,7 +110,9 @@ typedef struct {
  * record past max_executions (+ a quarter), unless every field it wrote
  * was new (the fields include one that every record has: the write made
  * the record); claim: the rest of a claim that said so (its digest, and
- * its lease unless the execution is done; the lease needs the ttl).
+ * its lease unless the execution is done; the lease needs the ttl);
+ * whole: the execution's first write is its only one, and no claim
+ * needs its record (a record it makes may take a cheaper form).
  */
 typedef struct {
     ngx_str_t                  key;
@@ -123,6 +125,7 @@ typedef struct {
     ngx_uint_t                 max_executions;
     unsigned                   first:1;
     unsigned                   claim:1;
+    unsigned                   whole:1;
 } ngx_http_idem_store_write_t;
 
 

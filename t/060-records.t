@@ -1,6 +1,8 @@
 # Call records in Redis, read back through the status endpoint.
 
+use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
+use IdemRecord;
 
 no_long_string();
 no_shuffle();
@@ -437,12 +439,18 @@ X-Call-Id: rec-merged
 
 
 
-=== TEST 18: ... no arrival field of its own; with idem_record_arrival_delay 0, a call's arrival is written before its end
+=== TEST 18: ... no arrival field of its own, and a short record (one SET: a string, with the TTL); with idem_record_arrival_delay 0, a call's arrival is written before its end
 --- init
-my @f = sort split /\n/,
-    `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} hkeys 'idem:c:{rec-merged}'`;
+my %r = IdemRecord::fields($ENV{TEST_NGINX_REDIS_PORT}, 'idem:c:{rec-merged}');
+my @f = sort keys %r;
 Test::More::is(scalar(grep { /^e:/ } @f), 0, "no e: field (@f)");
 Test::More::is(scalar(grep { /^f:/ } @f), 1, "one f: field (@f)");
+Test::More::is(scalar(grep { /^a:.+:1$/ } @f), 1, "its attempt (@f)");
+Test::More::is($r{v}, '1', 'v');
+Test::More::is(IdemRecord::type($ENV{TEST_NGINX_REDIS_PORT},
+                                'idem:c:{rec-merged}'), 'string', 'short');
+my $ttl = `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} pttl 'idem:c:{rec-merged}'`;
+Test::More::cmp_ok($ttl, '>', 86_000_000, "the record's TTL ($ttl ms)");
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config
@@ -462,12 +470,14 @@ X-Call-Id: rec-apart
 
 
 
-=== TEST 19: ... both fields
+=== TEST 19: ... both fields, in a hash
 --- init
-my @f = sort split /\n/,
-    `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} hkeys 'idem:c:{rec-apart}'`;
+my %r = IdemRecord::fields($ENV{TEST_NGINX_REDIS_PORT}, 'idem:c:{rec-apart}');
+my @f = sort keys %r;
 Test::More::is(scalar(grep { /^e:/ } @f), 1, "an e: field (@f)");
 Test::More::is(scalar(grep { /^f:/ } @f), 1, "an f: field (@f)");
+Test::More::is(IdemRecord::type($ENV{TEST_NGINX_REDIS_PORT},
+                                'idem:c:{rec-apart}'), 'hash', 'a hash');
 --- config
     location /t {
         return 200 "ok\n";

@@ -4,7 +4,9 @@
 # records left larger by an older version are trimmed by the next write,
 # and read back whole.
 
+use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
+use IdemRecord;
 
 no_long_string();
 no_shuffle();
@@ -40,8 +42,8 @@ LUA
 # not written before), or both
 sub fields {
     my ($key) = @_;
-    my @f = split /\n/,
-        `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} hkeys '$key'`;
+    my %r = IdemRecord::fields($ENV{TEST_NGINX_REDIS_PORT}, $key);
+    my @f = sort keys %r;
     my %ex = map { /^[ef]:(.+)$/ ? ($1 => 1) : () } @f;
     return (scalar(@f), scalar(keys %ex), @f);
 }
@@ -49,9 +51,8 @@ sub fields {
 # one field of a record, or "(none)"
 sub field {
     my ($key, $name) = @_;
-    my $v = `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} --raw hget '$key' '$name'`;
-    chomp $v;
-    return $v eq '' ? '(none)' : $v;
+    my %r = IdemRecord::fields($ENV{TEST_NGINX_REDIS_PORT}, $key);
+    return $r{$name} // '(none)';
 }
 
 __DATA__

@@ -6,6 +6,7 @@
 
 use lib 't/lib';
 use RedisCluster;
+use IdemRecord;
 use Cwd qw(abs_path);
 use Test::Nginx::Socket 'no_plan';
 
@@ -84,8 +85,8 @@ Test::More::is(scalar keys %token, 12, 'every call has its entry');
 my $found = 0;
 for my $id (@main::ids) {
     my $p = RedisCluster::slot_owner($main::slot_of{$id});
-    $found++ if RedisCluster::cli($p, 'hget', "idem:c:{$id}", "f:$token{$id}")
-                =~ /^UNKNOWN 502 /;
+    my %r = IdemRecord::fields($p, "idem:c:{$id}");
+    $found++ if ($r{"f:$token{$id}"} // '') =~ /^UNKNOWN 502 /;
 }
 Test::More::is($found, 12, "each entry's record, UNKNOWN, on its own master");
 --- config

@@ -92,6 +92,55 @@ Test::More::is(main::masters_with_keys(), 3, "records on all 3 masters");
 
 
 
+=== TEST 3b: the same ids again: each short record becomes a hash of two executions on its own master (the upgrade script sent to its key's slot)
+--- http_config
+    idem_redis cluster 127.0.0.1:$TEST_NGINX_REDIS_CLUSTER_PORT timeout=500ms;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- init
+my $short = grep {
+    RedisCluster::cli(RedisCluster::slot_owner($main::slot_of{$_}),
+                      'type', "idem:c:{$_}") eq 'string'
+} @main::ids;
+Test::More::is($short, scalar @main::ids, 'short records, all of them');
+--- request eval
+[(map { "GET /t" } @main::ids), (map { "GET /calls/$_" } @main::ids)]
+--- more_headers eval
+[(map { "X-Call-Id: $_" } @main::ids), (map { "" } @main::ids)]
+--- wait: 0.1
+--- error_code eval
+[(map { 200 } @main::ids), (map { 200 } @main::ids)]
+--- response_body_like eval
+[(map { "n=2 " } @main::ids),
+ (map { qq{"call_id":"$_",.*"executions":2,} } @main::ids)]
+--- no_error_log
+[error]
+
+
+
+=== TEST 3c: ... (hashes, counted)
+--- request
+GET /calls/cl-none-3c
+--- init
+my $hashes = grep {
+    my $p = RedisCluster::slot_owner($main::slot_of{$_});
+    RedisCluster::cli($p, 'type', "idem:c:{$_}") eq 'hash'
+        && RedisCluster::cli($p, 'hget', "idem:c:{$_}", 'n') eq '1'
+} @main::ids;
+Test::More::is($hashes, scalar @main::ids, 'hashes with one count, all');
+--- error_code: 404
+--- no_error_log
+[error]
+
+
+
 === TEST 4: dedupe on ids over all slots: claimed, replayed, 422 on another body
 --- http_config
     idem_redis cluster 127.0.0.1:$TEST_NGINX_REDIS_CLUSTER_PORT2 timeout=500ms;

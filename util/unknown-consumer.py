@@ -141,13 +141,32 @@ def escalate(r, args, entry_id, f, why):
         r.xadd(args.escalate_to, fields)
 
 
+def record(r, key):
+    """A record's fields, {} when it is gone.  A hash, or a short record:
+    the one write that made it, a string of "<field> <length> <value>\n"
+    (README "Records in Redis")."""
+    if r.type(key) != "string":
+        return r.hgetall(key)
+    # the lengths count bytes
+    s, out, i = (r.get(key) or "").encode(), {}, 0
+    while i < len(s):
+        field, sp, rest = s[i:].partition(b" ")
+        length, sp2, _ = rest.partition(b" ")
+        if not sp or not sp2 or not length.isdigit():
+            break
+        start = i + len(field) + len(length) + 2
+        out[field.decode()] = s[start:start + int(length)].decode()
+        i = start + int(length) + 1
+    return out
+
+
 def follow(r, args, entry_id, f, rnd):
     """One round of one entry; True when it is done with (to XACK)."""
     where = "%s %s, trace %s, node %s, record %s" % (
         f.get("method"), f.get("uri"), f.get("trace_id"), f.get("node"),
         f.get("key"))
 
-    verdict, detail = judge(f, r.hgetall(f["key"]) if "key" in f else {})
+    verdict, detail = judge(f, record(r, f["key"]) if "key" in f else {})
 
     if verdict == "resolved":
         say(entry_id, f, "round %d/%d: resolved: %s"
