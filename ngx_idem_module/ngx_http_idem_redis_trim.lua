@@ -3,11 +3,11 @@
 -- executions, folds the others into "x" and deletes their fields, and
 -- fields of no execution, but for the claim's own fields of the execution
 -- named by "o" (the dedupe claim reads them); sets "n" to the executions
--- kept after the first.  Replies how many executions were dropped.  The hash is about the
--- cap when this runs (a record of an older version aside, hence the
--- chunks: Lua's unpack() has a limit).  The short prelude goes before
--- it: a record trimmed is one counted, a hash, unless it went and came
--- back short since its count.
+-- kept after the first.  Replies how many executions were dropped.  The
+-- hash is about the cap when this runs (a record of an older version
+-- aside, hence the chunks: Lua's unpack() has a limit).  The short
+-- prelude goes before it: a record trimmed is one counted, a hash, unless
+-- it went and came back short since its count.
 local k, max = KEYS[1], tonumber(ARGV[1])
 hash()
 local h = redis.call('HGETALL', k)
