@@ -209,6 +209,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       offsetof(ngx_http_idem_main_conf_t, record_ttl),
       &ngx_http_idem_ttl_bounds },
 
+    { ngx_string("idem_record_short"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_idem_main_conf_t, record_short),
+      NULL },
+
     { ngx_string("idem_record_max_executions"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_record_max_executions,
@@ -424,6 +431,7 @@ ngx_http_idem_create_main_conf(ngx_conf_t *cf)
 
     imcf->record_ttl = NGX_CONF_UNSET_MSEC;
     imcf->record_max_executions = NGX_CONF_UNSET_UINT;
+    imcf->record_short = NGX_CONF_UNSET;
 
     return imcf;
 }
@@ -486,6 +494,7 @@ ngx_http_idem_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(imcf->record_ttl, 24 * 60 * 60 * 1000);
     ngx_conf_init_uint_value(imcf->record_max_executions,
                              NGX_HTTP_IDEM_RECORD_MAX_EXECUTIONS);
+    ngx_conf_init_value(imcf->record_short, 1);
 
     if (imcf->key_prefix.data == NULL) {
         ngx_str_set(&imcf->key_prefix, "idem:");

@@ -114,6 +114,7 @@ typedef struct {
     ngx_http_idem_store_conf_t  store;      /* addr.data NULL: none */
     ngx_msec_t                record_ttl;
     ngx_uint_t                record_max_executions;
+    ngx_flag_t                record_short;
     ngx_str_t                 key_prefix;
 
     ngx_flag_t                used;         /* some "idem on" exists */

@@ -799,7 +799,8 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
         /* over before its arrival was written, and no claim: short */
 
-        w.whole = final && !w.claim && !ctx->dedupe.owner;
+        w.whole = final && !w.claim && !ctx->dedupe.owner
+                  && imcf->record_short;
 
         /* lost or not, never counted twice */
 

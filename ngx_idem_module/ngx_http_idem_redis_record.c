@@ -120,8 +120,9 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_upgrade_lua = {
 
 /*
  * HSET key fields (with a claim's "d" and "l:"), PEXPIRE key ttl: both of
- * them or none.  An execution's first write is a read in passing: its
- * reply (how many fields were new) says whether the execution is counted.
+ * them or none; a whole execution's, one SET (short).  An execution's
+ * first write is a read in passing: its reply (how many fields were new)
+ * says whether the execution is counted.
  */
 
 ngx_int_t

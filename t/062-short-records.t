@@ -392,3 +392,64 @@ Test::More::is(main::type('idem:c:{sr-14}'), 'hash', 'a hash');
 GET /t
 --- no_error_log
 [error]
+
+
+
+=== TEST 16: idem_record_short off: a call over at once makes a hash, as before short records
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_record_short off;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        idem_record_arrival_delay 1s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request
+GET /t
+--- more_headers
+X-Call-Id: sr-16
+--- wait: 0.05
+--- response_body_like: n=1
+--- no_error_log
+[error]
+
+
+
+=== TEST 17: ... (a hash of the same three fields)
+--- init
+Test::More::is(main::type('idem:c:{sr-16}'), 'hash', 'a hash');
+my %r = main::record('idem:c:{sr-16}');
+my @f = sort keys %r;
+Test::More::is(scalar(@f), 3, "three fields (@f)");
+Test::More::is($r{v}, '1', 'v');
+Test::More::cmp_ok(main::redis("pttl 'idem:c:{sr-16}'"), '>', 86_000_000,
+                   'the TTL');
+--- config
+    location /t { return 200; }
+--- request
+GET /t
+--- no_error_log
+[error]
+
+
+
+=== TEST 18: idem_record_short takes on or off
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_record_short maybe;
+--- config
+    location /t { return 200; }
+--- must_die
+--- error_log
+invalid value "maybe" in "idem_record_short" directive, it must be "on" or "off"
+
+
+
+=== TEST 19: idem_record_short is an http directive
+--- config
+    location /t { idem_record_short off; }
+--- must_die
+--- error_log
+"idem_record_short" directive is not allowed here
