@@ -222,6 +222,8 @@ ngx_http_idem_store_op_t *ngx_http_idem_redis_read(
     ngx_http_idem_redis_reply_pt handler, void *data, size_t ext);
 ngx_int_t ngx_http_idem_redis_again(ngx_http_idem_store_op_t *op,
     ngx_http_idem_redis_script_t *script, ngx_uint_t argc, ngx_str_t *argv);
+ngx_int_t ngx_http_idem_redis_again_through(ngx_http_idem_store_op_t *op,
+    ngx_http_idem_redis_script_t *script);
 ngx_int_t ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_idem_redis_script_t *upgrade);
 ngx_int_t ngx_http_idem_redis_room(ngx_uint_t n);

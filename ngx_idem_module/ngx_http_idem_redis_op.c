@@ -25,6 +25,10 @@ static ngx_int_t ngx_http_idem_redis_noscript(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op, redisReply *reply);
 static ngx_int_t ngx_http_idem_redis_wrongtype(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op, redisReply *reply);
+static ngx_int_t ngx_http_idem_redis_op_through(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, ngx_http_idem_redis_script_t *script);
+static ngx_int_t ngx_http_idem_redis_again_send(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op);
 static void ngx_http_idem_redis_answer(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op, redisReply *reply);
 static void ngx_http_idem_redis_read_timeout(ngx_event_t *ev);
@@ -296,9 +300,40 @@ ngx_http_idem_redis_again(ngx_http_idem_store_op_t *op,
 
     if (rd->closing
         || ngx_http_idem_redis_op_command(rd, op, script, argc, argv)
-           != NGX_OK
-        || ngx_http_idem_redis_op_send(rd, op) != NGX_OK)
+           != NGX_OK)
     {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_idem_redis_again_send(rd, op);
+}
+
+
+/* the same, with the op's own command through a script (op_through) */
+
+ngx_int_t
+ngx_http_idem_redis_again_through(ngx_http_idem_store_op_t *op,
+    ngx_http_idem_redis_script_t *script)
+{
+    ngx_http_idem_redis_t  *rd;
+
+    rd = &ngx_http_idem_redis;
+
+    if (rd->closing
+        || ngx_http_idem_redis_op_through(rd, op, script) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_idem_redis_again_send(rd, op);
+}
+
+
+static ngx_int_t
+ngx_http_idem_redis_again_send(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op)
+{
+    if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -455,26 +490,53 @@ ngx_http_idem_redis_noscript(ngx_http_idem_redis_t *rd,
 /*
  * WRONGTYPE to a command of an op that has an "upgrade" script: the key
  * holds another form of what the command expects (a short record: see
- * ngx_http_idem_redis_record.c).  The command goes again, once, to that
- * script, as EVALSHA <sha1> 1 <key> <command> <its other arguments>: the
- * script changes the form and runs the command, and its reply is the
- * command's.  NGX_OK: sent.
+ * ngx_http_idem_redis_record.c).  The command goes again, once, through
+ * that script, which changes the form and runs the command: its reply is
+ * the command's.  NGX_OK: sent.
  */
 
 static ngx_int_t
 ngx_http_idem_redis_wrongtype(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op, redisReply *reply)
 {
-    ngx_int_t   rc;
-    ngx_str_t   argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv;
-    ngx_uint_t  i, n;
-
-    if (op->upgrade == NULL || op->script != NULL || op->argc < 2
+    if (op->upgrade == NULL || op->script != NULL
         || reply->len < sizeof("WRONGTYPE") - 1
         || ngx_strncmp(reply->str, "WRONGTYPE", sizeof("WRONGTYPE") - 1)
            != 0)
     {
         return NGX_DECLINED;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: WRONGTYPE for %*s, through its script",
+                   op->lens[0], op->argv[0]);
+
+    if (ngx_http_idem_redis_op_through(rd, op, op->upgrade) != NGX_OK
+        || ngx_http_idem_redis_op_send(rd, op) != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The op's own command, <command> <key> <its other arguments>, becomes
+ * the arguments of a script: EVALSHA <sha1> 1 <key> <command> <its other
+ * arguments>.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_op_through(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op, ngx_http_idem_redis_script_t *script)
+{
+    ngx_int_t   rc;
+    ngx_str_t   argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv;
+    ngx_uint_t  i, n;
+
+    if (op->argc < 2) {
+        return NGX_ERROR;
     }
 
     n = op->argc + 1;
@@ -485,7 +547,7 @@ ngx_http_idem_redis_wrongtype(ngx_http_idem_redis_t *rd,
     } else {
         argv = ngx_alloc(n * sizeof(ngx_str_t), rd->log);
         if (argv == NULL) {
-            return NGX_DECLINED;
+            return NGX_ERROR;
         }
     }
 
@@ -501,21 +563,13 @@ ngx_http_idem_redis_wrongtype(ngx_http_idem_redis_t *rd,
         argv[i + 1].len = op->lens[i];
     }
 
-    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "idem redis: WRONGTYPE for %*s, through its script",
-                   op->lens[0], op->argv[0]);
-
-    rc = ngx_http_idem_redis_op_command(rd, op, op->upgrade, n, argv);
+    rc = ngx_http_idem_redis_op_command(rd, op, script, n, argv);
 
     if (argv != argv_buf) {
         ngx_free(argv);
     }
 
-    if (rc != NGX_OK || ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
-        return NGX_DECLINED;
-    }
-
-    return NGX_OK;
+    return rc;
 }
 
 

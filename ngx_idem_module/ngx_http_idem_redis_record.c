@@ -317,9 +317,6 @@ ngx_http_idem_redis_short_written(void *data, ngx_int_t rc, ngx_str_t *elts,
 {
     ngx_http_idem_store_op_t *op = data;
 
-    ngx_str_t   argv[7];
-    ngx_uint_t  i;
-
     /* a store that did not answer says so itself */
 
     if (rc != NGX_OK || n != 0 || op->argc != 6) {
@@ -330,23 +327,10 @@ ngx_http_idem_redis_short_written(void *data, ngx_int_t rc, ngx_str_t *elts,
                    "idem store: \"%*s\" there already: written as a hash",
                    op->lens[1], op->argv[1]);
 
-    /* 1 key SET value PX ttl NX */
-
-    ngx_str_set(&argv[0], "1");
-    argv[1].data = (u_char *) op->argv[1];
-    argv[1].len = op->lens[1];
-    argv[2].data = (u_char *) op->argv[0];
-    argv[2].len = op->lens[0];
-
-    for (i = 2; i < 6; i++) {
-        argv[i + 1].data = (u_char *) op->argv[i];
-        argv[i + 1].len = op->lens[i];
-    }
-
     op->handler = ngx_http_idem_redis_first_written;
 
-    (void) ngx_http_idem_redis_again(op, &ngx_http_idem_redis_upgrade_lua,
-                                     7, argv);
+    (void) ngx_http_idem_redis_again_through(op,
+                                             &ngx_http_idem_redis_upgrade_lua);
 }
 
 
