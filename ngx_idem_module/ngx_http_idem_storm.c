@@ -23,7 +23,8 @@
 
 static ngx_int_t ngx_http_idem_storm_refuse(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_msec_t wait);
-static ngx_int_t ngx_http_idem_storm_failed(ngx_http_idem_ctx_t *ctx);
+static ngx_int_t ngx_http_idem_storm_failed(ngx_http_idem_ctx_t *ctx,
+    ngx_http_idem_storm_ctx_t *sctx);
 static ngx_http_idem_storm_bucket_t *ngx_http_idem_storm_bucket(
     ngx_http_idem_storm_node_t *node);
 static void ngx_http_idem_storm_sum(ngx_http_idem_storm_node_t *node,
@@ -33,7 +34,8 @@ static void ngx_http_idem_storm_sum(ngx_http_idem_storm_node_t *node,
 /*
  * Before the first attempt (the wrapped peer.init): the call joins its
  * upstream's counts; an open breaker answers it at once.  NGX_DONE: it
- * was answered, the upstream is finished with.
+ * was answered, the upstream is finished with.  A call that comes from
+ * another upstream (error_page, X-Accel-Redirect) is over there.
  */
 
 ngx_int_t
@@ -48,9 +50,16 @@ ngx_http_idem_storm_admit(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_http_idem_storm_zone_t      *zone;
     ngx_http_idem_storm_upstream_t  *su;
 
+    /* the upstream the call leaves is judged by the answer it gave */
+
+    if (ctx->upstream.storm != NULL) {
+        ngx_http_idem_storm_finish(r, ctx);
+        ctx->upstream.storm = NULL;
+    }
+
     scf = &ctx->conf->storm;
 
-    if (scf->zone == NULL || ctx->upstream.storm != NULL) {
+    if (scf->zone == NULL) {
         return NGX_OK;
     }
 
@@ -69,6 +78,8 @@ ngx_http_idem_storm_admit(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     node = su->node;
     sctx->node = node;
     sctx->name = &su->name;
+    sctx->conf = scf;
+    sctx->retry_on = ctx->conf->retry_on;
     ctx->upstream.storm = sctx;
 
     if (!scf->breaker) {
@@ -214,13 +225,13 @@ ngx_http_idem_storm_attempt(ngx_http_idem_ctx_t *ctx)
         return;
     }
 
-    zone = ctx->conf->storm.zone->data;
+    zone = sctx->conf->zone->data;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     b = ngx_http_idem_storm_bucket(sctx->node);
 
-    if (ctx->upstream.attempt > 1) {
+    if (ctx->upstream.attempt > ctx->upstream.first_attempt) {
         b->retries++;
 
     } else {
@@ -251,11 +262,12 @@ ngx_http_idem_storm_retry(ngx_http_idem_ctx_t *ctx)
     ngx_http_idem_storm_sums_t   sums;
 
     sctx = ctx->upstream.storm;
-    scf = &ctx->conf->storm;
 
-    if (sctx == NULL || !scf->budget) {
+    if (sctx == NULL || !sctx->conf->budget) {
         return 1;
     }
+
+    scf = sctx->conf;
 
     zone = scf->zone->data;
 
@@ -323,12 +335,12 @@ ngx_http_idem_storm_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     sctx->done = 1;
 
-    scf = &ctx->conf->storm;
+    scf = sctx->conf;
     zone = scf->zone->data;
     node = sctx->node;
     now = ngx_current_msec;
 
-    failed = ngx_http_idem_storm_failed(ctx);
+    failed = ngx_http_idem_storm_failed(ctx, sctx);
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem storm: upstream \"%V\": the call %s",
@@ -418,13 +430,14 @@ ngx_http_idem_storm_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
 
 /*
- * 1: the call's final answer is a failure that idem_retry's "on=" names;
- * 0: it is not; NGX_DECLINED: nothing to judge (no attempt ended, or the
- * client left before the answer).
+ * 1: the last answer the call got from this upstream is a failure that the
+ * proxying location's idem_retry "on=" names; 0: it is not; NGX_DECLINED:
+ * nothing to judge (no attempt ended, or the client left before the answer).
  */
 
 static ngx_int_t
-ngx_http_idem_storm_failed(ngx_http_idem_ctx_t *ctx)
+ngx_http_idem_storm_failed(ngx_http_idem_ctx_t *ctx,
+    ngx_http_idem_storm_ctx_t *sctx)
 {
     ngx_uint_t                on, ft;
     ngx_http_idem_attempt_t  *a;
@@ -435,7 +448,7 @@ ngx_http_idem_storm_failed(ngx_http_idem_ctx_t *ctx)
 
     a = ctx->record.attempts->elts;
     a = &a[ctx->record.attempts->nelts - 1];
-    on = ctx->conf->retry_on;
+    on = sctx->retry_on;
 
     switch (a->outcome) {
 

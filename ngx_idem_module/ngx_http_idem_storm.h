@@ -50,10 +50,16 @@ typedef struct {
 typedef struct ngx_http_idem_storm_node_s  ngx_http_idem_storm_node_t;
 
 
-/* a call's view of its upstream's budget and breaker */
+/*
+ * A call's view of one upstream's budget and breaker.  A call that
+ * reaches another upstream later (error_page, a named location,
+ * X-Accel-Redirect) gets another one: each upstream counts its own part.
+ */
 typedef struct {
     ngx_http_idem_storm_node_t  *node;
     ngx_str_t                   *name;      /* the upstream's */
+    ngx_http_idem_storm_conf_t  *conf;      /* the proxying location's */
+    ngx_uint_t                   retry_on;  /* its idem_retry on= */
     unsigned                     probe:1;   /* let through half-open */
     unsigned                     done:1;    /* its outcome was counted */
 } ngx_http_idem_storm_ctx_t;
