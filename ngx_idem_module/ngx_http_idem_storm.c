@@ -13,8 +13,9 @@
  *
  * A reload with as many upstreams keeps the zone: its nodes are found
  * again by upstream name, so the budget and the breaker carry on; a new
- * size gives a new zone, counted from zero.  Nodes are never freed, as
- * exiting workers may still count into them.
+ * size gives a new zone, counted from zero.  The nodes of upstreams that
+ * neither the running nor the new configuration names are freed then
+ * (storm_zone.c).
  */
 
 

@@ -2,6 +2,12 @@
 /*
  * The retry storm zone: one node per upstream, found again by name after
  * a reload, and what idem_metrics shows of it.  See storm.c for the counts.
+ *
+ * A reload that keeps the zone (its size is unchanged) frees the nodes
+ * that neither the running configuration nor the new one names: an
+ * upstream renamed in every deploy (implicit ones are named host:port)
+ * never fills the zone.  The running configuration's are kept, as its
+ * workers count into them until they exit.
  */
 
 
@@ -10,6 +16,10 @@
 
 static ngx_int_t ngx_http_idem_storm_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static void ngx_http_idem_storm_sweep(ngx_http_idem_storm_zone_t *zone,
+    ngx_http_idem_storm_zone_t *ozone, ngx_log_t *log);
+static ngx_http_idem_storm_node_t *ngx_http_idem_storm_lookup(
+    ngx_http_idem_storm_zone_t *zone, ngx_str_t *name);
 static ngx_http_idem_storm_node_t *ngx_http_idem_storm_node(
     ngx_http_idem_storm_zone_t *zone, ngx_str_t *name, ngx_log_t *log);
 static int ngx_libc_cdecl ngx_http_idem_storm_cmp(const void *one,
@@ -208,6 +218,10 @@ ngx_http_idem_storm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         shpool->log_nomem = 0;
     }
 
+    if (ozone != NULL) {
+        ngx_http_idem_storm_sweep(zone, ozone, shm_zone->shm.log);
+    }
+
     su = zone->upstreams.elts;
 
     for (i = 0; i < zone->upstreams.nelts; i++) {
@@ -219,16 +233,80 @@ ngx_http_idem_storm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 }
 
 
-/* the node of an upstream name: the one a previous configuration made */
+/*
+ * A reload: the nodes of the running configuration ("ozone", whose
+ * workers still count) and of the new one are kept, the others freed.
+ * They can only be of configurations before the running one, or of a
+ * reload that failed.  The master runs this, under the zone's mutex.
+ */
+
+static void
+ngx_http_idem_storm_sweep(ngx_http_idem_storm_zone_t *zone,
+    ngx_http_idem_storm_zone_t *ozone, ngx_log_t *log)
+{
+    ngx_uint_t                       i, sweep, freed;
+    ngx_queue_t                     *q, *next;
+    ngx_http_idem_storm_node_t      *node;
+    ngx_http_idem_storm_upstream_t  *su;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    sweep = ++zone->sh->sweeps;
+
+    su = ozone->upstreams.elts;
+
+    for (i = 0; i < ozone->upstreams.nelts; i++) {
+        if (su[i].node != NULL) {
+            su[i].node->named = sweep;
+        }
+    }
+
+    su = zone->upstreams.elts;
+
+    for (i = 0; i < zone->upstreams.nelts; i++) {
+        node = ngx_http_idem_storm_lookup(zone, &su[i].name);
+
+        if (node != NULL) {
+            node->named = sweep;
+        }
+    }
+
+    freed = 0;
+
+    for (q = ngx_queue_head(&zone->sh->nodes);
+         q != ngx_queue_sentinel(&zone->sh->nodes);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        node = ngx_queue_data(q, ngx_http_idem_storm_node_t, queue);
+
+        if (node->named == sweep) {
+            continue;
+        }
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, log, 0,
+                       "idem storm: upstream \"%*s\" is named no more, "
+                       "its node is freed", node->len, node->name);
+
+        ngx_queue_remove(q);
+        ngx_slab_free_locked(zone->shpool, node);
+        freed++;
+    }
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, log, 0,
+                   "idem storm: reload, %ui nodes freed", freed);
+}
+
+
+/* the node of an upstream name, if there is one; locked */
 
 static ngx_http_idem_storm_node_t *
-ngx_http_idem_storm_node(ngx_http_idem_storm_zone_t *zone, ngx_str_t *name,
-    ngx_log_t *log)
+ngx_http_idem_storm_lookup(ngx_http_idem_storm_zone_t *zone, ngx_str_t *name)
 {
     ngx_queue_t                 *q;
     ngx_http_idem_storm_node_t  *node;
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
 
     for (q = ngx_queue_head(&zone->sh->nodes);
          q != ngx_queue_sentinel(&zone->sh->nodes);
@@ -239,9 +317,29 @@ ngx_http_idem_storm_node(ngx_http_idem_storm_zone_t *zone, ngx_str_t *name,
         if (node->len == name->len
             && ngx_strncmp(node->name, name->data, name->len) == 0)
         {
-            ngx_shmtx_unlock(&zone->shpool->mutex);
             return node;
         }
+    }
+
+    return NULL;
+}
+
+
+/* the node of an upstream name: the one a previous configuration made */
+
+static ngx_http_idem_storm_node_t *
+ngx_http_idem_storm_node(ngx_http_idem_storm_zone_t *zone, ngx_str_t *name,
+    ngx_log_t *log)
+{
+    ngx_http_idem_storm_node_t  *node;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    node = ngx_http_idem_storm_lookup(zone, name);
+
+    if (node != NULL) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        return node;
     }
 
     node = ngx_slab_calloc_locked(zone->shpool,
@@ -254,7 +352,7 @@ ngx_http_idem_storm_node(ngx_http_idem_storm_zone_t *zone, ngx_str_t *name,
         ngx_log_error(NGX_LOG_WARN, log, 0,
                       "idem: no room in the \"" NGX_HTTP_IDEM_STORM_ZONE_NAME
                       "\" zone for upstream \"%V\": its retry budget and "
-                      "breaker are off until nginx restarts", name);
+                      "breaker are off in this configuration", name);
         return NULL;
     }
 

@@ -15,9 +15,6 @@
 #define NGX_HTTP_IDEM_STORM_ZONE_NAME  "idem_storm"
 
 
-#define NGX_HTTP_IDEM_STORM_ZONE_NAME  "idem_storm"
-
-
 typedef struct {
     uint32_t                      tick;
     uint32_t                      calls;      /* first attempts */
@@ -29,6 +26,7 @@ typedef struct {
 
 struct ngx_http_idem_storm_node_s {
     ngx_queue_t                   queue;
+    ngx_uint_t                    named;      /* the sweep that kept it */
 
     ngx_uint_t                    state;
     ngx_msec_t                    open_until;
@@ -49,6 +47,7 @@ struct ngx_http_idem_storm_node_s {
 
 typedef struct {
     ngx_queue_t                   nodes;
+    ngx_uint_t                    sweeps;     /* configurations loaded */
 } ngx_http_idem_storm_shctx_t;
 
 

@@ -25,7 +25,8 @@ remove_tree($sr);
 make_path("$sr/conf", "$sr/logs");
 
 sub write_conf {
-    my ($extra) = @_;
+    my ($extra, $locations) = @_;
+    $locations //= '';
 
     my $load = join '', map { "load_module $_;\n" } @modules;
     my $user = $> == 0 ? "user root;\n" : '';
@@ -83,6 +84,7 @@ http {
         location /metrics {
             idem_metrics;
         }
+        $locations
     }
 }
 CONF
@@ -199,6 +201,32 @@ like($r->{body}, qr/upstream-unavailable/, '... answered by the gateway');
 is(metric('idem_breaker_state{upstream="more"}'), 0,
    'the new upstream has its own, closed breaker');
 
+# upstreams renamed in every deploy (as an implicit upstream is when its
+# address changes): the nodes no configuration names are freed, so the zone
+# never fills up, however many reloads.  14 upstreams: room for 64 nodes;
+# 10 reloads rename 12 of them, 120 names in all.
+
+for my $g (1 .. 10) {
+    $old{$_}++ for map { call('/metrics')->{worker} // 0 } 1 .. 6;
+    write_conf(join("\n", map { "upstream r${g}x$_ { server 127.0.0.1:$port; }" }
+                              1 .. 12),
+               "location /rn/ { idem on; idem_breaker failures=50% "
+               . "min_calls=2 open=30s; proxy_pass http://r${g}x1/code/; }");
+    reload();
+}
+
+my $m = call('/metrics')->{body} // '';
+my @on = grep { $m =~ /^idem_breaker_state\{upstream="r10x$_"\} 0$/m } 1 .. 12;
+is(scalar @on, 12, 'after 10 renaming reloads every upstream has a breaker')
+    or diag $m;
+unlike($m, qr/upstream="r9x/, 'the names of the configuration before are gone');
+
+is(call('/rn/fail')->{code}, 503, 'a renamed upstream: a failure');
+is(call('/rn/fail')->{code}, 503, '... a second one opens its breaker');
+like(call('/rn/ok')->{body}, qr/upstream-unavailable/,
+     '... which answers the next call itself');
+is(metric('idem_breaker_state{upstream="r10x1"}'), 1, '... and shows open');
+
 kill 'QUIT', $master;
 for (1 .. 100) {
     last unless kill 0, $master;
@@ -208,5 +236,7 @@ for (1 .. 100) {
 my $log = do { local (@ARGV, $/) = "$sr/logs/error.log"; <> };
 unlike($log, qr/\[(?:alert|crit|emerg)\]|exited on signal/,
        'no alert, no crash in the error log');
+unlike($log, qr/no room in the "idem_storm" zone/,
+       'the zone never ran out of room');
 
 done_testing();
