@@ -5,7 +5,8 @@
  * the 409 bodies read records through it).  Beyond the sanitizers: what
  * it returns is consistent with itself and with the fields it was given
  * (executions in arrival order and numbered on from the summarised ones,
- * attempts of kept executions in order, the record's state by its rule).
+ * attempts of kept executions in order, the record's state by its rule,
+ * the record's receipt the newest execution's).
  *
  * Input: strings, each a length byte (255: two bytes of length follow)
  * and its bytes: Redis's time (unix ms, in decimal), then the record's
@@ -146,6 +147,23 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ngx_http_idem_fuzz_assert(rec.created_ms == rec.execs[0]->created_ms);
         ngx_http_idem_fuzz_assert(rec.info[0].data
                                   == rec.execs[0]->info[0].data);
+    }
+
+    /* the receipt: the newest kept execution's that has one, whole */
+
+    for (i = rec.nexecs; i > 0; i--) {
+        e = rec.execs[i - 1];
+
+        if (e->receipt.len) {
+            ngx_http_idem_fuzz_assert(e->receipt.data != NULL);
+            ngx_http_idem_fuzz_assert(rec.receipt.data == e->receipt.data
+                                      && rec.receipt.len == e->receipt.len);
+            break;
+        }
+    }
+
+    if (i == 0) {
+        ngx_http_idem_fuzz_assert(rec.receipt.len == 0);
     }
 
     /* attempts: of kept executions, by execution then number, whole */

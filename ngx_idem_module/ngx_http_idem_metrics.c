@@ -59,6 +59,11 @@ static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
     ngx_http_idem_metric("idem_unknown_stream_drops_total", "",
         "UNKNOWN executions not appended to idem_unknown_stream.",
         unknown_stream_drops),
+    ngx_http_idem_metric("idem_receipts_total", "result=\"kept\"",
+        "Service receipts (idem_receipt_header) kept with their execution, "
+        "or not kept as invalid.", receipts_stored),
+    ngx_http_idem_metric("idem_receipts_total", "result=\"invalid\"",
+        NULL, receipts_invalid),
     ngx_http_idem_metric("idem_status_answers_total", "state=\"found\"",
         "Answers of the status endpoint.", status_found),
     ngx_http_idem_metric("idem_status_answers_total", "state=\"not_found\"",

@@ -202,6 +202,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       0,
       NULL },
 
+    { ngx_string("idem_receipt_header"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_header,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, receipt_header),
+      &ngx_http_idem_header_off },
+
     { ngx_string("idem_record_ttl"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_time,
@@ -560,6 +567,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
      *     ilcf->status_url = { 0, NULL };
      *     ilcf->dedupe_scope = NULL;
      *     ilcf->unknown_stream = { 0, NULL };
+     *     ilcf->receipt_header = { { 0, NULL }, NULL, 0 };
      *     ilcf->variable_upstream_logged = 0;
      */
 
@@ -698,6 +706,13 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_str_value(conf->unknown_stream, prev->unknown_stream, "");
     ngx_conf_merge_uint_value(conf->unknown_stream_maxlen,
                               prev->unknown_stream_maxlen, 0);
+
+    if (ngx_http_idem_merge_header(cf, &conf->receipt_header,
+                                   &prev->receipt_header, "")
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
 
     ngx_conf_merge_value(conf->dedupe, prev->dedupe, 0);
     if (conf->dedupe_scope_set == NGX_CONF_UNSET) {

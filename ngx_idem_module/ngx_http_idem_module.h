@@ -37,6 +37,9 @@
 #define NGX_HTTP_IDEM_TRACEPARENT_LEN    55
 #define NGX_HTTP_IDEM_MAX_ID_LEN         255
 
+/* idem_receipt_header: the longest receipt kept */
+#define NGX_HTTP_IDEM_RECEIPT_MAX_LEN    128
+
 #define NGX_HTTP_IDEM_MAX_ATTEMPTS       100
 
 /* gRPC's TimeoutValue: at most 8 digits */
@@ -163,6 +166,7 @@ typedef struct {
     ngx_msec_t                record_arrival_delay;
     ngx_str_t                 unknown_stream;   /* its name, empty: off */
     ngx_uint_t                unknown_stream_maxlen;
+    ngx_http_idem_header_t    receipt_header;   /* name.len 0: off */
 
     ngx_flag_t                dedupe;
     ngx_http_complex_value_t *dedupe_scope;  /* NULL: off (one scope) */
@@ -321,6 +325,8 @@ typedef struct {
     uint64_t                  created_ms;
     ngx_uint_t                final_state;  /* 0 until the request ends */
     ngx_str_t                 key;          /* the record's */
+    ngx_str_t                 receipt;      /* the service's, len 0: none */
+    ngx_uint_t                receipt_attempt;  /* whose answer had it */
     ngx_msec_t                expired;      /* its expiry last refreshed */
 
     unsigned                  on:1;         /* the call is recorded */
@@ -421,6 +427,8 @@ typedef struct {
     ngx_atomic_t              dedupe_not_stored;
     ngx_atomic_t              dedupe_mismatches;
     ngx_atomic_t              dedupe_unavailable;
+    ngx_atomic_t              receipts_stored;
+    ngx_atomic_t              receipts_invalid;
 } ngx_http_idem_counters_t;
 
 

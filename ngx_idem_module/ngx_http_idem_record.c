@@ -24,6 +24,8 @@
  *                  (<no retry>: "retry_budget" when the retry budget
  *                  refused the next attempt, else "-"; <grpc-status>: a
  *                  gRPC upstream's, when it gave one)
+ *   r:<token>      the service's receipt (idem_receipt_header), with its
+ *                  end: "<n> <receipt>", n the attempt whose answer had it
  *
  * <token> names one execution (random, per request).  The record's state
  * and the order of executions are derived when it is read
@@ -74,6 +76,8 @@ static ngx_int_t ngx_http_idem_record_write(ngx_http_request_t *r,
 static ngx_uint_t ngx_http_idem_final_state(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 static void ngx_http_idem_record_uri(ngx_http_request_t *r, ngx_str_t *uri);
+static void ngx_http_idem_receipt(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_http_upstream_t *u, ngx_uint_t n);
 
 
 static ngx_str_t  ngx_http_idem_states[] = {
@@ -388,6 +392,10 @@ ngx_http_idem_attempt_end(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         a->grpc_status = ngx_http_idem_grpc_upstream_status(u);
     }
 
+    if (a->status) {
+        ngx_http_idem_receipt(r, ctx, u, a->n);
+    }
+
     if (ctx->deadline.expired) {
         a->outcome = NGX_HTTP_IDEM_OUTCOME_DEADLINE;
         a->status = 0;
@@ -416,11 +424,87 @@ ngx_http_idem_attempt_end(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 }
 
 
+/*
+ * The service's receipt for the call (idem_receipt_header) in an
+ * attempt's answer, its headers or, for gRPC, its trailers: copied, as
+ * the next attempt reuses the upstream's buffer.  A later attempt's
+ * replaces an earlier one's.  Bounded and of a call id's charset, as it
+ * goes into records, JSON, a stream and a page; else not kept.
+ */
+
+static void
+ngx_http_idem_receipt(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_http_upstream_t *u, ngx_uint_t n)
+{
+    ngx_table_elt_t           *h;
+    ngx_http_idem_header_t    *name;
+    ngx_http_idem_loc_conf_t  *ilcf;
+
+    ilcf = ctx->conf;
+    name = &ilcf->receipt_header;
+
+    if (name->name.len == 0 || !ctx->record.on) {
+        return;
+    }
+
+    h = ngx_http_idem_header_find(&u->headers_in.headers,
+                                  (char *) name->name.data, name->name.len);
+
+    if (h == NULL && ctx->grpc.on) {
+        h = ngx_http_idem_header_find(&u->headers_in.trailers,
+                                      (char *) name->name.data,
+                                      name->name.len);
+    }
+
+    if (h == NULL) {
+        return;
+    }
+
+    if (h->value.len == 0 || h->value.len > NGX_HTTP_IDEM_RECEIPT_MAX_LEN
+        || ngx_http_idem_check_charset(&h->value) != NGX_OK)
+    {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idem: the \"%V\" of call \"%V\" is not kept: at "
+                      "most %d bytes of A-Z a-z 0-9 - . _ ~ :",
+                      &name->name, &ctx->ids.call_id,
+                      NGX_HTTP_IDEM_RECEIPT_MAX_LEN);
+
+        ngx_http_idem_count(receipts_invalid);
+        return;
+    }
+
+    ctx->record.receipt.data = ngx_pnalloc(r->pool, h->value.len);
+    if (ctx->record.receipt.data == NULL) {
+        ctx->record.receipt.len = 0;
+        return;
+    }
+
+    ngx_memcpy(ctx->record.receipt.data, h->value.data, h->value.len);
+    ctx->record.receipt.len = h->value.len;
+    ctx->record.receipt_attempt = n;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem call \"%V\": receipt \"%V\" in attempt %ui",
+                   &ctx->ids.call_id, &ctx->record.receipt, n);
+}
+
+
 /* the request is done (log phase): the execution's final state */
 
 ngx_int_t
 ngx_http_idem_record_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
+    /*
+     * an upstream the module's balancer did not wrap (proxy_pass with a
+     * variable) made no attempt of the record's: its answer's receipt
+     */
+
+    if ((ctx->record.attempts == NULL || ctx->record.attempts->nelts == 0)
+        && r->upstream != NULL && r->upstream->headers_in.status_n)
+    {
+        ngx_http_idem_receipt(r, ctx, r->upstream, 0);
+    }
+
     ctx->record.final_state = ngx_http_idem_final_state(r, ctx);
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -612,11 +696,11 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     n = (final && ctx->record.attempts) ? ctx->record.attempts->nelts : 0;
 
     /*
-     * ttl, the execution's field and value, two per attempt, then what a
-     * claim's owner keeps for duplicates: "k:" and "r", and "v"
+     * ttl, the execution's field and value, two per attempt, the receipt,
+     * then what a claim's owner keeps for duplicates: "k:" and "r", and "v"
      */
 
-    argv = ngx_palloc(r->pool, (9 + 2 * n) * sizeof(ngx_str_t));
+    argv = ngx_palloc(r->pool, (11 + 2 * n) * sizeof(ngx_str_t));
     if (argv == NULL) {
         return NGX_ERROR;
     }
@@ -638,7 +722,10 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
                  + sizeof("error_after_send 1  ")
                  + NGX_HTTP_IDEM_SPAN_ID_LEN + sizeof(" retry_budget")
                  + 1 + NGX_INT_T_LEN)
-          + (keep ? sizeof("k:R") + ctx->record.token.len : 0);
+          + (keep ? sizeof("k:R") + ctx->record.token.len : 0)
+          + (final ? sizeof("r:  ") + ctx->record.token.len + NGX_INT_T_LEN
+                     + ctx->record.receipt.len
+                   : 0);
 
     p = ngx_pnalloc(r->pool, len);
     if (p == NULL) {
@@ -723,6 +810,21 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     }
 
     argc = 3 + 2 * n;
+
+    if (final && ctx->record.receipt.len) {
+        argv[argc].data = p;
+        p = ngx_sprintf(p, "r:%V", &ctx->record.token);
+        argv[argc].len = p - argv[argc].data;
+
+        argv[argc + 1].data = p;
+        p = ngx_sprintf(p, "%ui %V", ctx->record.receipt_attempt,
+                        &ctx->record.receipt);
+        argv[argc + 1].len = p - argv[argc + 1].data;
+
+        argc += 2;
+
+        ngx_http_idem_count(receipts_stored);
+    }
 
     if (keep) {
 

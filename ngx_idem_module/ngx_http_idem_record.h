@@ -31,7 +31,7 @@
 
 typedef struct ngx_http_idem_record_exec_s  ngx_http_idem_record_exec_t;
 
-/* one execution, gathered from its e:, p:, f: and l: fields */
+/* one execution, gathered from its e:, p:, f:, l: and r: fields */
 struct ngx_http_idem_record_exec_s {
     ngx_str_t                        token;
     ngx_str_t                        info[6];   /* created source node
@@ -41,6 +41,8 @@ struct ngx_http_idem_record_exec_s {
     uint64_t                         created_ms;
     uint64_t                         updated_ms;
     uint64_t                         lease_ms;  /* a claim lapses, 0: none */
+    ngx_str_t                        receipt;   /* the service's, or empty */
+    ngx_uint_t                       receipt_n; /* the attempt it came in */
     ngx_uint_t                       index;     /* 1, 2 ... by arrival */
     ngx_uint_t                       hash;
     ngx_http_idem_record_exec_t     *next;      /* same hash bucket */
@@ -71,6 +73,7 @@ typedef struct {
     uint64_t                         created_ms;
     uint64_t                         updated_ms;
     ngx_str_t                        final_status;  /* len 0: none */
+    ngx_str_t                        receipt;   /* the newest execution's */
 } ngx_http_idem_record_t;
 
 

@@ -18,9 +18,13 @@ static u_char *ngx_http_idem_json_number(u_char *p, char *name,
 
 /*
  * {"call_id", "trace_id", "state", "source", "node", "method", "uri",
- *  "created_ms", "updated_ms", "final_status", "executions",
+ *  "created_ms", "updated_ms", "final_status", ["receipt",] "executions",
  *  "attempts": [{"execution", "n", "start_ms", "duration_ms", "outcome",
- *                "sent", "status", "span_id"}]}
+ *                "sent", "status", "span_id"[, "receipt"]}]}
+ *
+ * "receipt": the service's (idem_receipt_header), on the attempt whose
+ * answer carried it, and at the top the newest execution's; only where
+ * there is one.
  *
  * Executions are numbered in the order they arrived, those a trim
  * summarised included; "executions" counts them all.  The attempts shown
@@ -64,7 +68,8 @@ ngx_http_idem_record_json(ngx_http_request_t *r, ngx_str_t *id,
                  "\"created_ms\":,\"updated_ms\":,\"final_status\":null,"
                  "\"executions\":,\"attempts\":[]}\n")
           + 6 * (id->len + rec.state.len + rec.final_status.len)
-          + 3 * NGX_INT64_LEN;
+          + 3 * NGX_INT64_LEN
+          + sizeof(",\"receipt\":\"\"") + 6 * rec.receipt.len;
 
     for (i = 0; i < 6; i++) {
         len += 6 * rec.info[i].len;
@@ -86,7 +91,8 @@ ngx_http_idem_record_json(ngx_http_request_t *r, ngx_str_t *id,
                             "\"duration_ms\":,\"outcome\":\"\","
                             "\"sent\":false,\"status\":,"
                             "\"span_id\":\"\",\"no_retry\":\"\","
-                            "\"grpc_status\":}");
+                            "\"grpc_status\":,\"receipt\":\"\"}")
+                   + 6 * a[i].exec->receipt.len;
             shown++;
         }
     }
@@ -110,6 +116,11 @@ ngx_http_idem_record_json(ngx_http_request_t *r, ngx_str_t *id,
     p = ngx_http_idem_json_number(p, ",\"final_status",
                                   rec.final_status.len ? &rec.final_status
                                                        : NULL);
+
+    if (rec.receipt.len) {
+        p = ngx_http_idem_json_string(p, ",\"receipt", &rec.receipt);
+    }
+
     p = ngx_sprintf(p, ",\"executions\":%ui,\"attempts\":[", rec.executions);
 
     for (i = 0, j = 0; i < rec.nattempts; i++) {
@@ -147,6 +158,11 @@ ngx_http_idem_record_json(ngx_http_request_t *r, ngx_str_t *id,
 
         if (a[i].nparts > 7) {
             p = ngx_http_idem_json_number(p, ",\"grpc_status", &parts[7]);
+        }
+
+        if (a[i].exec->receipt.len && a[i].exec->receipt_n == a[i].n) {
+            p = ngx_http_idem_json_string(p, ",\"receipt",
+                                          &a[i].exec->receipt);
         }
 
         *p++ = '}';

@@ -29,6 +29,8 @@ static void ngx_http_idem_record_summary(ngx_http_idem_record_t *rec,
     ngx_str_t *value, ngx_uint_t *ok, ngx_uint_t *unknown);
 static ngx_uint_t ngx_http_idem_record_split(ngx_str_t *value,
     ngx_str_t *parts, ngx_uint_t n);
+static void ngx_http_idem_record_receipt(ngx_http_idem_record_table_t *table,
+    ngx_str_t *field, ngx_str_t *value);
 static uint64_t ngx_http_idem_record_ms(ngx_str_t *value);
 static ngx_uint_t ngx_http_idem_record_is(ngx_str_t *value, char *text);
 static int ngx_libc_cdecl ngx_http_idem_record_exec_cmp(const void *one,
@@ -244,11 +246,19 @@ ngx_http_idem_record_parse(ngx_pool_t *pool, ngx_str_t *elts, ngx_uint_t n,
         rec->state = rec->execs[rec->nexecs - 1]->state;
     }
 
-    /* attempts: "a:<token>:<n>" = "start dur outcome sent status span" */
+    /*
+     * attempts: "a:<token>:<n>" = "start dur outcome sent status span";
+     * receipts: "r:<token>" = "<n> <receipt>"
+     */
 
     for (i = 0; i + 1 < n; i += 2) {
         v = elts[i].data;
         last = v + elts[i].len;
+
+        if (elts[i].len >= 3 && v[0] == 'r' && v[1] == ':') {
+            ngx_http_idem_record_receipt(&table, &elts[i], &elts[i + 1]);
+            continue;
+        }
 
         if (elts[i].len < 5 || v[0] != 'a' || v[1] != ':') {
             continue;
@@ -284,7 +294,51 @@ ngx_http_idem_record_parse(ngx_pool_t *pool, ngx_str_t *elts, ngx_uint_t n,
               sizeof(ngx_http_idem_record_attempt_t),
               ngx_http_idem_record_attempt_cmp);
 
+    /* the record's receipt: the newest execution's that has one */
+
+    for (i = rec->nexecs; i > 0; i--) {
+        if (rec->execs[i - 1]->receipt.len) {
+            rec->receipt = rec->execs[i - 1]->receipt;
+            break;
+        }
+    }
+
     return NGX_OK;
+}
+
+
+/* "r:<token>" = "<n> <receipt>": an execution's receipt, from attempt n */
+
+static void
+ngx_http_idem_record_receipt(ngx_http_idem_record_table_t *table,
+    ngx_str_t *field, ngx_str_t *value)
+{
+    u_char                       *sp;
+    ngx_int_t                     n;
+    ngx_str_t                     token;
+    ngx_http_idem_record_exec_t  *e;
+
+    token.data = field->data + 2;
+    token.len = field->len - 2;
+
+    e = ngx_http_idem_record_exec(table, &token, 0);
+    if (e == NULL || e->index == 0) {
+        return;
+    }
+
+    sp = ngx_strlchr(value->data, value->data + value->len, ' ');
+    if (sp == NULL || sp + 1 == value->data + value->len) {
+        return;
+    }
+
+    n = ngx_atoi(value->data, sp - value->data);
+    if (n == NGX_ERROR) {
+        return;
+    }
+
+    e->receipt_n = n;
+    e->receipt.data = sp + 1;
+    e->receipt.len = value->data + value->len - sp - 1;
 }
 
 

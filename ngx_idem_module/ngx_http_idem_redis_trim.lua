@@ -24,7 +24,7 @@ local function drop(e)
 end
 for i = 1, #h, 2 do
   local f, v = h[i], h[i + 1]
-  local c, t = string.match(f, '^([epflka]):([^:]+)')
+  local c, t = string.match(f, '^([epflkar]):([^:]+)')
   if c then
     local e = ex[t]
     if not e then

@@ -16,15 +16,18 @@
  *   call_id <id> trace_id <id> key <record key> token <execution token>
  *   method <method> uri <path> node <node> attempts <n>
  *   last_outcome <outcome|-> last_sent <0|1> final_status <status>
- *   created_ms <ms> ended_ms <ms>
+ *   created_ms <ms> ended_ms <ms> [receipt <the service's receipt>]
+ *
+ * (receipt: where idem_receipt_header found one in an answer that then
+ * did not end the call, e.g. a body cut short).
  */
 
 
 #include "ngx_http_idem_module.h"
 
 
-/* 13 field/value pairs */
-#define NGX_HTTP_IDEM_STREAM_FIELDS      (2 * 13)
+/* 13 field/value pairs, and a receipt */
+#define NGX_HTTP_IDEM_STREAM_FIELDS      (2 * 14)
 
 
 static void ngx_http_idem_stream_added(void *data, ngx_int_t rc);
@@ -269,7 +272,13 @@ ngx_http_idem_stream_final(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     argv[i + 1].len = p - argv[i + 1].data;
     i += 2;
 
-    if (p > last || i != NGX_HTTP_IDEM_STREAM_FIELDS) {
+    if (ctx->record.receipt.len) {
+        ngx_str_set(&argv[i], "receipt");
+        argv[i + 1] = ctx->record.receipt;
+        i += 2;
+    }
+
+    if (p > last || i > NGX_HTTP_IDEM_STREAM_FIELDS) {
         ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
                       "idem: stream buffer overrun");
         return;

@@ -324,7 +324,9 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
     /* the id and the state twice: the title and the page */
 
     len = NGX_HTTP_IDEM_TIMELINE_HEAD + ngx_http_idem_timeline_style.len
-          + 6 * (2 * id->len + 2 * rec.state.len + rec.final_status.len);
+          + 6 * (2 * id->len + 2 * rec.state.len + rec.final_status.len)
+          + sizeof("<dt>Receipt</dt><dd><code></code></dd>\n")
+          + 6 * rec.receipt.len;
 
     for (i = 0; i < 6; i++) {
         len += 6 * rec.info[i].len;
@@ -337,7 +339,9 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
         t1 = ngx_max(t1, ngx_max(x->updated_ms, x->created_ms));
 
         len += NGX_HTTP_IDEM_TIMELINE_ROW
-               + 6 * (x->token.len + x->state.len + x->final_status.len);
+               + 6 * (x->token.len + x->state.len + x->final_status.len)
+               + sizeof(" <code class=\"receipt\"></code>")
+               + 6 * x->receipt.len;
     }
 
     a = rec.attempts;
@@ -416,6 +420,13 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
         *p++ = '-';
     }
 
+    if (rec.receipt.len) {
+        p = ngx_cpymem(p, "</dd>\n<dt>Receipt</dt><dd><code>",
+                       sizeof("</dd>\n<dt>Receipt</dt><dd><code>") - 1);
+        p = ngx_http_idem_html(p, &rec.receipt);
+        p = ngx_cpymem(p, "</code>", sizeof("</code>") - 1);
+    }
+
     p = ngx_sprintf(p, "</dd>\n<dt>Executions</dt><dd>%ui", rec.executions);
 
     if (rec.summarised || from) {
@@ -451,6 +462,14 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
         p = ngx_cpymem(p, "</td><td>", sizeof("</td><td>") - 1);
         p = ngx_http_idem_html(p, x->final_status.len ? &x->final_status
                                                       : &none);
+
+        if (x->receipt.len) {
+            p = ngx_cpymem(p, " <code class=\"receipt\">",
+                           sizeof(" <code class=\"receipt\">") - 1);
+            p = ngx_http_idem_html(p, &x->receipt);
+            p = ngx_cpymem(p, "</code>", sizeof("</code>") - 1);
+        }
+
         p = ngx_sprintf(p, "</td><td>%uL ms</td><td><code>",
                         x->updated_ms > x->created_ms
                         ? x->updated_ms - x->created_ms : 0);

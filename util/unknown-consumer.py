@@ -127,7 +127,8 @@ def judge(f, record):
 def check(cmd, f, rnd):
     env = dict(os.environ)
     for name in ("call_id", "trace_id", "key", "token", "method", "uri",
-                 "node", "attempts", "last_outcome", "final_status"):
+                 "node", "attempts", "last_outcome", "final_status",
+                 "receipt"):
         env["IDEM_" + name.upper()] = f.get(name, "")
     env["IDEM_ROUND"] = str(rnd)
     return subprocess.call(["sh", "-c", cmd], env=env)
