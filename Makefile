@@ -41,7 +41,7 @@ NGINX       ?=
 # libFuzzer targets (fuzz/): clang with ASan and UBSan, seeds in fuzz/corpus
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 6
-FUZZ_TARGETS ?= call_id deadline retry_after answer record status \
+FUZZ_TARGETS ?= call_id deadline retry_after answer record status resolution \
                 redis_reply redis_cluster
 FUZZ_BUILD   := $(BUILD)/fuzz
 FUZZ_COMMON  := fuzz/ngx_http_idem_fuzz.c fuzz/ngx_http_idem_fuzz_core.c

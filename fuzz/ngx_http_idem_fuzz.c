@@ -884,6 +884,16 @@ ngx_http_idem_store_read_record(ngx_str_t *key,
 }
 
 
+__attribute__((weak)) ngx_http_idem_store_op_t *
+ngx_http_idem_store_resolve(ngx_str_t *key,
+    ngx_http_idem_store_resolution_t *res,
+    ngx_http_idem_store_resolved_pt handler, void *data)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_store_resolve");
+    return NULL;
+}
+
+
 __attribute__((weak)) void
 ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op)
 {

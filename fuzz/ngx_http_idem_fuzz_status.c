@@ -21,6 +21,7 @@
 
 #include "ngx_http_idem_status.c"
 #include "ngx_http_idem_record_parse.c"
+#include "ngx_http_idem_resolution.c"
 #include "ngx_http_idem_record_json.c"
 #include "ngx_http_idem_timeline.c"
 #include "ngx_http_idem_call_id.c"

@@ -37,6 +37,7 @@
 #define NGX_HTTP_IDEM_MISMATCH           5
 #define NGX_HTTP_IDEM_UNAVAILABLE        6
 #define NGX_HTTP_IDEM_INTERNAL           7
+#define NGX_HTTP_IDEM_APPLIED            8
 
 /* a request body read back from its file, at a time */
 #define NGX_HTTP_IDEM_READ_BACK          65536
@@ -512,10 +513,13 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
     case NGX_HTTP_IDEM_STORE_NOT_STORED:
     case NGX_HTTP_IDEM_STORE_UNKNOWN:
+    case NGX_HTTP_IDEM_STORE_APPLIED:
         ctx->dedupe.verdict =
                          (found->verdict == NGX_HTTP_IDEM_STORE_NOT_STORED)
                          ? NGX_HTTP_IDEM_NOT_STORED
-                         : NGX_HTTP_IDEM_OUTCOME_UNKNOWN;
+                         : (found->verdict == NGX_HTTP_IDEM_STORE_UNKNOWN)
+                           ? NGX_HTTP_IDEM_OUTCOME_UNKNOWN
+                           : NGX_HTTP_IDEM_APPLIED;
 
         /* the record goes with the 409: what the caller reconciles with */
 
@@ -640,6 +644,15 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                                   NGX_HTTP_IDEM_P_ANSWER_NOT_STORED, NULL,
                                   "this call id was executed, but its "
                                   "answer was not kept for replay");
+        problem.record = ctx->dedupe.found;
+        break;
+
+    case NGX_HTTP_IDEM_APPLIED:
+        ngx_http_idem_problem_set(r, &problem,
+                                  NGX_HTTP_IDEM_P_CALL_APPLIED, NULL,
+                                  "an execution of this call id took "
+                                  "effect, as the service resolved it; it "
+                                  "is not run again: see its receipt");
         problem.record = ctx->dedupe.found;
         break;
 

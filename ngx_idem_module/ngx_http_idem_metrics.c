@@ -84,6 +84,22 @@ static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
         NULL, dedupe_mismatches),
     ngx_http_idem_metric("idem_dedupe_total", "result=\"unavailable\"",
         NULL, dedupe_unavailable),
+    ngx_http_idem_metric("idem_dedupe_total", "result=\"applied\"",
+        NULL, dedupe_applied),
+    ngx_http_idem_metric("idem_resolutions_total", "outcome=\"applied\"",
+        "Calls that ended UNKNOWN resolved through the status endpoint.",
+        resolved_applied),
+    ngx_http_idem_metric("idem_resolutions_total",
+        "outcome=\"not_applied\"", NULL, resolved_not_applied),
+    ngx_http_idem_metric("idem_resolutions_refused_total",
+        "reason=\"invalid\"",
+        "Resolutions the status endpoint refused.", resolve_invalid),
+    ngx_http_idem_metric("idem_resolutions_refused_total",
+        "reason=\"conflict\"", NULL, resolve_conflict),
+    ngx_http_idem_metric("idem_resolutions_refused_total",
+        "reason=\"not_found\"", NULL, resolve_not_found),
+    ngx_http_idem_metric("idem_resolutions_refused_total",
+        "reason=\"unavailable\"", NULL, resolve_unavailable),
     { NULL, NULL, NULL, 0 }
 };
 

@@ -177,6 +177,7 @@ typedef struct {
 
     ngx_uint_t                status;       /* idem_status here */
     ngx_http_complex_value_t *status_id;    /* its ID, NULL: last segment */
+    ngx_flag_t                status_resolve;   /* resolve=on: POST */
 
     ngx_flag_t                variable_upstream_logged;
 } ngx_http_idem_loc_conf_t;
@@ -195,7 +196,10 @@ typedef enum {
     NGX_HTTP_IDEM_P_ANSWER_NOT_STORED,
     NGX_HTTP_IDEM_P_PAYLOAD_MISMATCH,
     NGX_HTTP_IDEM_P_DEDUPE_UNAVAILABLE,
-    NGX_HTTP_IDEM_P_UPSTREAM_UNAVAILABLE
+    NGX_HTTP_IDEM_P_UPSTREAM_UNAVAILABLE,
+    NGX_HTTP_IDEM_P_CALL_APPLIED,
+    NGX_HTTP_IDEM_P_INVALID_RESOLUTION,
+    NGX_HTTP_IDEM_P_RESOLUTION_CONFLICT
 } ngx_http_idem_problem_e;
 
 
@@ -429,6 +433,13 @@ typedef struct {
     ngx_atomic_t              dedupe_unavailable;
     ngx_atomic_t              receipts_stored;
     ngx_atomic_t              receipts_invalid;
+    ngx_atomic_t              dedupe_applied;
+    ngx_atomic_t              resolved_applied;
+    ngx_atomic_t              resolved_not_applied;
+    ngx_atomic_t              resolve_invalid;
+    ngx_atomic_t              resolve_conflict;
+    ngx_atomic_t              resolve_not_found;
+    ngx_atomic_t              resolve_unavailable;
 } ngx_http_idem_counters_t;
 
 

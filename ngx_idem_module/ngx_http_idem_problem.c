@@ -64,7 +64,18 @@ static ngx_http_idem_problem_def_t  ngx_http_idem_problems[] = {
     /* counted per upstream by storm.c */
 
     { NGX_HTTP_SERVICE_UNAVAILABLE, "upstream-unavailable",
-      "Upstream unavailable", -1 }
+      "Upstream unavailable", -1 },
+
+    { NGX_HTTP_CONFLICT, "call-applied", "Call applied",
+      ngx_http_idem_counter(dedupe_applied) },
+
+    /* the status endpoint's resolutions (status.c) */
+
+    { NGX_HTTP_BAD_REQUEST, "invalid-resolution", "Invalid resolution",
+      ngx_http_idem_counter(resolve_invalid) },
+
+    { NGX_HTTP_CONFLICT, "resolution-conflict", "Not resolvable",
+      ngx_http_idem_counter(resolve_conflict) }
 };
 
 

@@ -31,7 +31,7 @@
 
 typedef struct ngx_http_idem_record_exec_s  ngx_http_idem_record_exec_t;
 
-/* one execution, gathered from its e:, p:, f:, l: and r: fields */
+/* one execution, gathered from its e:, p:, f:, l:, r: and z: fields */
 struct ngx_http_idem_record_exec_s {
     ngx_str_t                        token;
     ngx_str_t                        info[6];   /* created source node
@@ -43,6 +43,9 @@ struct ngx_http_idem_record_exec_s {
     uint64_t                         lease_ms;  /* a claim lapses, 0: none */
     ngx_str_t                        receipt;   /* the service's, or empty */
     ngx_uint_t                       receipt_n; /* the attempt it came in */
+    ngx_str_t                        resolved[4];   /* outcome at_ms receipt
+                                                       by ("-": none); len 0:
+                                                       not resolved */
     ngx_uint_t                       index;     /* 1, 2 ... by arrival */
     ngx_uint_t                       hash;
     ngx_http_idem_record_exec_t     *next;      /* same hash bucket */
@@ -74,6 +77,7 @@ typedef struct {
     uint64_t                         updated_ms;
     ngx_str_t                        final_status;  /* len 0: none */
     ngx_str_t                        receipt;   /* the newest execution's */
+    ngx_http_idem_record_exec_t     *resolved;  /* the newest resolved */
 } ngx_http_idem_record_t;
 
 

@@ -14,17 +14,22 @@ static u_char *ngx_http_idem_json_string(u_char *p, char *name,
     ngx_str_t *value);
 static u_char *ngx_http_idem_json_number(u_char *p, char *name,
     ngx_str_t *value);
+static u_char *ngx_http_idem_json_resolved(u_char *p,
+    ngx_http_idem_record_exec_t *e);
 
 
 /*
  * {"call_id", "trace_id", "state", "source", "node", "method", "uri",
- *  "created_ms", "updated_ms", "final_status", ["receipt",] "executions",
+ *  "created_ms", "updated_ms", "final_status", ["receipt",]
+ *  ["resolved": {"execution", "outcome", "at_ms", "receipt", "by"},]
+ *  "executions",
  *  "attempts": [{"execution", "n", "start_ms", "duration_ms", "outcome",
  *                "sent", "status", "span_id"[, "receipt"]}]}
  *
  * "receipt": the service's (idem_receipt_header), on the attempt whose
  * answer carried it, and at the top the newest execution's; only where
- * there is one.
+ * there is one.  "resolved": the service's word on the newest execution
+ * it resolved (POST to the status endpoint), where there is one.
  *
  * Executions are numbered in the order they arrived, those a trim
  * summarised included; "executions" counts them all.  The attempts shown
@@ -70,6 +75,16 @@ ngx_http_idem_record_json(ngx_http_request_t *r, ngx_str_t *id,
           + 6 * (id->len + rec.state.len + rec.final_status.len)
           + 3 * NGX_INT64_LEN
           + sizeof(",\"receipt\":\"\"") + 6 * rec.receipt.len;
+
+    if (rec.resolved != NULL) {
+        len += sizeof(",\"resolved\":{\"execution\":,\"outcome\":\"\","
+                      "\"at_ms\":,\"receipt\":\"\",\"by\":\"\"}")
+               + NGX_INT_T_LEN;
+
+        for (i = 0; i < 4; i++) {
+            len += 6 * rec.resolved->resolved[i].len;
+        }
+    }
 
     for (i = 0; i < 6; i++) {
         len += 6 * rec.info[i].len;
@@ -119,6 +134,10 @@ ngx_http_idem_record_json(ngx_http_request_t *r, ngx_str_t *id,
 
     if (rec.receipt.len) {
         p = ngx_http_idem_json_string(p, ",\"receipt", &rec.receipt);
+    }
+
+    if (rec.resolved != NULL) {
+        p = ngx_http_idem_json_resolved(p, rec.resolved);
     }
 
     p = ngx_sprintf(p, ",\"executions\":%ui,\"attempts\":[", rec.executions);
@@ -179,6 +198,32 @@ ngx_http_idem_record_json(ngx_http_request_t *r, ngx_str_t *id,
     }
 
     return NGX_OK;
+}
+
+
+/* ,"resolved":{"execution","outcome","at_ms","receipt","by"} */
+
+static u_char *
+ngx_http_idem_json_resolved(u_char *p, ngx_http_idem_record_exec_t *e)
+{
+    ngx_uint_t  i;
+    ngx_str_t  *v;
+
+    p = ngx_sprintf(p, ",\"resolved\":{\"execution\":%ui", e->index);
+    p = ngx_http_idem_json_string(p, ",\"outcome", &e->resolved[0]);
+    p = ngx_http_idem_json_number(p, ",\"at_ms", &e->resolved[1]);
+
+    for (i = 2; i < 4; i++) {
+        v = &e->resolved[i];
+
+        p = ngx_http_idem_json_string(p, (i == 2) ? ",\"receipt" : ",\"by",
+                                      (v->len == 1 && v->data[0] == '-')
+                                      ? NULL : v);
+    }
+
+    *p++ = '}';
+
+    return p;
 }
 
 

@@ -46,7 +46,8 @@ static int ngx_libc_cdecl ngx_http_idem_record_attempt_cmp(const void *one,
  * execution: O(n log n) in the fields, whatever the record holds.
  *
  * An execution's state: the final one if written, else UNKNOWN once its
- * claim has lapsed by "now", else PROCESSING, else RECEIVED.  The record's
+ * claim has lapsed by "now", else PROCESSING, else RECEIVED; an UNKNOWN
+ * one the service resolved is SUCCESS (applied) or FAILED.  The record's
  * state: SUCCESS if any execution succeeded (the summarised ones
  * included), else UNKNOWN if any was UNKNOWN, else the latest one's.
  */
@@ -83,6 +84,7 @@ ngx_http_idem_record_parse(ngx_pool_t *pool, ngx_str_t *elts, ngx_uint_t n,
         case 'p':
         case 'f':
         case 'l':
+        case 'z':
             ne++;
             break;
 
@@ -120,7 +122,8 @@ ngx_http_idem_record_parse(ngx_pool_t *pool, ngx_str_t *elts, ngx_uint_t n,
         }
 
         if (elts[i].len < 3 || v[1] != ':'
-            || (v[0] != 'e' && v[0] != 'p' && v[0] != 'f' && v[0] != 'l'))
+            || (v[0] != 'e' && v[0] != 'p' && v[0] != 'f' && v[0] != 'l'
+                && v[0] != 'z'))
         {
             continue;
         }
@@ -132,6 +135,20 @@ ngx_http_idem_record_parse(ngx_pool_t *pool, ngx_str_t *elts, ngx_uint_t n,
 
         if (v[0] == 'l') {
             e->lease_ms = ngx_http_idem_record_ms(&elts[i + 1]);
+            continue;
+        }
+
+        if (v[0] == 'z') {
+
+            /* "<outcome> <at_ms> <receipt> <by>": the service's word */
+
+            if (ngx_http_idem_record_split(&elts[i + 1], parts, 4) == 4
+                && (ngx_http_idem_record_is(&parts[0], "applied")
+                    || ngx_http_idem_record_is(&parts[0], "not_applied")))
+            {
+                ngx_memcpy(e->resolved, parts, 4 * sizeof(ngx_str_t));
+            }
+
             continue;
         }
 
@@ -207,6 +224,22 @@ ngx_http_idem_record_parse(ngx_pool_t *pool, ngx_str_t *elts, ngx_uint_t n,
         if (e->final_status.len == 0 && e->lease_ms && now >= e->lease_ms) {
             /* its gateway never said how it ended: it may have run */
             ngx_str_set(&e->state, "UNKNOWN");
+        }
+
+        if (e->resolved[0].len) {
+
+            /* the service's word on an UNKNOWN one (resolve.lua) */
+
+            if (ngx_http_idem_record_is(&e->state, "UNKNOWN")) {
+                if (e->resolved[0].len == 7) {
+                    ngx_str_set(&e->state, "SUCCESS");
+
+                } else {
+                    ngx_str_set(&e->state, "FAILED");
+                }
+            }
+
+            rec->resolved = e;
         }
 
         if (ngx_http_idem_record_is(&e->state, "SUCCESS")) {

@@ -3,10 +3,12 @@
 -- before it.
 -- KEYS[1]: the record; ARGV: token, digest,
 -- lease (ms), ttl (ms), arrival.  Replies {"claimed"}, {"mismatch"},
--- {"inflight", ms left}, {"replay", answer}, or {"large" | "unknown",
--- now, the record's fields}.  A claim lapses by Redis's clock, so that
--- gateways need not agree on the time; its owner's final write applies
--- whenever it comes.
+-- {"inflight", ms left}, {"replay", answer}, or {"large" | "unknown" |
+-- "applied", now, the record's fields}.  A claim lapses by Redis's clock,
+-- so that gateways need not agree on the time; its owner's final write
+-- applies whenever it comes.  An owner's execution resolved (resolve.lua)
+-- is what its resolution says: applied, never run again; not applied,
+-- released.
 local k = KEYS[1]
 -- the record went and came back short since the HSETNX: a rare race
 hash()
@@ -17,8 +19,12 @@ local v = redis.call('HMGET', k, 'd', 'o')
 local o = v[2]
 if o then
   if v[1] and v[1] ~= ARGV[2] then return {'mismatch'} end
-  local w = redis.call('HMGET', k, 'k:' .. o, 'l:' .. o)
+  local w = redis.call('HMGET', k, 'k:' .. o, 'l:' .. o, 'z:' .. o)
   local s = w[1]
+  if w[3] then
+    if string.match(w[3], '^applied ') then return record('applied') end
+    s = 'F'
+  end
   if not s then
     local left = 0
     if w[2] then

@@ -64,6 +64,13 @@ typedef struct {
 } ngx_http_idem_redis_reader_t;
 
 
+/* a resolution's caller */
+typedef struct {
+    ngx_http_idem_store_resolved_pt  handler;
+    void                            *data;
+} ngx_http_idem_redis_solver_t;
+
+
 /* a stream entry's caller */
 typedef struct {
     ngx_http_idem_store_done_pt      handler;
@@ -78,6 +85,8 @@ static void ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc,
 static void ngx_http_idem_redis_appended(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_record_read(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_redis_resolved(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_write_short(
     ngx_http_idem_store_write_t *w);
@@ -104,6 +113,12 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_claim_lua = {
 static ngx_http_idem_redis_script_t  ngx_http_idem_redis_read_lua = {
     ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_RECORD
                NGX_HTTP_IDEM_REDIS_LUA_READ),
+    { 0 }, 0
+};
+
+static ngx_http_idem_redis_script_t  ngx_http_idem_redis_resolve_lua = {
+    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_RECORD
+               NGX_HTTP_IDEM_REDIS_LUA_RESOLVE),
     { 0 }, 0
 };
 
@@ -595,7 +610,7 @@ ngx_http_idem_redis_claimed(void *data, ngx_int_t rc, ngx_str_t *elts,
 
 /*
  * The claim script's answer: {"claimed"}, {"mismatch"}, {"inflight", ms},
- * {"replay", answer}, {"large" | "unknown", now, fields ...}.
+ * {"replay", answer}, {"large" | "unknown" | "applied", now, fields ...}.
  */
 
 static void
@@ -645,9 +660,12 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
 
     case 'l':
     case 'u':
+    case 'a':
         found.verdict = (elts[0].data[0] == 'l')
                         ? NGX_HTTP_IDEM_STORE_NOT_STORED
-                        : NGX_HTTP_IDEM_STORE_UNKNOWN;
+                        : (elts[0].data[0] == 'u')
+                          ? NGX_HTTP_IDEM_STORE_UNKNOWN
+                          : NGX_HTTP_IDEM_STORE_APPLIED;
 
         if (n > 1 && ngx_http_idem_redis_ms(&elts[1], &found.record.now)
                      == NGX_OK)
@@ -737,6 +755,109 @@ ngx_http_idem_redis_record_read(void *data, ngx_int_t rc, ngx_str_t *elts,
     record.nfields = n - 1;
 
     rdr->handler(rdr->data, NGX_OK, &record);
+}
+
+
+/*
+ * A resolution of the call's latest execution (resolve.lua): the record
+ * as read back after it, or what stood in its way.
+ */
+
+ngx_http_idem_store_op_t *
+ngx_http_idem_store_resolve(ngx_str_t *key,
+    ngx_http_idem_store_resolution_t *res,
+    ngx_http_idem_store_resolved_pt handler, void *data)
+{
+    ngx_str_t                      argv[5];
+    ngx_http_idem_store_op_t      *op;
+    ngx_http_idem_redis_solver_t  *sv;
+
+    ngx_str_set(&argv[0], "1");
+    argv[1] = *key;
+    argv[2] = res->outcome;
+    argv[3] = res->receipt;
+    argv[4] = res->by;
+
+    op = ngx_http_idem_redis_read(&ngx_http_idem_redis_resolve_lua, 5, argv,
+                                  ngx_http_idem_redis_resolved, NULL,
+                                  sizeof(ngx_http_idem_redis_solver_t));
+
+    if (op == NULL) {
+        return NULL;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: resolution \"%V\" of \"%V\" sent",
+                   &res->outcome, key);
+
+    op->data = op;
+
+    sv = op->ext;
+    sv->handler = handler;
+    sv->data = data;
+
+    return op;
+}
+
+
+/* {"resolved", now, fields ...}, {"none"}, {"conflict", state} */
+
+static void
+ngx_http_idem_redis_resolved(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_str_t                      state;
+    ngx_http_idem_redis_solver_t  *sv;
+    ngx_http_idem_store_record_t   record;
+
+    sv = op->ext;
+
+    ngx_memzero(&record, sizeof(ngx_http_idem_store_record_t));
+    ngx_str_null(&state);
+
+    if (rc != NGX_OK || n == 0 || elts[0].len == 0) {
+        sv->handler(sv->data, NGX_ERROR, &state, &record);
+        return;
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: resolution: \"%V\", %ui elements",
+                   &elts[0], n);
+
+    switch (elts[0].data[0]) {
+
+    case 'r':
+        if (n < 2 || ngx_http_idem_redis_ms(&elts[1], &record.now) != NGX_OK)
+        {
+            break;
+        }
+
+        record.fields = &elts[2];
+        record.nfields = n - 2;
+
+        sv->handler(sv->data, NGX_OK, &state, &record);
+        return;
+
+    case 'n':
+        sv->handler(sv->data, NGX_DECLINED, &state, &record);
+        return;
+
+    case 'c':
+        if (n > 1) {
+            state = elts[1];
+        }
+
+        sv->handler(sv->data, NGX_BUSY, &state, &record);
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                  "idem: unexpected answer to a resolution: \"%V\"",
+                  &elts[0]);
+
+    sv->handler(sv->data, NGX_ERROR, &state, &record);
 }
 
 

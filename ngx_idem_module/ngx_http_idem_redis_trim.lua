@@ -24,7 +24,7 @@ local function drop(e)
 end
 for i = 1, #h, 2 do
   local f, v = h[i], h[i + 1]
-  local c, t = string.match(f, '^([epflkar]):([^:]+)')
+  local c, t = string.match(f, '^([epflkarz]):([^:]+)')
   if c then
     local e = ex[t]
     if not e then
@@ -70,6 +70,9 @@ if n > 0 then
     if e.f then
       st, fs, ms = string.match(e.f, '^(%S+) (%S+) (%d+)')
       ms = tonumber(ms) or e.c
+    end
+    if e.z and (st == 'UNKNOWN' or not e.f) then
+      st = string.match(e.z, '^applied ') and 'SUCCESS' or 'FAILED'
     end
     if e.p then ms = math.max(ms, tonumber(e.p) or 0) end
     s[1] = s[1] + 1

@@ -2,29 +2,43 @@
 /*
  * The status endpoint: "what happened to call X?", answered from its record
  * in the store.  Not knowing (the store is down or slow) is answered as
- * such, never as "not found".
+ * such, never as "not found".  With resolve=on it also takes the
+ * service's word on a call that ended UNKNOWN (POST): the truth goes back
+ * into the record.
  */
 
 
 #include "ngx_http_idem_module.h"
 #include "ngx_http_idem_record.h"
+#include "ngx_http_idem_resolution.h"
 
 
 typedef struct {
     ngx_http_request_t         *request;
     ngx_http_idem_store_op_t   *op;
     ngx_str_t                   id;
+    ngx_str_t                   key;    /* the record's */
     ngx_uint_t                  html;   /* a page (timeline.c), not JSON */
+    ngx_uint_t                  applied;    /* a resolution's outcome */
 } ngx_http_idem_status_ctx_t;
 
 
 static ngx_int_t ngx_http_idem_status_handler(ngx_http_request_t *r);
 static void ngx_http_idem_status_reply(void *data, ngx_int_t rc,
     ngx_http_idem_store_record_t *record);
+static void ngx_http_idem_status_resolve(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_status_body(ngx_http_request_t *r,
+    ngx_str_t *body);
+static void ngx_http_idem_status_resolved(void *data, ngx_int_t rc,
+    ngx_str_t *state, ngx_http_idem_store_record_t *record);
+static ngx_int_t ngx_http_idem_status_refuse(ngx_http_request_t *r,
+    ngx_http_idem_problem_e id, ngx_str_t *detail);
 static void ngx_http_idem_status_cleanup(void *data);
 static ngx_int_t ngx_http_idem_status_send(ngx_http_request_t *r,
     ngx_http_idem_status_ctx_t *sctx, ngx_uint_t status, ngx_str_t *body);
 
+
+/* idem_status [ID] [resolve=on|off] */
 
 char *
 ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
@@ -32,6 +46,7 @@ ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_idem_loc_conf_t *ilcf = conf;
 
     ngx_str_t                         *value;
+    ngx_uint_t                         n;
     ngx_http_core_loc_conf_t          *clcf;
     ngx_http_compile_complex_value_t   ccv;
 
@@ -44,11 +59,35 @@ ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->handler = ngx_http_idem_status_handler;
 
-    if (cf->args->nelts == 1) {
+    value = cf->args->elts;
+    n = cf->args->nelts;
+
+    if (n > 1 && ngx_strncmp(value[n - 1].data, "resolve=", 8) == 0) {
+
+        if (ngx_strcmp(value[n - 1].data, "resolve=on") == 0) {
+            ilcf->status_resolve = 1;
+
+        } else if (ngx_strcmp(value[n - 1].data, "resolve=off") != 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid value \"%V\" in \"%V\" directive, "
+                               "it must be \"resolve=on\" or "
+                               "\"resolve=off\"", &value[n - 1], &cmd->name);
+            return NGX_CONF_ERROR;
+        }
+
+        n--;
+    }
+
+    if (n == 1) {
         return NGX_CONF_OK;
     }
 
-    value = cf->args->elts;
+    if (n > 2) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\" in \"%V\" directive",
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
 
     ilcf->status_id = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
     if (ilcf->status_id == NULL) {
@@ -80,16 +119,20 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
     ngx_http_idem_loc_conf_t    *ilcf;
     ngx_http_idem_status_ctx_t  *sctx;
 
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))
+        && !(r->method == NGX_HTTP_POST && ilcf->status_resolve))
+    {
         return NGX_HTTP_NOT_ALLOWED;
     }
 
-    rc = ngx_http_discard_request_body(r);
-    if (rc != NGX_OK) {
-        return rc;
+    if (r->method != NGX_HTTP_POST) {
+        rc = ngx_http_discard_request_body(r);
+        if (rc != NGX_OK) {
+            return rc;
+        }
     }
-
-    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
     if (ilcf->status_id != NULL) {
         if (ngx_http_complex_value(r, ilcf->status_id, &id) != NGX_OK) {
@@ -163,7 +206,33 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 
     sctx->request = r;
     sctx->id = id;
+    sctx->key = key;
     sctx->html = ngx_http_idem_timeline_wanted(r);
+
+    /* a request gone before the answer cancels its read */
+
+    cln->handler = ngx_http_idem_status_cleanup;
+    cln->data = sctx;
+
+    if (r->method == NGX_HTTP_POST) {
+
+        /*
+         * the body first: the resolution goes on in its handler, which
+         * finds this context as its pool cleanup's data (the module's
+         * context slot is the call's, ctx.c)
+         */
+
+        r->request_body_in_single_buf = 1;
+
+        rc = ngx_http_read_client_request_body(r,
+                                               ngx_http_idem_status_resolve);
+
+        if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+            return rc;
+        }
+
+        return NGX_DONE;
+    }
 
     /* read after Redis's clock: a lapsed claim is UNKNOWN on every gateway */
 
@@ -175,11 +244,6 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
         return ngx_http_idem_status_send(r, sctx,
                                          NGX_HTTP_SERVICE_UNAVAILABLE, NULL);
     }
-
-    /* a request gone before the answer cancels its read */
-
-    cln->handler = ngx_http_idem_status_cleanup;
-    cln->data = sctx;
 
     r->main->count++;
 
@@ -302,4 +366,239 @@ ngx_http_idem_status_send(ngx_http_request_t *r,
                                        sctx->html ? "text/html; charset=utf-8"
                                                   : "application/json",
                                        &text);
+}
+
+
+/* POST, resolve=on: the body is in */
+
+static void
+ngx_http_idem_status_resolve(ngx_http_request_t *r)
+{
+    u_char                            err[128];
+    ngx_int_t                         rc;
+    ngx_str_t                         body, detail;
+    ngx_pool_cleanup_t               *cln;
+    ngx_http_idem_resolution_t        res;
+    ngx_http_idem_status_ctx_t       *sctx;
+    ngx_http_idem_store_resolution_t  sr;
+
+    sctx = NULL;
+
+    for (cln = r->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_idem_status_cleanup) {
+            sctx = cln->data;
+            break;
+        }
+    }
+
+    if (sctx == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    rc = ngx_http_idem_status_body(r, &body);
+
+    if (rc == NGX_ERROR) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    if (rc == NGX_DECLINED) {
+        ngx_str_set(&detail, "the body is more than 4096 bytes");
+        ngx_http_finalize_request(r,
+                     ngx_http_idem_status_refuse(r,
+                                     NGX_HTTP_IDEM_P_INVALID_RESOLUTION,
+                                     &detail));
+        return;
+    }
+
+    if (ngx_http_idem_resolution_parse(&body, &res, err, sizeof(err))
+        != NGX_OK)
+    {
+        detail.data = err;
+        detail.len = ngx_strlen(err);
+
+        ngx_http_finalize_request(r,
+                     ngx_http_idem_status_refuse(r,
+                                     NGX_HTTP_IDEM_P_INVALID_RESOLUTION,
+                                     &detail));
+        return;
+    }
+
+    sctx->applied = res.applied;
+
+    sr.outcome = res.outcome;
+    sr.receipt = res.receipt;
+    sr.by = res.by;
+
+    sctx->op = ngx_http_idem_store_resolve(&sctx->key, &sr,
+                                           ngx_http_idem_status_resolved,
+                                           sctx);
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem status: \"%V\" resolved \"%V\" by \"%V\"",
+                   &sctx->id, &res.outcome, &res.by);
+
+    if (sctx->op == NULL) {
+        ngx_http_idem_count(resolve_unavailable);
+        ngx_http_finalize_request(r,
+                     ngx_http_idem_status_send(r, sctx,
+                                               NGX_HTTP_SERVICE_UNAVAILABLE,
+                                               NULL));
+        return;
+    }
+
+    /* the request waits for the store, its body read; finalized once */
+}
+
+
+/*
+ * The request body in one piece, at most NGX_HTTP_IDEM_RESOLUTION_MAX_BODY
+ * bytes; NGX_DECLINED: more (or kept in a file: client_body_buffer_size
+ * is smaller than that).
+ */
+
+static ngx_int_t
+ngx_http_idem_status_body(ngx_http_request_t *r, ngx_str_t *body)
+{
+    size_t        len;
+    u_char       *p;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    ngx_str_null(body);
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return NGX_OK;
+    }
+
+    if (r->request_body->temp_file) {
+        return NGX_DECLINED;
+    }
+
+    len = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (b->in_file) {
+            return NGX_DECLINED;
+        }
+
+        len += b->last - b->pos;
+    }
+
+    if (len > NGX_HTTP_IDEM_RESOLUTION_MAX_BODY) {
+        return NGX_DECLINED;
+    }
+
+    p = ngx_pnalloc(r->pool, len + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    body->data = p;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        p = ngx_cpymem(p, cl->buf->pos, cl->buf->last - cl->buf->pos);
+    }
+
+    body->len = p - body->data;
+
+    return NGX_OK;
+}
+
+
+/* the store's word on the resolution; the strings live during this call */
+
+static void
+ngx_http_idem_status_resolved(void *data, ngx_int_t rc, ngx_str_t *state,
+    ngx_http_idem_store_record_t *record)
+{
+    ngx_http_idem_status_ctx_t *sctx = data;
+
+    u_char              *p;
+    ngx_str_t            detail;
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    r = sctx->request;
+    c = r->connection;
+
+    sctx->op = NULL;
+
+    switch (rc) {
+
+    case NGX_OK:
+        if (sctx->applied) {
+            ngx_http_idem_count(resolved_applied);
+
+        } else {
+            ngx_http_idem_count(resolved_not_applied);
+        }
+
+        ngx_log_error(NGX_LOG_NOTICE, c->log, 0,
+                      "idem: call \"%V\" resolved: %s", &sctx->id,
+                      sctx->applied ? "applied" : "not applied");
+
+        /* the record as it is now, as a read would show it */
+
+        ngx_http_idem_status_reply(sctx, NGX_OK, record);
+        return;
+
+    case NGX_DECLINED:
+        ngx_http_idem_count(resolve_not_found);
+        rc = ngx_http_idem_status_send(r, sctx, NGX_HTTP_NOT_FOUND, NULL);
+        break;
+
+    case NGX_BUSY:
+        detail.len = sizeof("the call's latest execution is , not UNKNOWN: "
+                            "only an UNKNOWN one is resolved, once")
+                     + state->len;
+
+        detail.data = ngx_pnalloc(r->pool, detail.len);
+        if (detail.data == NULL) {
+            rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+            break;
+        }
+
+        p = ngx_snprintf(detail.data, detail.len,
+                         "the call's latest execution is %V, not UNKNOWN: "
+                         "only an UNKNOWN one is resolved, once", state);
+        detail.len = p - detail.data;
+
+        rc = ngx_http_idem_status_refuse(r,
+                                         NGX_HTTP_IDEM_P_RESOLUTION_CONFLICT,
+                                         &detail);
+        break;
+
+    default:
+        ngx_http_idem_count(resolve_unavailable);
+        rc = ngx_http_idem_status_send(r, sctx, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                       NULL);
+        break;
+    }
+
+    ngx_http_finalize_request(r, rc);
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* 400 invalid-resolution, 409 resolution-conflict: problem+json */
+
+static ngx_int_t
+ngx_http_idem_status_refuse(ngx_http_request_t *r, ngx_http_idem_problem_e id,
+    ngx_str_t *detail)
+{
+    ngx_http_idem_problem_t  problem;
+
+    ngx_http_idem_problem_set(r, &problem, id, NULL, "");
+    problem.detail = *detail;
+
+    ngx_http_idem_problem_count(&problem);
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idem: resolution refused: %V", detail);
+
+    return ngx_http_idem_send_problem(r, &problem, NULL);
 }

@@ -61,7 +61,8 @@ typedef enum {
     NGX_HTTP_IDEM_STORE_NOT_STORED,     /* it ended, answer not kept */
     NGX_HTTP_IDEM_STORE_UNKNOWN,        /* it may have run: the record */
     NGX_HTTP_IDEM_STORE_MISMATCH,       /* the id came with another call */
-    NGX_HTTP_IDEM_STORE_UNAVAILABLE     /* no answer: it may be claimed */
+    NGX_HTTP_IDEM_STORE_UNAVAILABLE,    /* no answer: it may be claimed */
+    NGX_HTTP_IDEM_STORE_APPLIED         /* resolved as applied: the record */
 } ngx_http_idem_store_verdict_e;
 
 
@@ -98,7 +99,8 @@ typedef struct {
 typedef struct {
     ngx_http_idem_store_verdict_e  verdict;
     ngx_str_t                      answer;     /* REPLAY */
-    ngx_http_idem_store_record_t   record;     /* NOT_STORED, UNKNOWN */
+    ngx_http_idem_store_record_t   record;     /* NOT_STORED, UNKNOWN,
+                                                  APPLIED */
     unsigned                       rest:1;
 } ngx_http_idem_store_found_t;
 
@@ -129,6 +131,18 @@ typedef struct {
 } ngx_http_idem_store_write_t;
 
 
+/*
+ * The service's word on a call that ended UNKNOWN (idem_status
+ * resolve=on): outcome "applied" or "not_applied", receipt and by ("-":
+ * none), all of a call id's characters.
+ */
+typedef struct {
+    ngx_str_t                  outcome;
+    ngx_str_t                  receipt;
+    ngx_str_t                  by;
+} ngx_http_idem_store_resolution_t;
+
+
 /* an entry of a follow-up stream (idem_unknown_stream), capped near maxlen */
 typedef struct {
     ngx_str_t                  stream;         /* its key */
@@ -147,6 +161,14 @@ typedef void (*ngx_http_idem_store_done_pt)(void *data, ngx_int_t rc);
 /* rc: NGX_OK, NGX_DECLINED (no record), NGX_ERROR (no answer) */
 typedef void (*ngx_http_idem_store_record_pt)(void *data, ngx_int_t rc,
     ngx_http_idem_store_record_t *record);
+
+/*
+ * rc: NGX_OK (resolved: the record after it), NGX_DECLINED (no record),
+ * NGX_BUSY (the latest execution is not UNKNOWN, or resolved already:
+ * "state" says which), NGX_ERROR (no answer)
+ */
+typedef void (*ngx_http_idem_store_resolved_pt)(void *data, ngx_int_t rc,
+    ngx_str_t *state, ngx_http_idem_store_record_t *record);
 
 
 /* configuration time: "idem_redis ADDR ..." (messages name the directive) */
@@ -172,6 +194,11 @@ ngx_http_idem_store_op_t *ngx_http_idem_store_claim(
 ngx_http_idem_store_op_t *ngx_http_idem_store_read_record(ngx_str_t *key,
     ngx_http_idem_store_record_pt handler, void *data);
 void ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op);
+
+/* the same contract as a read's */
+ngx_http_idem_store_op_t *ngx_http_idem_store_resolve(ngx_str_t *key,
+    ngx_http_idem_store_resolution_t *res,
+    ngx_http_idem_store_resolved_pt handler, void *data);
 
 /*
  * An entry appended to a stream, after the writes queued before it on the

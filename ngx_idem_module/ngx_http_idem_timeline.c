@@ -23,6 +23,9 @@
 #define NGX_HTTP_IDEM_TIMELINE_ROW       1024
 #define NGX_HTTP_IDEM_TIMELINE_HEAD      4096
 
+/* a time as html_time() writes it, at most */
+#define NGX_HTTP_IDEM_TIMELINE_TIME      64
+
 
 typedef struct {
     ngx_uint_t                       html_spec;    /* 3: text/html, 2: any
@@ -326,7 +329,15 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
     len = NGX_HTTP_IDEM_TIMELINE_HEAD + ngx_http_idem_timeline_style.len
           + 6 * (2 * id->len + 2 * rec.state.len + rec.final_status.len)
           + sizeof("<dt>Receipt</dt><dd><code></code></dd>\n")
-          + 6 * rec.receipt.len;
+          + 6 * rec.receipt.len
+          + sizeof("<dt>Resolved</dt><dd>#: not_applied, by <code></code> "
+                   "at , receipt <code></code></dd>\n")
+          + NGX_INT_T_LEN + NGX_HTTP_IDEM_TIMELINE_TIME;
+
+    if (rec.resolved != NULL) {
+        len += 6 * (rec.resolved->resolved[2].len
+                    + rec.resolved->resolved[3].len);
+    }
 
     for (i = 0; i < 6; i++) {
         len += 6 * rec.info[i].len;
@@ -425,6 +436,29 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
                        sizeof("</dd>\n<dt>Receipt</dt><dd><code>") - 1);
         p = ngx_http_idem_html(p, &rec.receipt);
         p = ngx_cpymem(p, "</code>", sizeof("</code>") - 1);
+    }
+
+    if (rec.resolved != NULL) {
+        x = rec.resolved;
+
+        p = ngx_sprintf(p, "</dd>\n<dt>Resolved</dt><dd>#%ui: %s", x->index,
+                        x->resolved[0].len == 7 ? "applied" : "not_applied");
+
+        if (!(x->resolved[3].len == 1 && x->resolved[3].data[0] == '-')) {
+            p = ngx_cpymem(p, ", by <code>", sizeof(", by <code>") - 1);
+            p = ngx_http_idem_html(p, &x->resolved[3]);
+            p = ngx_cpymem(p, "</code>", sizeof("</code>") - 1);
+        }
+
+        p = ngx_cpymem(p, " at ", sizeof(" at ") - 1);
+        p = ngx_http_idem_html_time(p, ngx_http_idem_html_ms(&x->resolved[1]));
+
+        if (!(x->resolved[2].len == 1 && x->resolved[2].data[0] == '-')) {
+            p = ngx_cpymem(p, ", receipt <code>",
+                           sizeof(", receipt <code>") - 1);
+            p = ngx_http_idem_html(p, &x->resolved[2]);
+            p = ngx_cpymem(p, "</code>", sizeof("</code>") - 1);
+        }
     }
 
     p = ngx_sprintf(p, "</dd>\n<dt>Executions</dt><dd>%ui", rec.executions);

@@ -397,9 +397,9 @@ invalid value "my app" in "idem_key_prefix" directive
 
 
 
-=== TEST 41: idem_status takes at most one argument
+=== TEST 41: idem_status takes at most an id and resolve=
 --- config
-    location /calls/ { idem_status $1 $2; }
+    location /calls/ { idem_status $1 $2 resolve=on; }
 --- must_die
 --- error_log
 invalid number of arguments in "idem_status" directive

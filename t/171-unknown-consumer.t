@@ -254,3 +254,54 @@ GET /x
 --- error_code: 204
 --- no_error_log
 [error]
+
+
+
+=== TEST 8: --resolve-url: two more calls end UNKNOWN, on a gateway whose status location takes resolutions
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream comp;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/9;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- request eval
+["POST /t\na=1", "POST /t\na=2"]
+--- more_headers eval
+["X-Call-Id: uc-6", "X-Call-Id: uc-7"]
+--- error_code eval
+[502, 502]
+--- wait: 0.1
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 9: ... the check's verdicts go back into the records: applied with the receipt it printed, not applied
+--- init
+my $check = q{'case $IDEM_CALL_ID in uc-6) echo pay_c6; exit 0;; uc-7) exit 1;; *) exit 75;; esac'};
+my $l = main::consume("--group resolver --check $check --resolve-url http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/calls/");
+Test::More::like(main::line_of($l, 'uc-6'),
+    qr{ uc-6: round 1/3: took effect \(receipt pay_c6\): resolved in the record \(200\)$},
+    'uc-6: applied, posted');
+Test::More::like(main::line_of($l, 'uc-7'),
+    qr{ uc-7: round 1/3: did not take effect: resolved in the record \(200\)$},
+    'uc-7: not applied, posted');
+$l = main::consume("--group again --check 'exit 75' --resolve-url http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/calls/");
+Test::More::like(main::line_of($l, 'uc-6'),
+    qr{ uc-6: round 1/3: resolved: the service's word is in the record already: applied$},
+    'another group: uc-6 is resolved in its record');
+--- request eval
+["GET /calls/uc-6", "GET /calls/uc-7"]
+--- response_body_like eval
+['"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":"pay_c6","by":"unknown-consumer:[^"]+"\}',
+ '"state":"FAILED",.*"resolved":\{"execution":1,"outcome":"not_applied",']
+--- no_error_log
+[alert]
+[crit]

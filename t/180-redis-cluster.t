@@ -248,7 +248,41 @@ idem: redis "cluster": since the last report: 1 dropped (not connected)
 
 
 
-=== TEST 7: "cluster" without nodes
+=== TEST 7: resolutions (idem_status resolve=on) of UNKNOWN calls whose slots are on every master
+--- http_config
+    idem_redis cluster 127.0.0.1:$TEST_NGINX_REDIS_CLUSTER_PORT timeout=500ms;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 100ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- request eval
+[(map { "GET /t" } @main::ids),
+ (map { "POST /calls/r$_\n{\"outcome\":\"applied\",\"receipt\":\"x-$_\"}" }
+      @main::ids),
+ (map { "GET /calls/r$_" } @main::ids)]
+--- more_headers eval
+[(map { "X-Call-Id: r$_" } @main::ids), (map { "" } @main::ids),
+ (map { "" } @main::ids)]
+--- error_code eval
+[(map { 504 } @main::ids), (map { 200 } @main::ids),
+ (map { 200 } @main::ids)]
+--- response_body_like eval
+[(map { "" } @main::ids),
+ (map { qq|"call_id":"r$_",.*"state":"SUCCESS",.*"resolved":\\{"execution":1,"outcome":"applied","at_ms":\\d+,"receipt":"x-$_"| } @main::ids),
+ (map { qq|"call_id":"r$_",.*"state":"SUCCESS",.*"receipt":"x-$_"| } @main::ids)]
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 8: "cluster" without nodes
 --- http_config
     idem_redis cluster timeout=1s;
 --- config
@@ -259,7 +293,7 @@ idem: redis "cluster": since the last report: 1 dropped (not connected)
 
 
 
-=== TEST 8: cluster nodes are IPs, not names or unix sockets
+=== TEST 9: cluster nodes are IPs, not names or unix sockets
 --- http_config
     idem_redis cluster unix:/tmp/r.sock;
 --- config
@@ -270,7 +304,7 @@ invalid value "unix:/tmp/r.sock" in "idem_redis" directive, it must be an IP add
 
 
 
-=== TEST 9: db= has no meaning in a cluster
+=== TEST 10: db= has no meaning in a cluster
 --- http_config
     idem_redis cluster 127.0.0.1:7000 db=1;
 --- config

@@ -23,19 +23,36 @@ it by the scope's digest, the consumer never learns the scope's value).
     consumer that died) once it has been idle --retry-after ms, and each
     delivery is one round.  After --rounds rounds it is escalated to a
     person (printed, and appended to --escalate-to when given).  XACK.
+  - The record says the service's word is in already (a resolution, "z:"
+    of the execution): resolved.  XACK.
 
-It prints one line per decision and never changes the record: the
-gateway's fields are written once.  --once makes one pass (entries due
-again, then the new ones) and exits, for cron or for tests.
+With --resolve-url URL (a status location with "idem_status resolve=on"),
+the check's verdict goes back to the gateway: POST URL<call id> with
+{"outcome": "applied" | "not_applied", "receipt": <the first line the
+check printed, when it is a receipt>, "by": "unknown-consumer:<consumer>"},
+so that the record, the status endpoint and, on a dedupe route, a resend
+learn the truth (not_applied: the resend runs; applied: it gets 409
+call-applied).  A 409 (resolved by someone else first) or 404 (the record
+is gone) is taken as done; no answer keeps the entry pending, a round
+used.  A call under a dedupe scope is resolved only where the status
+location's scope gives the same value for this consumer's requests, which
+it cannot know: such entries say so and stay for a person.
+
+Without --resolve-url it never changes the record.  --once makes one pass
+(entries due again, then the new ones) and exits, for cron or for tests.
 
 Needs Debian's python3 and python3-redis (util/deps.sh installs them).
 """
 
 import argparse
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import redis
 
@@ -64,6 +81,10 @@ def parse_args():
     ap.add_argument("--check", metavar="CMD",
                     help="asks the service for the call's receipt: exit 0 "
                          "took effect, 1 did not, other: still unknown")
+    ap.add_argument("--resolve-url", metavar="URL",
+                    help="a status location with idem_status resolve=on "
+                         "(e.g. http://127.0.0.1:8080/_idem/calls/): the "
+                         "check's verdict is posted there")
     ap.add_argument("--escalate-to", metavar="STREAM",
                     help="also XADD escalated entries there")
     ap.add_argument("--count", type=int, default=10)
@@ -114,6 +135,12 @@ def judge(f, record):
         return "resolved", ("an earlier execution of the same id succeeded: "
                             "nothing to undo")
 
+    z = record.get("z:" + f.get("token", ""))
+    if z:
+        outcome = z.split(" ")[0]
+        return "resolved", ("the service's word is in the record already: "
+                            "%s" % outcome.replace("_", " "))
+
     final = record.get("f:" + f.get("token", ""))
     if final is None:
         # a cluster's stream and record are on two masters: the final
@@ -125,13 +152,46 @@ def judge(f, record):
 
 
 def check(cmd, f, rnd):
+    """The check's exit code and the receipt it printed (its first line,
+    when that is one), or None."""
     env = dict(os.environ)
     for name in ("call_id", "trace_id", "key", "token", "method", "uri",
                  "node", "attempts", "last_outcome", "final_status",
                  "receipt"):
         env["IDEM_" + name.upper()] = f.get(name, "")
     env["IDEM_ROUND"] = str(rnd)
-    return subprocess.call(["sh", "-c", cmd], env=env)
+    p = subprocess.run(["sh", "-c", cmd], env=env, stdout=subprocess.PIPE)
+    first = p.stdout.decode(errors="replace").split("\n")[0].strip()
+    return p.returncode, first if PLAIN.match(first) else None
+
+
+# a receipt, or "by": what the gateway keeps (a call id's characters)
+PLAIN = re.compile(r"^[A-Za-z0-9._~:-]{1,128}$")
+
+
+def resolve(args, f, applied, receipt):
+    """Posts the verdict to the gateway: (done, what happened)."""
+    if re.search(r"s:\{[0-9a-f]{64}:", f.get("key", "")):
+        return False, "a call under a dedupe scope: not resolved from here"
+    body = {"outcome": "applied" if applied else "not_applied",
+            "by": "unknown-consumer:" + re.sub(r"[^A-Za-z0-9._~:-]", "-",
+                                               args.consumer)[:100]}
+    if receipt:
+        body["receipt"] = receipt
+    req = urllib.request.Request(
+        args.resolve_url + f["call_id"], data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as rsp:
+            return True, "resolved in the record (%d)" % rsp.status
+    except urllib.error.HTTPError as e:
+        if e.code == 409:
+            return True, "already resolved, or no longer UNKNOWN (409)"
+        if e.code == 404:
+            return True, "its record is gone (404)"
+        return False, "the gateway answered %d" % e.code
+    except (urllib.error.URLError, OSError) as e:
+        return False, "the gateway did not answer (%s)" % e
 
 
 def escalate(r, args, entry_id, f, why):
@@ -179,17 +239,27 @@ def follow(r, args, entry_id, f, rnd):
         return True
 
     if args.check:
-        rc = check(args.check, f, rnd)
-        if rc == 0:
+        rc, receipt = check(args.check, f, rnd)
+        if rc in (0, 1) and args.resolve_url:
+            done, what = resolve(args, f, rc == 0, receipt)
+            say(entry_id, f, "round %d/%d: %s%s: %s"
+                % (rnd, args.rounds,
+                   "took effect" if rc == 0 else "did not take effect",
+                   " (receipt %s)" % receipt if receipt else "", what))
+            if done:
+                return True
+            detail += ", the gateway was not told"
+        elif rc == 0:
             say(entry_id, f, "round %d/%d: took effect: the service has its "
                 "receipt; would confirm it to the caller" % (rnd, args.rounds))
             return True
-        if rc == 1:
+        elif rc == 1:
             say(entry_id, f, "round %d/%d: did not take effect: nothing to "
                 "undo; the caller may send it again with the same id"
                 % (rnd, args.rounds))
             return True
-        detail += ", the service does not know yet"
+        else:
+            detail += ", the service does not know yet"
 
     if rnd >= args.rounds:
         escalate(r, args, entry_id, f, "%s after %d rounds (%s)"

@@ -1,0 +1,53 @@
+-- A resolution of a call's latest execution, with the short and record
+-- preludes before it (POST to the status endpoint, idem_status
+-- resolve=on).  KEYS[1]: the record; ARGV: outcome ("applied" or
+-- "not_applied"), receipt ("-": none), by ("-": none).  The latest
+-- execution (by arrival, as the status endpoint orders them) must have
+-- ended UNKNOWN, or hold a claim that has lapsed, and not be resolved
+-- yet: then "z:<token>" = "<outcome> <now> <receipt> <by>" is written,
+-- once, and the reply is {"resolved", now, the record's fields}; else
+-- {"none"} (no record, or no execution in it) or {"conflict", its state
+-- or "RESOLVED"}.  One script: a second resolver, or the owner's late
+-- final write, comes before or after it, never between.
+local k = KEYS[1]
+if redis.call('EXISTS', k) == 0 then return {'none'} end
+hash()
+local h = redis.call('HGETALL', k)
+local ex = {}
+for i = 1, #h, 2 do
+  local c, t = string.match(h[i], '^([eflz]):([^:]+)$')
+  if c then
+    ex[t] = ex[t] or {t = t}
+    ex[t][c] = h[i + 1]
+  end
+end
+local last
+for t, e in pairs(ex) do
+  local c
+  if e.f then
+    c = string.match(e.f, '^%S+ %S+ %S+ (%d+)')
+  elseif e.e then
+    c = string.match(e.e, '^%S+ (%d+)')
+  end
+  c = tonumber(c)
+  if c and (not last or c > last.c or (c == last.c and t > last.t)) then
+    e.c = c
+    last = e
+  end
+end
+if not last then return {'none'} end
+if last.z then return {'conflict', 'RESOLVED'} end
+local state
+if last.f then
+  state = string.match(last.f, '^(%S+)')
+elseif last.l and lease_at(last.l) <= now then
+  state = 'UNKNOWN'
+elseif last.e and string.sub(last.e, 1, 1) == 'P' then
+  state = 'PROCESSING'
+else
+  state = 'RECEIVED'
+end
+if state ~= 'UNKNOWN' then return {'conflict', state} end
+redis.call('HSET', k, 'z:' .. last.t, string.format('%s %.0f %s %s',
+  ARGV[1], now, ARGV[2], ARGV[3]))
+return fields({'resolved', string.format('%.0f', now)})

@@ -1,0 +1,218 @@
+
+/*
+ * A resolution's body: a small JSON object, read strictly.  Its values
+ * end up in a record field ("z:<token>", space-separated), in JSON and in
+ * a page, so they take a call id's characters only: no escapes to undo,
+ * nothing to quote.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+
+#include "ngx_http_idem_resolution.h"
+
+
+static u_char *ngx_http_idem_resolution_space(u_char *p, u_char *last);
+static u_char *ngx_http_idem_resolution_string(u_char *p, u_char *last,
+    ngx_str_t *s);
+static ngx_uint_t ngx_http_idem_resolution_value(ngx_str_t *s);
+
+
+ngx_int_t
+ngx_http_idem_resolution_parse(ngx_str_t *body,
+    ngx_http_idem_resolution_t *res, u_char *err, size_t errlen)
+{
+    u_char     *p, *last;
+    ngx_str_t   name, value, *member;
+
+    ngx_memzero(res, sizeof(ngx_http_idem_resolution_t));
+
+    p = body->data;
+    last = p + body->len;
+
+    p = ngx_http_idem_resolution_space(p, last);
+
+    if (p == last || *p++ != '{') {
+        ngx_cpystrn(err, (u_char *) "the body is not a JSON object", errlen);
+        return NGX_DECLINED;
+    }
+
+    for ( ;; ) {
+        p = ngx_http_idem_resolution_space(p, last);
+
+        p = ngx_http_idem_resolution_string(p, last, &name);
+        if (p == NULL) {
+            ngx_cpystrn(err, (u_char *) "a member's name is not a plain "
+                        "string", errlen);
+            return NGX_DECLINED;
+        }
+
+        p = ngx_http_idem_resolution_space(p, last);
+
+        if (p == last || *p++ != ':') {
+            ngx_cpystrn(err, (u_char *) "a member has no value", errlen);
+            return NGX_DECLINED;
+        }
+
+        p = ngx_http_idem_resolution_space(p, last);
+
+        p = ngx_http_idem_resolution_string(p, last, &value);
+        if (p == NULL) {
+            ngx_cpystrn(err, (u_char *) "a value is not a plain string",
+                        errlen);
+            return NGX_DECLINED;
+        }
+
+        if (name.len == 7 && ngx_strncmp(name.data, "outcome", 7) == 0) {
+            member = &res->outcome;
+
+        } else if (name.len == 7
+                   && ngx_strncmp(name.data, "receipt", 7) == 0)
+        {
+            member = &res->receipt;
+
+        } else if (name.len == 2 && ngx_strncmp(name.data, "by", 2) == 0) {
+            member = &res->by;
+
+        } else {
+            ngx_cpystrn(err, (u_char *) "a member is none of \"outcome\", "
+                        "\"receipt\", \"by\"", errlen);
+            return NGX_DECLINED;
+        }
+
+        if (member->data != NULL) {
+            ngx_cpystrn(err, (u_char *) "a member is given twice", errlen);
+            return NGX_DECLINED;
+        }
+
+        *member = value;
+
+        p = ngx_http_idem_resolution_space(p, last);
+
+        if (p == last) {
+            ngx_cpystrn(err, (u_char *) "the object is not closed", errlen);
+            return NGX_DECLINED;
+        }
+
+        if (*p == ',') {
+            p++;
+            continue;
+        }
+
+        if (*p++ != '}') {
+            ngx_cpystrn(err, (u_char *) "members are not separated by a "
+                        "comma", errlen);
+            return NGX_DECLINED;
+        }
+
+        break;
+    }
+
+    if (ngx_http_idem_resolution_space(p, last) != last) {
+        ngx_cpystrn(err, (u_char *) "something follows the object", errlen);
+        return NGX_DECLINED;
+    }
+
+    if (res->outcome.len == 7
+        && ngx_strncmp(res->outcome.data, "applied", 7) == 0)
+    {
+        res->applied = 1;
+
+    } else if (!(res->outcome.len == 11
+                 && ngx_strncmp(res->outcome.data, "not_applied", 11) == 0))
+    {
+        ngx_cpystrn(err, (u_char *) "\"outcome\" must be \"applied\" or "
+                    "\"not_applied\"", errlen);
+        return NGX_DECLINED;
+    }
+
+    if ((res->receipt.data != NULL
+         && !ngx_http_idem_resolution_value(&res->receipt))
+        || (res->by.data != NULL
+            && !ngx_http_idem_resolution_value(&res->by)))
+    {
+        ngx_cpystrn(err, (u_char *) "\"receipt\" and \"by\" take 1 to 128 "
+                    "of A-Z a-z 0-9 - . _ ~ :", errlen);
+        return NGX_DECLINED;
+    }
+
+    if (res->receipt.data == NULL) {
+        ngx_str_set(&res->receipt, "-");
+    }
+
+    if (res->by.data == NULL) {
+        ngx_str_set(&res->by, "-");
+    }
+
+    return NGX_OK;
+}
+
+
+static u_char *
+ngx_http_idem_resolution_space(u_char *p, u_char *last)
+{
+    while (p < last
+           && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+    {
+        p++;
+    }
+
+    return p;
+}
+
+
+/* a string without escapes or control bytes; NULL: not one */
+
+static u_char *
+ngx_http_idem_resolution_string(u_char *p, u_char *last, ngx_str_t *s)
+{
+    if (p == NULL || p == last || *p++ != '"') {
+        return NULL;
+    }
+
+    s->data = p;
+
+    while (p < last && *p != '"') {
+        if (*p == '\\' || *p < 0x20) {
+            return NULL;
+        }
+
+        p++;
+    }
+
+    if (p == last) {
+        return NULL;
+    }
+
+    s->len = p - s->data;
+
+    return p + 1;
+}
+
+
+/* 1 to 128 of A-Z a-z 0-9 - . _ ~ : */
+
+static ngx_uint_t
+ngx_http_idem_resolution_value(ngx_str_t *s)
+{
+    u_char      c;
+    ngx_uint_t  i;
+
+    if (s->len == 0 || s->len > NGX_HTTP_IDEM_RESOLUTION_MAX_VALUE) {
+        return 0;
+    }
+
+    for (i = 0; i < s->len; i++) {
+        c = s->data[i];
+
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+              || (c >= '0' && c <= '9')
+              || c == '-' || c == '.' || c == '_' || c == '~' || c == ':'))
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}

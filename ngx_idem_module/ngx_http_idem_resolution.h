@@ -1,0 +1,44 @@
+
+/*
+ * A resolution's body, as a client of the status endpoint sends it
+ * (POST, idem_status resolve=on): parsed by a pure function of its bytes
+ * (nginx's core only), which a fuzz target shares.
+ */
+
+
+#ifndef _NGX_HTTP_IDEM_RESOLUTION_H_INCLUDED_
+#define _NGX_HTTP_IDEM_RESOLUTION_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+
+
+/* the largest body taken */
+#define NGX_HTTP_IDEM_RESOLUTION_MAX_BODY  4096
+
+/* the longest "receipt" and "by" */
+#define NGX_HTTP_IDEM_RESOLUTION_MAX_VALUE 128
+
+
+/* outcome: "applied" or "not_applied"; receipt and by: "-" when absent */
+typedef struct {
+    ngx_str_t                  outcome;
+    ngx_str_t                  receipt;
+    ngx_str_t                  by;
+    ngx_uint_t                 applied;
+} ngx_http_idem_resolution_t;
+
+
+/*
+ * {"outcome": "applied" | "not_applied"[, "receipt": "..."][, "by":
+ * "..."]}, members in any order, each once, strings of a call id's
+ * characters (A-Z a-z 0-9 - . _ ~ :), at most 128 bytes; nothing else.
+ * The result points into body.  NGX_DECLINED: not that; "err" (of
+ * "errlen" bytes) says why, NUL-terminated.
+ */
+ngx_int_t ngx_http_idem_resolution_parse(ngx_str_t *body,
+    ngx_http_idem_resolution_t *res, u_char *err, size_t errlen);
+
+
+#endif /* _NGX_HTTP_IDEM_RESOLUTION_H_INCLUDED_ */

@@ -1,0 +1,407 @@
+# idem_status resolve=on: the service's word on a call that ended UNKNOWN
+# goes back into its record.  POST <status location>/<call id> with
+# {"outcome": "applied" | "not_applied", "receipt": "...", "by": "..."}
+# resolves the latest execution, once: the call reads SUCCESS or FAILED
+# with "resolved", and on a dedupe route a resend then runs again
+# (not_applied) or gets 409 call-applied with the record (applied), never
+# a second execution.  The backend (util/backend.pl) sleeps past
+# proxy_read_timeout on a call id's first request (/sleep/MS/1): UNKNOWN;
+# /log/ID counts a call id's executions.
+
+use lib 't/lib';
+use Test::Nginx::Socket 'no_plan';
+
+no_long_string();
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: UNKNOWN, resolved applied: SUCCESS with "resolved"; the status read says so too
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /pay\nx=1", "GET /calls/rs-1",
+ "POST /calls/rs-1\n{\"outcome\": \"applied\", \"receipt\": \"pay_8f3a\", \"by\": \"recon-job\"}",
+ "GET /calls/rs-1"]
+--- more_headers
+X-Call-Id: rs-1
+--- error_code eval
+[504, 200, 200, 200]
+--- response_headers_like eval
+["", "Content-Type: application/json", "Content-Type: application/json",
+ "Content-Type: application/json"]
+--- response_body_like eval
+["", '"state":"UNKNOWN"',
+ '^\{"call_id":"rs-1",[^{]*"state":"SUCCESS",.*"final_status":504,"resolved":\{"execution":1,"outcome":"applied","at_ms":1\d{12},"receipt":"pay_8f3a","by":"recon-job"\},"executions":1,"attempts":\[\{"execution":1,"n":1,[^}]*"outcome":"timeout"',
+ '"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied",']
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 2: not_applied: FAILED; "receipt" and "by" may be left out; a short record (one write) too
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        idem_record_arrival_delay 10s;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["GET /pay", "POST /calls/rs-2\n{\"outcome\":\"not_applied\"}",
+ "GET /calls/rs-2"]
+--- more_headers
+X-Call-Id: rs-2
+--- error_code eval
+[504, 200, 200]
+--- response_body_like eval
+["",
+ '"state":"FAILED",.*"resolved":\{"execution":1,"outcome":"not_applied","at_ms":\d+,"receipt":null,"by":null\}',
+ '"state":"FAILED",']
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 3: once: a second resolution is 409 resolution-conflict, the first stands
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["GET /pay", "POST /calls/rs-3\n{\"outcome\":\"not_applied\"}",
+ "POST /calls/rs-3\n{\"outcome\":\"applied\"}", "GET /calls/rs-3",
+ "GET /metrics"]
+--- more_headers
+X-Call-Id: rs-3
+--- error_code eval
+[504, 200, 409, 200, 200]
+--- response_headers_like eval
+["", "", "Content-Type: application/problem\\+json", "", ""]
+--- response_body_like eval
+["", '"outcome":"not_applied"',
+ '^\{"type":"urn:ngx-idem:problem:resolution-conflict","title":"Not resolvable","status":409,"detail":"the call\'s latest execution is RESOLVED, not UNKNOWN: only an UNKNOWN one is resolved, once"\}$',
+ '"state":"FAILED",.*"outcome":"not_applied"',
+ qr/^idem_resolutions_total\{outcome="applied"\} 0\n^idem_resolutions_total\{outcome="not_applied"\} 1\n.*^idem_resolutions_refused_total\{reason="invalid"\} 0\n^idem_resolutions_refused_total\{reason="conflict"\} 1\n^idem_resolutions_refused_total\{reason="not_found"\} 0\n/ms]
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 4: a call that succeeded is not resolved (409, its state named); no record: 404
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["GET /pay", "POST /calls/rs-4\n{\"outcome\":\"not_applied\"}",
+ "POST /calls/rs-none\n{\"outcome\":\"applied\"}", "GET /calls/rs-4",
+ "GET /metrics"]
+--- more_headers
+X-Call-Id: rs-4
+--- error_code eval
+[200, 409, 404, 200, 200]
+--- response_body_like eval
+["n=1",
+ '"detail":"the call\'s latest execution is SUCCESS, not UNKNOWN: only an UNKNOWN one is resolved, once"',
+ '^\{"state":"NOT_FOUND"\}$', '^(?!.*resolved).*"state":"SUCCESS"',
+ qr/^idem_resolutions_refused_total\{reason="conflict"\} 1\n^idem_resolutions_refused_total\{reason="not_found"\} 1\n/m]
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: bodies that are not a resolution: 400 invalid-resolution, nothing written
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- request eval
+["POST /calls/rs-5\nnot json",
+ "POST /calls/rs-5\n{\"outcome\":\"maybe\"}",
+ "POST /calls/rs-5\n{\"outcome\":\"applied\",\"extra\":\"x\"}",
+ "POST /calls/rs-5\n{\"outcome\":\"applied\",\"outcome\":\"applied\"}",
+ "POST /calls/rs-5\n{\"outcome\":\"applied\",\"receipt\":\"pay 1\"}",
+ "POST /calls/rs-5\n{\"outcome\":\"applied\",\"by\":\"a\\\\u0041\"}",
+ "POST /calls/rs-5\n{\"outcome\":\"applied\"} x",
+ "POST /calls/rs-5\n{\"receipt\":\"r1\"}",
+ "POST /calls/rs-5\n{\"outcome\":\"applied\",\"by\":\"" . ("b" x 4100) . "\"}",
+ "POST /calls/rs-5\n"]
+--- error_code eval
+[400, 400, 400, 400, 400, 400, 400, 400, 400, 400]
+--- response_body_like eval
+['"type":"urn:ngx-idem:problem:invalid-resolution","title":"Invalid resolution","status":400,"detail":"the body is not a JSON object"',
+ '"detail":"\\\\"outcome\\\\" must be \\\\"applied\\\\" or \\\\"not_applied\\\\""',
+ '"detail":"a member is none of \\\\"outcome\\\\", \\\\"receipt\\\\", \\\\"by\\\\""',
+ '"detail":"a member is given twice"',
+ '"detail":"\\\\"receipt\\\\" and \\\\"by\\\\" take 1 to 128 of A-Z a-z 0-9 - . _ ~ :"',
+ '"detail":"a value is not a plain string"',
+ '"detail":"something follows the object"',
+ '"detail":"\\\\"outcome\\\\" must be',
+ '"detail":"the body is more than 4096 bytes"',
+ '"detail":"the body is not a JSON object"']
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: POST where resolve is off (and by default): 405; a bad resolve= value and extra parameters at nginx -t
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+    location /calls-off/ {
+        idem_status resolve=off;
+    }
+    location ~ ^/by-id/(.+)$ {
+        idem_status $1 resolve=on;
+    }
+--- request eval
+["POST /calls/rs-6\n{\"outcome\":\"applied\"}",
+ "POST /calls-off/rs-6\n{\"outcome\":\"applied\"}",
+ "POST /by-id/rs-6\n{\"outcome\":\"applied\"}", "GET /by-id/rs-6"]
+--- error_code eval
+[405, 405, 404, 404]
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: resolve=yes is refused
+--- config
+    location /calls/ {
+        idem_status resolve=yes;
+    }
+--- must_die
+--- error_log
+invalid value "resolve=yes" in "idem_status" directive, it must be "resolve=on" or "resolve=off"
+
+
+
+=== TEST 8: ... and so are two ids
+--- config
+    location /calls/ {
+        idem_status $uri $uri;
+    }
+--- must_die
+--- error_log
+invalid parameter "$uri" in "idem_status" directive
+
+
+
+=== TEST 9: a dedupe route, not_applied: the resend that got 409 call-outcome-unknown now runs, once
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /pay\nx=1", "POST /pay\nx=1",
+ "POST /calls/rs-9\n{\"outcome\":\"not_applied\",\"by\":\"ops:alice\"}",
+ "POST /pay\nx=1", "POST /pay\nx=1", "GET /log/rs-9", "GET /calls/rs-9"]
+--- more_headers
+X-Call-Id: rs-9
+--- error_code eval
+[504, 409, 200, 200, 200, 200, 200]
+--- response_headers_like eval
+["", "", "", "", "Idempotent-Replayed: true", "", ""]
+--- response_body_like eval
+["", '"type":"urn:ngx-idem:problem:call-outcome-unknown"',
+ '"outcome":"not_applied","at_ms":\d+,"receipt":null,"by":"ops:alice"',
+ "n=2 attempt=1", "n=2 attempt=1", "^n=1 .*\nn=2 .*\n\$",
+ '"state":"SUCCESS",.*"executions":2']
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 10: a dedupe route, applied: a resend gets 409 call-applied with the record and its receipt, never runs
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /pay\nx=1",
+ "POST /calls/rs-10\n{\"outcome\":\"applied\",\"receipt\":\"pay_77\"}",
+ "POST /pay\nx=1", "GET /log/rs-10", "GET /metrics"]
+--- more_headers
+X-Call-Id: rs-10
+--- error_code eval
+[504, 200, 409, 200, 200]
+--- response_body_like eval
+["", '"outcome":"applied"',
+ '^\{"type":"urn:ngx-idem:problem:call-applied","title":"Call applied","status":409,"detail":"an execution of this call id took effect, as the service resolved it; it is not run again: see its receipt","call_id":"rs-10","record":\{"call_id":"rs-10",.*"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":"pay_77","by":null\}',
+ "^n=1 [^\n]*\n\$",
+ qr/^idem_dedupe_total\{result="applied"\} 1\n/m]
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 11: a scope: the resolver's own scope finds the call; another scope's is 404
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_authorization;
+        idem_call_id_missing reject;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        idem_dedupe_scope $http_authorization;
+        idem_status resolve=on;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /pay\nx=1", "POST /calls/rs-11\n{\"outcome\":\"applied\"}",
+ "POST /calls/rs-11\n{\"outcome\":\"applied\"}"]
+--- more_headers eval
+["X-Call-Id: rs-11\nAuthorization: Bearer a",
+ "Authorization: Bearer b", "Authorization: Bearer a"]
+--- error_code eval
+[504, 404, 200]
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 12: the timeline page shows the resolution
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["GET /pay", "POST /calls/rs-12\n{\"outcome\":\"applied\",\"receipt\":\"ord-9\",\"by\":\"job:7\"}",
+ "GET /calls/rs-12"]
+--- more_headers eval
+["X-Call-Id: rs-12", "", "Accept: text/html"]
+--- error_code eval
+[504, 200, 200]
+--- response_body_like eval
+["", "", '<dt>Resolved</dt><dd>#1: applied, by <code>job:7</code> at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC, receipt <code>ord-9</code></dd>']
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 13: Redis away: 503 UNKNOWN with Retry-After, nothing resolved
+--- http_config
+    idem_redis 127.0.0.1:1 connect_timeout=100ms timeout=200ms;
+--- config
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- request
+POST /calls/rs-13
+{"outcome":"applied"}
+--- error_code: 503
+--- response_headers
+Retry-After: 1
+--- response_body
+{"state":"UNKNOWN"}
+--- no_error_log
+[alert]
+[emerg]
