@@ -9,6 +9,7 @@
 # /log/ID counts a call id's executions.
 
 use lib 't/lib';
+use POSIX ();
 use Test::Nginx::Socket 'no_plan';
 
 no_long_string();
@@ -402,6 +403,109 @@ POST /calls/rs-13
 Retry-After: 1
 --- response_body
 {"state":"UNKNOWN"}
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 14: two resolvers at once: one wins, the other gets 409 (setup: an UNKNOWN call)
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request
+GET /pay
+--- more_headers
+X-Call-Id: rs-14
+--- error_code: 504
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 15: ... 8 resolvers, 4 of each outcome, at once: exactly one 200, seven 409, the record says the winner's
+--- init
+my $url = "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/calls/rs-14";
+my @pids;
+my @out = map { "$ENV{TEST_NGINX_ROOT}/t/servroot/rs14-$_" } 1 .. 8;
+for my $i (1 .. 8) {
+    my $o = $i % 2 ? 'applied' : 'not_applied';
+    my $pid = fork() // die "fork: $!";
+    if ($pid == 0) {
+        exec('curl', '-s', '-o', $out[$i - 1], '-X', 'POST',
+             '--data', qq{{"outcome":"$o","by":"r$i"}}, $url);
+        POSIX::_exit(1);
+    }
+    push @pids, $pid;
+}
+waitpid($_, 0) for @pids;
+my @body = map { local (@ARGV, $/) = ($_); -e $_ ? <> : '' } @out;
+my @ok = grep { $body[$_ - 1] =~ /"resolved"/ } 1 .. 8;
+my @conflict = grep { $body[$_ - 1] =~ /resolution-conflict/ } 1 .. 8;
+Test::More::is(scalar @ok, 1, 'one resolver won');
+Test::More::is(scalar @conflict, 7, 'seven got 409');
+my $winner = "r" . ($ok[0] // 0);
+my $now = `curl -s $url`;
+Test::More::like($now, qr/"resolved":\{"execution":1,"outcome":"(?:not_)?applied","at_ms":\d+,"receipt":null,"by":"$winner"\}/,
+                 "the record has the winner's ($winner)");
+--- request
+GET /calls/rs-14
+--- response_body_like chomp
+"resolved":\{"execution":1,"outcome":"(?:not_)?applied","at_ms":\d+,"receipt":null,"by":"r[1-8]"\}
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 16: a dedupe claim whose owner died (its lease lapsed, no final write) is resolved too; the resend then gets call-applied
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+# as a gateway that died after its claim leaves it: o, d, its arrival, a
+# lease that lapsed a second ago (Redis's clock)
+my ($s, $us) = split /\n/, `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} time`;
+my $now = $s * 1000 + int($us / 1000);
+my $d = `printf 'POST /pay\nx=1' | sha256sum`;
+$d =~ s/\s.*//s;
+system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
+       "idem:c:{rs-16}", "o", "tok16", "d", "ignored", "v", "1",
+       "l:tok16", $now - 1000,
+       "e:tok16", "P " . ($now - 5000)
+                  . " client gw-dead POST 4bf92f3577b34da6a3ce929d0e0e4736 /pay");
+--- request eval
+["GET /calls/rs-16", "POST /calls/rs-16\n{\"outcome\":\"applied\",\"receipt\":\"pay_16\"}",
+ "GET /calls/rs-16"]
+--- error_code eval
+[200, 200, 200]
+--- response_body_like eval
+['"state":"UNKNOWN",.*"node":"gw-dead"',
+ '"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":"pay_16","by":null\}',
+ '"state":"SUCCESS"']
 --- no_error_log
 [alert]
 [emerg]
