@@ -444,8 +444,8 @@ for my $i (1 .. 8) {
     my $o = $i % 2 ? 'applied' : 'not_applied';
     my $pid = fork() // die "fork: $!";
     if ($pid == 0) {
-        exec('curl', '-s', '-o', $out[$i - 1], '-X', 'POST',
-             '--data', qq{{"outcome":"$o","by":"r$i"}}, $url);
+        { exec('curl', '-s', '-o', $out[$i - 1], '-X', 'POST',
+               '--data', qq{{"outcome":"$o","by":"r$i"}}, $url) };
         POSIX::_exit(1);
     }
     push @pids, $pid;
