@@ -9,6 +9,8 @@
 # NGINX_TESTS is a checkout of https://github.com/nginx/nginx-tests, kept
 # outside this repository.  Default files: the upstream-related ones.
 # IDEM_MODULE picks another build of the module (default build/...so).
+# NGINX_TESTS_IDEM is what "on" puts in http{} (default "idem on;"), e.g.
+# with idem_breaker and idem_retry_budget set too, to run their code.
 set -e
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -50,7 +52,7 @@ run() {
 echo "nginx-tests: $# files, idem off ..."
 run off "" "$@"
 echo "nginx-tests: $# files, idem on ..."
-run on "idem on;" "$@"
+run on "${NGINX_TESTS_IDEM:-idem on;}" "$@"
 
 # "not ok" lines (TODO ones are expected failures) per file and test name
 perl -e '
