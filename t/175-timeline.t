@@ -114,12 +114,12 @@ qr{&lt;b&gt;node&lt;/b&gt;.*&lt;s&gt;GET&lt;/s&gt; /x/&lt;img src=x onerror=aler
  "Accept: TEXT/*", "Accept: application/*;q=0.2, text/html;q=0.3",
  "Accept: text/html ; q=1.0 , application/json ; q=1"]
 --- response_headers eval
-["Content-Type: application/json\nVary: Accept\n!Content-Security-Policy",
+["Content-Type: application/json\nVary: Accept\n!Content-Security-Policy\nX-Content-Type-Options: nosniff",
  "Content-Type: application/json",
  "Content-Type: application/json",
  "Content-Type: application/json",
  "Content-Type: application/json",
- "Content-Type: text/html; charset=utf-8",
+ "Content-Type: text/html; charset=utf-8\nX-Content-Type-Options: nosniff",
  "Content-Type: text/html; charset=utf-8",
  "Content-Type: text/html; charset=utf-8",
  "Content-Type: application/json"]
