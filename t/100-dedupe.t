@@ -1331,24 +1331,7 @@ idem: a 304 answers the owner's condition or range: not kept
 
 
 
-=== TEST 41: a 206 to the owner's Range is not kept either: the duplicate without Range gets 409, not the part
---- http_config
-    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
---- config
-    location /d {
-        idem on;
-        idem_dedupe on;
-        idem_dedupe_scope off;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/f.txt;
-    }
-    location = /f.txt {
-        root html;
-    }
---- user_files
->>> f.txt
-0123456789
---- init
-system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+=== TEST 41: a 206 to the owner's Range is not kept either: the duplicate without Range gets 409, not the part (TEST 40's gateway)
 --- request eval
 ["GET /d", "GET /d"]
 --- more_headers eval
@@ -1366,24 +1349,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 
 
 
-=== TEST 42: a 412 to the owner's If-Match and a 416 to its Range are not kept: 409 for the duplicates
---- http_config
-    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
---- config
-    location /d {
-        idem on;
-        idem_dedupe on;
-        idem_dedupe_scope off;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/f.txt;
-    }
-    location = /f.txt {
-        root html;
-    }
---- user_files
->>> f.txt
-0123456789
---- init
-system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+=== TEST 42: a 412 to the owner's If-Match and a 416 to its Range are not kept: 409 for the duplicates (TEST 40's gateway)
 --- request eval
 ["GET /d", "GET /d", "GET /d", "GET /d"]
 --- more_headers eval

@@ -727,21 +727,7 @@ http2 output header: "content-length
 
 
 
-=== TEST 17: ... nginx's own 502 over HTTP/2 as well
---- http_config
-    log_format h2 'H2 $server_protocol $status "$sent_http_content_length" "$sent_http_grpc_status" $request';
-    server {
-        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
-        location / {
-            idem on;
-            access_log logs/error.log h2;
-            grpc_pass grpc://127.0.0.1:1;
-        }
-    }
---- config
-    location /g/ {
-        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
-    }
+=== TEST 17: ... nginx's own 502 over HTTP/2 as well (TEST 16's gateway)
 --- request
 POST /g/svc/Call
 x
