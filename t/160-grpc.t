@@ -13,6 +13,23 @@ no_shuffle();
 check_accum_error_log();
 run_tests();
 
+# a gRPC call over HTTP/1.1 on a connection kept alive, as raw bytes
+sub grpc_h1 {
+    my ($method, $id, $body, @more) = @_;
+    return "$method /h1/svc/Call HTTP/1.1\r\nHost: localhost\r\n"
+           . "Content-Type: application/grpc\r\nX-Call-Id: $id\r\n"
+           . join('', map { "$_\r\n" } @more)
+           . (defined $body
+              ? "Content-Length: " . length($body) . "\r\n\r\n$body"
+              : "\r\n");
+}
+
+# the request after it, that closes the connection
+sub next_close {
+    return "GET /next HTTP/1.1\r\nHost: localhost\r\nConnection: close"
+           . "\r\n\r\n";
+}
+
 __DATA__
 
 === TEST 1: an invalid call id is INVALID_ARGUMENT (3), Trailers-Only, nothing forwarded
@@ -583,29 +600,9 @@ is longer than a call without a budget may wait
         return 200 "next\n";
     }
 --- raw_request eval
-"POST /h1/svc/Call HTTP/1.1\r
-Host: localhost\r
-Content-Type: application/grpc\r
-X-Call-Id: bad id\r
-Content-Length: 1\r
-\r
-xPOST /h1/svc/Call HTTP/1.1\r
-Host: localhost\r
-Content-Type: application/grpc\r
-X-Call-Id: g-13\r
-X-Deadline-Ms: 0\r
-Content-Length: 1\r
-\r
-xHEAD /h1/svc/Call HTTP/1.1\r
-Host: localhost\r
-Content-Type: application/grpc\r
-X-Call-Id: bad id\r
-\r
-GET /next HTTP/1.1\r
-Host: localhost\r
-Connection: close\r
-\r
-"
+main::grpc_h1('POST', 'bad id', 'x')
+. main::grpc_h1('POST', 'g-13', 'x', 'X-Deadline-Ms: 0')
+. main::grpc_h1('HEAD', 'bad id') . main::next_close()
 --- error_code: 200
 --- response_headers
 Content-Type: application/grpc
@@ -637,17 +634,7 @@ H1 4 200 "5" "-" "-" GET /next HTTP/1.1
         return 200 "next\n";
     }
 --- raw_request eval
-"POST /h1/svc/Call HTTP/1.1\r
-Host: localhost\r
-Content-Type: application/grpc\r
-X-Call-Id: g-14\r
-Content-Length: 1\r
-\r
-xGET /next HTTP/1.1\r
-Host: localhost\r
-Connection: close\r
-\r
-"
+main::grpc_h1('POST', 'g-14', 'x') . main::next_close()
 --- error_code: 200
 --- response_headers
 Content-Type: application/grpc
@@ -790,17 +777,7 @@ H1 1 200 "4" "-" "-" "0" POST /h1/svc/Call HTTP/1.1
 
 === TEST 19: ... replayed over HTTP/1.1: chunked, its trailers in the last chunk, and the connection goes on
 --- raw_request eval
-"POST /h1/svc/Call HTTP/1.1\r
-Host: localhost\r
-Content-Type: application/grpc\r
-X-Call-Id: g-18\r
-Content-Length: 2\r
-\r
-m1GET /next HTTP/1.1\r
-Host: localhost\r
-Connection: close\r
-\r
-"
+main::grpc_h1('POST', 'g-18', 'm1') . main::next_close()
 --- error_code: 200
 --- response_headers
 Transfer-Encoding: chunked
