@@ -9,8 +9,10 @@
  * again, gives the client the bytes the first answer gave.  An owner's
  * Range is ignored (RFC 9110 allows it), so that its whole answer is kept;
  * an answer made of subrequests' output (ssi, slice, addition) is not
- * kept.  Kept as "<status>[ <reason>]\n<name>: <value>\n...\n\n<body>":
- * names and values never hold a newline (nginx refuses them).  Trailers
+ * kept, nor one to the owner's condition or range that the digest does
+ * not cover (304, 206; 412 and 416 when it sent one).  Kept as
+ * "<status>[ <reason>]\n<name>: <value>\n...\n\n<body>": names and
+ * values never hold a newline (nginx refuses them).  Trailers
  * (gRPC's grpc-status) are lines of the same block, as "~<name>: <value>":
  * no field name starts with "~".
  *
@@ -26,6 +28,8 @@
 #define NGX_HTTP_IDEM_ANSWER_FIRST  4096
 
 
+static ngx_uint_t ngx_http_idem_answer_conditional(ngx_http_request_t *r,
+    ngx_uint_t status);
 static ngx_int_t ngx_http_idem_answer_skip(ngx_http_idem_ctx_t *ctx,
     ngx_table_elt_t *h);
 static ngx_int_t ngx_http_idem_answer_append(ngx_http_request_t *r,
@@ -83,6 +87,20 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     status = r->headers_out.status;
     ctx->answer.capture_max = ilcf->dedupe_store_max;
+
+    /*
+     * An answer to the owner's own condition or range: the digest knows
+     * neither, so a duplicate without them would get it as its own
+     */
+
+    if (ngx_http_idem_answer_conditional(r, status)) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem: a %ui answers the owner's condition or "
+                       "range: not kept", status);
+
+        ctx->answer.capture_over = 1;
+        return NGX_OK;
+    }
 
     len = sizeof("999 \nContent-Type: \nContent-Length: \n\n") - 1
           + r->headers_out.status_line.len + r->headers_out.content_type.len
@@ -181,6 +199,38 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ctx->answer.capture->last = p;
 
     return NGX_OK;
+}
+
+
+/*
+ * 304 and 206 answer a condition or a range only; 412 and 416 are kept
+ * when the request had none (the upstream's own reasons)
+ */
+
+static ngx_uint_t
+ngx_http_idem_answer_conditional(ngx_http_request_t *r, ngx_uint_t status)
+{
+    ngx_http_headers_in_t  *in;
+
+    in = &r->headers_in;
+
+    switch (status) {
+
+    case NGX_HTTP_NOT_MODIFIED:
+    case NGX_HTTP_PARTIAL_CONTENT:
+        return 1;
+
+    case NGX_HTTP_PRECONDITION_FAILED:
+        return in->if_match != NULL || in->if_unmodified_since != NULL
+               || in->if_none_match != NULL
+               || in->if_modified_since != NULL;
+
+    case NGX_HTTP_RANGE_NOT_SATISFIABLE:
+        return in->range != NULL;
+
+    default:
+        return 0;
+    }
 }
 
 
@@ -336,7 +386,7 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         return NGX_HTTP_IDEM_KEEP_RELEASE;
     }
 
-    /* a 204, a 304 or an answer to HEAD has no body to wait for */
+    /* a 204 or an answer to HEAD has no body to wait for */
 
     if (ctx->answer.capture == NULL || ctx->answer.capture_over
         || !(ctx->answer.capture_done || r->header_only))

@@ -150,7 +150,8 @@ ngx_http_idem_grpc_code(ngx_uint_t status, ngx_str_t *type)
 /*
  * Turns the answer being sent into a gRPC Trailers-Only one: HTTP 200,
  * application/grpc, grpc-status and grpc-message in the headers, no body
- * (over HTTP/2 one HEADERS frame that ends the stream).  A Retry-After
+ * (over HTTP/2 one HEADERS frame that ends the stream; over HTTP/1.x the
+ * same headers with Content-Length: 0, a whole message).  A Retry-After
  * already set becomes grpc-retry-pushback-ms on UNAVAILABLE.  "status" is
  * the HTTP status the answer would have had: the call's record keeps it.
  */
@@ -185,11 +186,24 @@ ngx_http_idem_grpc_trailers_only(ngx_http_request_t *r,
     r->headers_out.content_type_lowcase = NULL;
     ngx_str_null(&r->headers_out.charset);
 
-    r->headers_out.content_length_n = -1;
-
     if (r->headers_out.content_length) {
         r->headers_out.content_length->hash = 0;
         r->headers_out.content_length = NULL;
+    }
+
+    /*
+     * Trailers-Only is HTTP/2's (and HTTP/3's): over HTTP/1.x no length
+     * would make nginx frame it as chunked, and send no last chunk
+     */
+
+    if (r->http_version < NGX_HTTP_VERSION_20) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem grpc: HTTP/1.x, Content-Length: 0");
+
+        r->headers_out.content_length_n = 0;
+
+    } else {
+        r->headers_out.content_length_n = -1;
     }
 
     r->header_only = 1;

@@ -113,7 +113,7 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 {
     u_char                      *p, err[64];
     ngx_int_t                    rc;
-    ngx_str_t                    id, content, key;
+    ngx_str_t                    id, content, key, value;
     ngx_pool_cleanup_t          *cln;
     ngx_http_idem_problem_t      problem;
     ngx_http_idem_loc_conf_t    *ilcf;
@@ -132,6 +132,17 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
         if (rc != NGX_OK) {
             return rc;
         }
+    }
+
+    /* every answer from here is JSON, problem+json or a page: as said */
+
+    ngx_str_set(&value, "nosniff");
+
+    if (ngx_http_idem_add_response_header(r, "X-Content-Type-Options",
+                                          &value)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     if (ilcf->status_id != NULL) {
@@ -233,6 +244,10 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 
         return NGX_DONE;
     }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem status: reading call \"%V\" for %s", &id,
+                   sctx->html ? "a page" : "JSON");
 
     /* read after Redis's clock: a lapsed claim is UNKNOWN on every gateway */
 

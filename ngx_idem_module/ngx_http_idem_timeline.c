@@ -850,15 +850,6 @@ ngx_http_idem_timeline_headers(ngx_http_request_t *r, ngx_uint_t html)
 
     ngx_str_set(&value, "default-src 'none'; style-src 'unsafe-inline'");
 
-    if (ngx_http_idem_add_response_header(r, "Content-Security-Policy",
-                                          &value)
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    ngx_str_set(&value, "nosniff");
-
-    return ngx_http_idem_add_response_header(r, "X-Content-Type-Options",
+    return ngx_http_idem_add_response_header(r, "Content-Security-Policy",
                                              &value);
 }

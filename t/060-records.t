@@ -556,3 +556,64 @@ GET /t
 --- timeout: 5
 --- no_error_log
 [error]
+
+
+
+=== TEST 22: the status endpoint's JSON answers carry X-Content-Type-Options: nosniff (200, 404, the 400 problems, HEAD)
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+    location /scoped/ {
+        idem_dedupe_scope $http_x_tenant;
+        idem_status;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["GET /t", "GET /calls/rec-ns-1", "GET /calls/never-seen",
+ "GET /calls/bad%20id", "HEAD /calls/never-seen", "GET /scoped/rec-ns-1"]
+--- more_headers eval
+["X-Call-Id: rec-ns-1", "", "", "", "", ""]
+--- error_code eval
+[200, 200, 404, 400, 404, 400]
+--- response_headers eval
+["!X-Content-Type-Options",
+ "Content-Type: application/json\nX-Content-Type-Options: nosniff",
+ "Content-Type: application/json\nX-Content-Type-Options: nosniff",
+ "Content-Type: application/problem+json\nX-Content-Type-Options: nosniff",
+ "Content-Type: application/json\nX-Content-Type-Options: nosniff",
+ "Content-Type: application/problem+json\nX-Content-Type-Options: nosniff"]
+--- response_body_like eval
+["n=1", '^\{"call_id":"rec-ns-1",', '^\{"state":"NOT_FOUND"\}$',
+ "invalid-call-id", '^$', "empty-dedupe-scope"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 23: ... and the 503 UNKNOWN one (the store is away)
+--- http_config
+    idem_redis 127.0.0.1:1;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- request
+GET /calls/rec-ns-2
+--- error_code: 503
+--- response_headers
+Content-Type: application/json
+Retry-After: 1
+X-Content-Type-Options: nosniff
+--- response_body
+{"state":"UNKNOWN"}
+--- no_error_log
+[alert]

@@ -1287,3 +1287,128 @@ DD39 408 upstream=-
 [alert]
 [crit]
 idem dedupe: claim
+
+
+
+=== TEST 40: a 304 to the owner's conditional request is not kept: a duplicate gets 409 answer-not-stored, never the 304
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_status_url /_idem/calls/;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/f.txt;
+    }
+    location = /f.txt {
+        root html;
+    }
+--- user_files
+>>> f.txt
+0123456789
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["GET /d", "GET /d", "GET /d"]
+--- more_headers eval
+["X-Call-Id: dd-40\nIf-None-Match: *", "X-Call-Id: dd-40",
+ "X-Call-Id: dd-40\nIf-None-Match: *"]
+--- error_code eval
+[304, 409, 409]
+--- response_headers eval
+['!Idempotent-Replayed',
+ 'Content-Type: application/problem+json' . "\n" . '!Idempotent-Replayed',
+ 'Content-Type: application/problem+json' . "\n" . '!Idempotent-Replayed']
+--- response_body_like eval
+['\A\z',
+ '^\{"type":"urn:ngx-idem:problem:answer-not-stored",.*"call_id":"dd-40","record":\{"call_id":"dd-40",.*"state":"SUCCESS",.*"final_status":304,"executions":1,"attempts":\[\{"execution":1,"n":1,.*"status":304,.*\}\]\}\}$',
+ '^\{"type":"urn:ngx-idem:problem:answer-not-stored",.*"final_status":304,"executions":1,']
+--- error_log
+idem: a 304 answers the owner's condition or range: not kept
+--- no_error_log
+[error]
+
+
+
+=== TEST 41: a 206 to the owner's Range is not kept either: the duplicate without Range gets 409, not the part (TEST 40's gateway)
+--- request eval
+["GET /d", "GET /d"]
+--- more_headers eval
+["X-Call-Id: dd-41\nRange: bytes=2-4", "X-Call-Id: dd-41"]
+--- error_code eval
+[206, 409]
+--- response_headers eval
+['Content-Range: bytes 2-4/11' . "\n" . '!Idempotent-Replayed',
+ '!Content-Range' . "\n" . '!Idempotent-Replayed']
+--- response_body_like eval
+['\A234\z',
+ '^\{"type":"urn:ngx-idem:problem:answer-not-stored",.*"call_id":"dd-41","record":\{.*"state":"SUCCESS",.*"final_status":206,"executions":1,']
+--- no_error_log
+[error]
+
+
+
+=== TEST 42: a 412 to the owner's If-Match and a 416 to its Range are not kept: 409 for the duplicates (TEST 40's gateway)
+--- request eval
+["GET /d", "GET /d", "GET /d", "GET /d"]
+--- more_headers eval
+["X-Call-Id: dd-42a\nIf-Match: \"nope\"", "X-Call-Id: dd-42a",
+ "X-Call-Id: dd-42b\nRange: bytes=100-", "X-Call-Id: dd-42b"]
+--- error_code eval
+[412, 409, 416, 409]
+--- response_headers eval
+['!Idempotent-Replayed', '!Idempotent-Replayed', '!Idempotent-Replayed',
+ '!Idempotent-Replayed']
+--- response_body_like eval
+['412 Precondition Failed',
+ '^\{"type":"urn:ngx-idem:problem:answer-not-stored",.*"call_id":"dd-42a",.*"final_status":412,"executions":1,',
+ '416 Requested Range Not Satisfiable',
+ '^\{"type":"urn:ngx-idem:problem:answer-not-stored",.*"call_id":"dd-42b",.*"final_status":416,"executions":1,']
+--- no_error_log
+[error]
+
+
+
+=== TEST 43: a condition that did not apply leaves the whole answer, which is replayed; a 412 of the upstream's own (no precondition sent) is replayed too
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/f.txt;
+    }
+    location /p {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/refuse;
+    }
+    location = /f.txt {
+        root html;
+    }
+    location = /refuse {
+        return 412 "the application says no\n";
+    }
+--- user_files
+>>> f.txt
+0123456789
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["GET /d", "GET /d", "POST /p\nx", "POST /p\nx"]
+--- more_headers eval
+["X-Call-Id: dd-43a\nIf-None-Match: \"nope\"", "X-Call-Id: dd-43a",
+ "X-Call-Id: dd-43b", "X-Call-Id: dd-43b"]
+--- error_code eval
+[200, 200, 412, 412]
+--- response_headers eval
+['!Idempotent-Replayed', 'Idempotent-Replayed: true',
+ '!Idempotent-Replayed', 'Idempotent-Replayed: true']
+--- response_body eval
+["0123456789\n", "0123456789\n", "the application says no\n",
+ "the application says no\n"]
+--- no_error_log
+[error]

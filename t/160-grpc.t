@@ -13,6 +13,23 @@ no_shuffle();
 check_accum_error_log();
 run_tests();
 
+# a gRPC call over HTTP/1.1 on a connection kept alive, as raw bytes
+sub grpc_h1 {
+    my ($method, $id, $body, @more) = @_;
+    return "$method /h1/svc/Call HTTP/1.1\r\nHost: localhost\r\n"
+           . "Content-Type: application/grpc\r\nX-Call-Id: $id\r\n"
+           . join('', map { "$_\r\n" } @more)
+           . (defined $body
+              ? "Content-Length: " . length($body) . "\r\n\r\n$body"
+              : "\r\n");
+}
+
+# the request after it, that closes the connection
+sub next_close {
+    return "GET /next HTTP/1.1\r\nHost: localhost\r\nConnection: close"
+           . "\r\n\r\n";
+}
+
 __DATA__
 
 === TEST 1: an invalid call id is INVALID_ARGUMENT (3), Trailers-Only, nothing forwarded
@@ -564,5 +581,211 @@ TRAILER "0" "all%20good" "true"
 ['\A\z', '\An=1 [^\n]*\n\z']
 --- error_log
 is longer than a call without a budget may wait
+--- no_error_log
+[error]
+
+
+
+=== TEST 13: over HTTP/1.1 a module answer is a whole message (Content-Length: 0, not chunked), and its connection serves the next request
+--- http_config
+    log_format h1 'H1 $connection_requests $status "$sent_http_content_length" "$sent_http_transfer_encoding" "$sent_http_grpc_status" $request';
+--- config
+    location /h1/ {
+        idem on;
+        access_log logs/error.log h1;
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location = /next {
+        access_log logs/error.log h1;
+        return 200 "next\n";
+    }
+--- raw_request eval
+main::grpc_h1('POST', 'bad id', 'x')
+. main::grpc_h1('POST', 'g-13', 'x', 'X-Deadline-Ms: 0')
+. main::grpc_h1('HEAD', 'bad id') . main::next_close()
+--- error_code: 200
+--- response_headers
+Content-Type: application/grpc
+Content-Length: 0
+grpc-status: 3
+!Transfer-Encoding
+--- response_body
+--- error_log
+H1 1 200 "0" "-" "3" POST /h1/svc/Call HTTP/1.1
+H1 2 200 "0" "-" "4" POST /h1/svc/Call HTTP/1.1
+H1 3 200 "0" "-" "3" HEAD /h1/svc/Call HTTP/1.1
+H1 4 200 "5" "-" "-" GET /next HTTP/1.1
+--- no_error_log
+[error]
+
+
+
+=== TEST 14: over HTTP/1.1 nginx's own 502 on a gRPC call: UNAVAILABLE (14) with Content-Length: 0; the next request on the connection is answered
+--- http_config
+    log_format h1 'H1 $connection_requests $status "$sent_http_content_length" "$sent_http_transfer_encoding" $request';
+--- config
+    location /h1/ {
+        idem on;
+        access_log logs/error.log h1;
+        grpc_pass grpc://127.0.0.1:1;
+    }
+    location = /next {
+        access_log logs/error.log h1;
+        return 200 "next\n";
+    }
+--- raw_request eval
+main::grpc_h1('POST', 'g-14', 'x') . main::next_close()
+--- error_code: 200
+--- response_headers
+Content-Type: application/grpc
+Content-Length: 0
+grpc-status: 14
+grpc-message: Upstream unavailable
+X-Call-Id: g-14
+!Transfer-Encoding
+--- response_body
+--- error_log
+H1 1 200 "0" "-" POST /h1/svc/Call HTTP/1.1
+H1 2 200 "5" "-" GET /next HTTP/1.1
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 15: HTTP/1.0 gets Content-Length: 0 as well
+--- http_config
+    log_format h1 'H1 $server_protocol $status "$sent_http_content_length" "$sent_http_grpc_status" $request';
+--- config
+    location /h1/ {
+        idem on;
+        access_log logs/error.log h1;
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- request
+POST /h1/svc/Call HTTP/1.0
+x
+--- more_headers
+Content-Type: application/grpc
+X-Call-Id: bad id
+--- error_code: 200
+--- response_headers
+grpc-status: 3
+Content-Length: 0
+--- response_body
+--- error_log
+H1 HTTP/1.0 200 "0" "3" POST /h1/svc/Call HTTP/1.0
+--- no_error_log
+[error]
+
+
+
+=== TEST 16: HTTP/2 stays Trailers-Only: no length, one HEADERS frame that ends the stream
+--- http_config
+    log_format h2 'H2 $server_protocol $status "$sent_http_content_length" "$sent_http_grpc_status" $request';
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            access_log logs/error.log h2;
+            grpc_pass grpc://127.0.0.1:1;
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- request
+POST /g/svc/Call
+x
+--- more_headers
+Content-Type: application/grpc
+X-Call-Id: bad id
+--- error_code: 200
+--- response_headers
+grpc-status: 3
+--- response_body
+--- error_log
+H2 HTTP/2.0 200 "-" "3" POST /g/svc/Call HTTP/2.0
+http2 output header: "grpc-status: 3"
+--- no_error_log
+http2 output header: "content-length
+[error]
+
+
+
+=== TEST 17: ... nginx's own 502 over HTTP/2 as well (TEST 16's gateway)
+--- request
+POST /g/svc/Call
+x
+--- more_headers
+Content-Type: application/grpc
+X-Call-Id: g-17
+--- error_code: 200
+--- response_headers
+grpc-status: 14
+--- response_body
+--- error_log
+H2 HTTP/2.0 200 "-" "14" POST /g/svc/Call HTTP/2.0
+--- no_error_log
+http2 output header: "content-length
+[alert]
+[crit]
+
+
+
+=== TEST 18: a stored gRPC answer, first over HTTP/1.1 ...
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    log_format h1 'H1 $connection_requests $status "$sent_http_content_length" "$sent_http_transfer_encoding" "$sent_http_idempotent_replayed" "$sent_trailer_grpc_status" $request';
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location / {
+            add_trailer grpc-status 0;
+            return 200 "pong";
+        }
+    }
+--- config
+    location /h1/ {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        access_log logs/error.log h1;
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+    }
+    location = /next {
+        access_log logs/error.log h1;
+        return 200 "next\n";
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request
+POST /h1/svc/Call
+m1
+--- more_headers
+Content-Type: application/grpc
+X-Call-Id: g-18
+--- error_code: 200
+--- response_body chomp
+pong
+--- error_log
+H1 1 200 "4" "-" "-" "0" POST /h1/svc/Call HTTP/1.1
+--- no_error_log
+[error]
+
+
+
+=== TEST 19: ... replayed over HTTP/1.1: chunked, its trailers in the last chunk, and the connection goes on
+--- raw_request eval
+main::grpc_h1('POST', 'g-18', 'm1') . main::next_close()
+--- error_code: 200
+--- response_headers
+Transfer-Encoding: chunked
+Idempotent-Replayed: true
+--- response_body chomp
+pong
+--- error_log
+H1 1 200 "-" "chunked" "true" "0" POST /h1/svc/Call HTTP/1.1
+H1 2 200 "5" "-" "-" "-" GET /next HTTP/1.1
 --- no_error_log
 [error]

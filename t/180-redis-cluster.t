@@ -58,6 +58,9 @@ Test::More::is(scalar keys %on, 3, "24 ids: their slots are on 3 masters");
     location /t {
         idem on;
         idem_record on;
+        # one write per call, a short record (TEST 3b), however slowly the
+        # backend forks: past the default 5ms the arrival goes first
+        idem_record_arrival_delay 2s;
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
     }
     location /calls/ {
