@@ -83,13 +83,14 @@ ngx_http_idem_cleanup(void *data)
     ngx_http_idem_ctx_t *ctx = data;
 
     ngx_uint_t    i;
-    ngx_event_t  *ev[5];
+    ngx_event_t  *ev[6];
 
     ev[0] = &ctx->deadline.ev;
     ev[1] = &ctx->deadline.try_ev;
     ev[2] = &ctx->upstream.backoff_ev;
     ev[3] = &ctx->record.arrival_ev;
     ev[4] = &ctx->dedupe.resume_ev;
+    ev[5] = &ctx->dedupe.poll_ev;
 
     for (i = 0; i < sizeof(ev) / sizeof(ev[0]); i++) {
 

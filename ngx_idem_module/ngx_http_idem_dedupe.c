@@ -10,6 +10,17 @@
  * comes with another request.  The request waits for the claim without
  * blocking: it is parked and resumed from a posted event.
  *
+ * With idem_dedupe_wait, a duplicate that finds its call in flight is
+ * parked instead of answered 409: it sends its claim again, as it was, on
+ * a timer (5 ms, doubling up to 100 ms), until the answer is something
+ * else (then it gets what a duplicate arriving then would: a replay, a
+ * 409, or, the claim released, the call to run itself) or until its wait,
+ * or its own budget, runs out (409 call-in-flight).  Polling works across
+ * gateways with nothing but the claim; it keeps no lease alive (the claim
+ * script never extends one), and an owner that dies leaves its waiters to
+ * the lease.  At most idem_dedupe_wait_max waiters per worker; a client
+ * that closes its connection while waiting is let go at once.
+ *
  * The claim adds these fields to the call's record (record.c):
  *
  *   o              the token of the execution that holds the claim
@@ -46,6 +57,14 @@
 #define NGX_HTTP_IDEM_LEASE_SLACK        5000
 #define NGX_HTTP_IDEM_LEASE_DEFAULT      60000
 
+/* a waiting duplicate's claim again after this, doubling, up to the most */
+#define NGX_HTTP_IDEM_POLL_FIRST         5
+#define NGX_HTTP_IDEM_POLL_MOST          100
+
+
+/* waiting duplicates of this worker (idem_dedupe_wait_max) */
+static ngx_uint_t  ngx_http_idem_dedupe_waiters;
+
 
 static void ngx_http_idem_dedupe_cleanup(void *data);
 static void ngx_http_idem_dedupe_body(ngx_http_request_t *r);
@@ -58,6 +77,11 @@ static ngx_int_t ngx_http_idem_dedupe_digest(ngx_http_request_t *r,
 static void ngx_http_idem_dedupe_reply(void *data,
     ngx_http_idem_store_found_t *found);
 static void ngx_http_idem_dedupe_resume(ngx_event_t *ev);
+static ngx_int_t ngx_http_idem_dedupe_wait(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+static void ngx_http_idem_dedupe_poll(ngx_event_t *ev);
+static void ngx_http_idem_dedupe_unwait(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
 static ngx_int_t ngx_http_idem_dedupe_answer(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 
@@ -121,6 +145,10 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         ctx->dedupe.resume_ev.handler = ngx_http_idem_dedupe_resume;
         ctx->dedupe.resume_ev.data = ctx;
         ctx->dedupe.resume_ev.log = r->connection->log;
+
+        ctx->dedupe.poll_ev.handler = ngx_http_idem_dedupe_poll;
+        ctx->dedupe.poll_ev.data = ctx;
+        ctx->dedupe.poll_ev.log = r->connection->log;
 
         /*
          * The body is hashed as it arrives (the request body filter), so
@@ -217,6 +245,13 @@ ngx_http_idem_dedupe_cleanup(void *data)
         EVP_MD_CTX_free(ctx->dedupe.md);
         ctx->dedupe.md = NULL;
     }
+
+    /* its timer goes with the context's (ctx.c) */
+
+    if (ctx->dedupe.waiting) {
+        ctx->dedupe.waiting = 0;
+        ngx_http_idem_dedupe_waiters--;
+    }
 }
 
 
@@ -296,6 +331,10 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     claim.arrival.len = p - claim.arrival.data;
 
     ctx->dedupe.verdict = NGX_HTTP_IDEM_UNAVAILABLE;
+
+    /* a duplicate that waits sends it again */
+
+    ctx->dedupe.claim = claim;
 
     ctx->dedupe.claim_op = ngx_http_idem_store_claim(&claim,
                                                      ngx_http_idem_dedupe_reply,
@@ -454,6 +493,18 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
     r = ctx->request;
 
     ctx->dedupe.claim_op = NULL;
+
+    if (found->verdict == NGX_HTTP_IDEM_STORE_IN_FLIGHT
+        && ngx_http_idem_dedupe_wait(r, ctx) == NGX_OK)
+    {
+        return;
+    }
+
+    if (ctx->dedupe.waiting) {
+        ngx_http_idem_count(dedupe_waits_answered);
+        ngx_http_idem_dedupe_unwait(r, ctx);
+    }
+
     ctx->dedupe.state = NGX_HTTP_IDEM_DEDUPE_DONE;
 
     ngx_post_event(&ctx->dedupe.resume_ev, &ngx_posted_events);
@@ -544,6 +595,137 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
         ctx->dedupe.owner = 1;
         return;
     }
+}
+
+
+/*
+ * The call is in flight: wait for it (idem_dedupe_wait), the claim sent
+ * again after the next delay.  NGX_DECLINED: no more waiting, it is
+ * answered as in flight now.
+ */
+
+static ngx_int_t
+ngx_http_idem_dedupe_wait(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_msec_t                  now, wait;
+    ngx_msec_int_t              left;
+    ngx_http_idem_loc_conf_t   *ilcf;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    now = ngx_current_msec;
+
+    if (!ctx->dedupe.waiting) {
+
+        if (ilcf->dedupe_wait == 0 || r->connection->error) {
+            return NGX_DECLINED;
+        }
+
+        wait = ilcf->dedupe_wait;
+
+        if (ctx->deadline.set) {
+            left = ngx_http_idem_remaining(ctx);
+            wait = ngx_min(wait, (ngx_msec_t) ngx_max(left, 0));
+        }
+
+        if (wait == 0) {
+            return NGX_DECLINED;
+        }
+
+        if (ngx_http_idem_dedupe_waiters >= imcf->dedupe_wait_max) {
+            ngx_http_idem_count(dedupe_waits_full);
+
+            ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                          "idem: call \"%V\" in flight: %ui duplicates "
+                          "wait already in this worker "
+                          "(idem_dedupe_wait_max), not this one",
+                          &ctx->ids.call_id, ngx_http_idem_dedupe_waiters);
+            return NGX_DECLINED;
+        }
+
+        ngx_http_idem_dedupe_waiters++;
+        ctx->dedupe.waiting = 1;
+        ctx->dedupe.wait_until = now + wait;
+        ctx->dedupe.poll = NGX_HTTP_IDEM_POLL_FIRST;
+
+        /* a client that goes is let go at once (finalized as 499) */
+
+        r->read_event_handler = ngx_http_test_reading;
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem dedupe: \"%V\" in flight, waits %M ms",
+                       &ctx->ids.call_id, wait);
+
+    } else {
+        ctx->dedupe.poll = ngx_min(2 * ctx->dedupe.poll,
+                                   NGX_HTTP_IDEM_POLL_MOST);
+    }
+
+    left = (ngx_msec_int_t) (ctx->dedupe.wait_until - now);
+
+    if (left <= 0) {
+        ngx_http_idem_count(dedupe_waits_timed_out);
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem dedupe: \"%V\" still in flight, the wait is "
+                       "over", &ctx->ids.call_id);
+
+        ngx_http_idem_dedupe_unwait(r, ctx);
+        return NGX_DECLINED;
+    }
+
+    ngx_add_timer(&ctx->dedupe.poll_ev,
+                  ngx_min(ctx->dedupe.poll, (ngx_msec_t) left));
+
+    return NGX_OK;
+}
+
+
+/* a waiting duplicate's claim, again */
+
+static void
+ngx_http_idem_dedupe_poll(ngx_event_t *ev)
+{
+    ngx_http_idem_ctx_t *ctx = ev->data;
+
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem dedupe: \"%V\" asks again", &ctx->ids.call_id);
+
+    ctx->dedupe.verdict = NGX_HTTP_IDEM_UNAVAILABLE;
+
+    ctx->dedupe.claim_op = ngx_http_idem_store_claim(&ctx->dedupe.claim,
+                                                     ngx_http_idem_dedupe_reply,
+                                                     ctx);
+    if (ctx->dedupe.claim_op != NULL) {
+        return;
+    }
+
+    /* not even sent: the store is away, as for a first claim */
+
+    ngx_http_idem_dedupe_unwait(r, ctx);
+
+    ctx->dedupe.state = NGX_HTTP_IDEM_DEDUPE_DONE;
+    ngx_post_event(&ctx->dedupe.resume_ev, &ngx_posted_events);
+}
+
+
+static void
+ngx_http_idem_dedupe_unwait(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    if (!ctx->dedupe.waiting) {
+        return;
+    }
+
+    ctx->dedupe.waiting = 0;
+    ngx_http_idem_dedupe_waiters--;
+
+    r->read_event_handler = ngx_http_block_reading;
 }
 
 

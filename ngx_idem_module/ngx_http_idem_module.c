@@ -59,6 +59,11 @@ static ngx_http_idem_conf_bounds_t  ngx_http_idem_ttl_bounds = {
 
 static ngx_http_idem_conf_bounds_t  ngx_http_idem_header_off = { 1, 0 };
 
+/* idem_dedupe_wait_max */
+static ngx_conf_num_bounds_t  ngx_http_idem_wait_max_bounds = {
+    ngx_conf_check_num_bounds, 0, 1000000
+};
+
 
 static ngx_command_t  ngx_http_idem_commands[] = {
 
@@ -265,6 +270,20 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       offsetof(ngx_http_idem_loc_conf_t, dedupe_lease),
       &ngx_http_idem_ttl_bounds },
 
+    { ngx_string("idem_dedupe_wait"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_time,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, dedupe_wait),
+      &ngx_http_idem_deadline_bounds },
+
+    { ngx_string("idem_dedupe_wait_max"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_idem_main_conf_t, dedupe_wait_max),
+      &ngx_http_idem_wait_max_bounds },
+
     { ngx_string("idem_status_url"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_status_url,
@@ -439,6 +458,7 @@ ngx_http_idem_create_main_conf(ngx_conf_t *cf)
     imcf->record_ttl = NGX_CONF_UNSET_MSEC;
     imcf->record_max_executions = NGX_CONF_UNSET_UINT;
     imcf->record_short = NGX_CONF_UNSET;
+    imcf->dedupe_wait_max = NGX_CONF_UNSET_UINT;
 
     return imcf;
 }
@@ -502,6 +522,8 @@ ngx_http_idem_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(imcf->record_max_executions,
                              NGX_HTTP_IDEM_RECORD_MAX_EXECUTIONS);
     ngx_conf_init_value(imcf->record_short, 1);
+    ngx_conf_init_uint_value(imcf->dedupe_wait_max,
+                             NGX_HTTP_IDEM_DEDUPE_WAIT_MAX);
 
     if (imcf->key_prefix.data == NULL) {
         ngx_str_set(&imcf->key_prefix, "idem:");
@@ -596,6 +618,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->dedupe_scope_set = NGX_CONF_UNSET;
     ilcf->dedupe_store_max = NGX_CONF_UNSET_SIZE;
     ilcf->dedupe_lease = NGX_CONF_UNSET_MSEC;
+    ilcf->dedupe_wait = NGX_CONF_UNSET_MSEC;
 
     ngx_http_idem_storm_create_conf(&ilcf->storm);
 
@@ -723,6 +746,7 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_size_value(conf->dedupe_store_max, prev->dedupe_store_max,
                               64 * 1024);
     ngx_conf_merge_msec_value(conf->dedupe_lease, prev->dedupe_lease, 0);
+    ngx_conf_merge_msec_value(conf->dedupe_wait, prev->dedupe_wait, 0);
     ngx_conf_merge_str_value(conf->status_url, prev->status_url, "");
 
     return ngx_http_idem_check_loc_conf(cf, conf, here);

@@ -37,6 +37,9 @@
 #define NGX_HTTP_IDEM_TRACEPARENT_LEN    55
 #define NGX_HTTP_IDEM_MAX_ID_LEN         255
 
+/* idem_dedupe_wait_max: default */
+#define NGX_HTTP_IDEM_DEDUPE_WAIT_MAX    4096
+
 /* idem_receipt_header: the longest receipt kept */
 #define NGX_HTTP_IDEM_RECEIPT_MAX_LEN    128
 
@@ -118,6 +121,7 @@ typedef struct {
     ngx_msec_t                record_ttl;
     ngx_uint_t                record_max_executions;
     ngx_flag_t                record_short;
+    ngx_uint_t                dedupe_wait_max;  /* waiters per worker */
     ngx_str_t                 key_prefix;
 
     ngx_flag_t                used;         /* some "idem on" exists */
@@ -173,6 +177,7 @@ typedef struct {
     ngx_flag_t                dedupe_scope_set;
     size_t                    dedupe_store_max;
     ngx_msec_t                dedupe_lease;  /* 0: budget + 5s, or 60s */
+    ngx_msec_t                dedupe_wait;   /* 0: off */
     ngx_str_t                 status_url;    /* the 409's Link, or empty */
 
     ngx_uint_t                status;       /* idem_status here */
@@ -354,9 +359,16 @@ typedef struct {
     ngx_str_t                 found;        /* an answer, or a record */
     void                     *md;           /* EVP_MD_CTX: the digest */
 
+    /* a duplicate that waits for its owner (idem_dedupe_wait) */
+    ngx_http_idem_store_claim_t   claim;    /* sent again, as it was */
+    ngx_event_t               poll_ev;
+    ngx_msec_t                wait_until;
+    ngx_msec_t                poll;         /* the next delay */
+
     unsigned                  claim_rest:1; /* to write: digest, lease */
     unsigned                  owner:1;      /* this request holds a claim */
     unsigned                  md_failed:1;
+    unsigned                  waiting:1;    /* counted among the waiters */
 } ngx_http_idem_dedupe_ctx_t;
 
 
@@ -434,6 +446,9 @@ typedef struct {
     ngx_atomic_t              receipts_stored;
     ngx_atomic_t              receipts_invalid;
     ngx_atomic_t              dedupe_applied;
+    ngx_atomic_t              dedupe_waits_answered;
+    ngx_atomic_t              dedupe_waits_timed_out;
+    ngx_atomic_t              dedupe_waits_full;
     ngx_atomic_t              resolved_applied;
     ngx_atomic_t              resolved_not_applied;
     ngx_atomic_t              resolve_invalid;

@@ -33,13 +33,14 @@ sub servroot { "$root/t/servroot-store-$_[0]" }
 #   /s        as /q, scoped by the Authorization header
 #   /t        records only, to the backend's /ok
 #   /_idem/calls/  status
-# %opt: sleep => MS (300), log => the error_log level (debug).  Dies if
-# nginx does not start.
+# %opt: sleep => MS (300), log => the error_log level (debug), wait =>
+# idem_dedupe_wait on /d and /q (none).  Dies if nginx does not start.
 sub start {
     my ($port, $redis, $backend, %opt) = @_;
     my $sr = servroot($port);
     my $sleep = $opt{sleep} // 300;
     my $level = $opt{log} // 'debug';
+    my $wait = $opt{wait} ? "idem_dedupe_wait $opt{wait};" : '';
 
     remove_tree($sr);
     make_path("$sr/conf", "$sr/logs");
@@ -71,6 +72,7 @@ http {
             idem_dedupe on;
             idem_dedupe_scope off;
             idem_status_url /_idem/calls/;
+            $wait
             proxy_pass http://127.0.0.1:$backend/sleep/$sleep/1;
         }
         location /q {
@@ -78,6 +80,7 @@ http {
             idem_call_id_missing reject;
             idem_dedupe on;
             idem_dedupe_scope off;
+            $wait
             proxy_pass http://127.0.0.1:$backend/ok;
         }
         location /s {

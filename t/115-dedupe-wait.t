@@ -1,0 +1,504 @@
+# idem_dedupe_wait: a duplicate that finds its call in flight waits for
+# it instead of 409, without blocking the worker, and then gets what a
+# duplicate arriving afterwards would: the replay, 409 answer-not-stored
+# or call-outcome-unknown, or the call to run itself when the owner's
+# claim was released; 409 call-in-flight when its wait or its own budget
+# runs out first.  The owner is sent in the background from --- init
+# (curl), the duplicate is the block's request; the backend
+# (util/backend.pl) sleeps on a call id's first request (/sleep/MS/1) and
+# counts every request of a call id (/log/ID).
+
+use lib 't/lib';
+use POSIX ();
+use IdemGateway ();
+use Time::HiRes ();
+use Test::Nginx::Socket 'no_plan';
+
+our %bg;
+
+# sends a request in the background: its answer (headers and body) goes
+# to a file of the server root, read by done()
+sub bg {
+    my ($name, $id, $uri, @more) = @_;
+    my $out = "$ENV{TEST_NGINX_ROOT}/t/servroot/bg-$name";
+    unlink $out;
+    my $pid = fork() // die "fork: $!";
+    if ($pid == 0) {
+        { exec('curl', '-s', '-i', '-o', $out, '--max-time', '10',
+               '-H', "X-Call-Id: $id", @more,
+               "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}$uri") };
+        POSIX::_exit(1);
+    }
+    $bg{$name} = [$pid, $out];
+    return $pid;
+}
+
+# waits for a background request; its answer
+sub done {
+    my ($name) = @_;
+    my ($pid, $out) = @{ delete $bg{$name} };
+    waitpid($pid, 0);
+    local (@ARGV, $/) = ($out);
+    return -e $out ? <> : '';
+}
+
+END { IdemGateway::stop_all() }
+
+no_long_string();
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: a duplicate sent while its call runs waits, and gets the owner's answer replayed
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 5s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/600/1;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+main::bg('owner1', 'w-1', '/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.15);
+--- request eval
+["POST /pay\nx=1", "GET /metrics"]
+--- more_headers eval
+["X-Call-Id: w-1", ""]
+--- error_code eval
+[200, 200]
+--- response_headers_like eval
+["Idempotent-Replayed: true", ""]
+--- response_body_like eval
+["^n=1 attempt=1 ", qr/^idem_dedupe_total\{result="claimed"\} 1\n.*^idem_dedupe_total\{result="replayed"\} 1\n.*^idem_dedupe_waits_total\{result="answered"\} 1\n^idem_dedupe_waits_total\{result="timed_out"\} 0\n^idem_dedupe_waits_total\{result="full"\} 0\n/ms]
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: ... the owner's own answer was the original (the backend ran once)
+--- init
+my $owner = main::done('owner1');
+Test::More::like($owner, qr{^HTTP/1\.1 200 }, 'the owner: 200');
+Test::More::unlike($owner, qr/Idempotent-Replayed/i, '... not a replay');
+--- request
+GET /log/w-1
+--- response_body_like chomp
+^n=1 [^\n]*\n$
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: the wait runs out first: 409 call-in-flight, with Retry-After and the Link
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 300ms;
+        idem_status_url /calls/;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1500/1;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+main::bg('owner3', 'w-3', '/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.15);
+$main::t0 = Time::HiRes::time();
+--- request eval
+["POST /pay\nx=1", "GET /metrics"]
+--- more_headers eval
+["X-Call-Id: w-3", ""]
+--- error_code eval
+[409, 200]
+--- response_headers_like eval
+["Retry-After: 1\nLink: </calls/w-3>; rel=\"status\"", ""]
+--- response_body_like eval
+['"type":"urn:ngx-idem:problem:call-in-flight"', qr/^idem_dedupe_waits_total\{result="answered"\} 0\n^idem_dedupe_waits_total\{result="timed_out"\} 1\n/m]
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: ... after about its wait (300 ms), not the owner's 1.5 s
+--- init
+my $owner = main::done('owner3');
+Test::More::like($owner, qr{^HTTP/1\.1 200 }, 'the owner: 200');
+--- request
+GET /log/w-3
+--- response_body_like chomp
+^n=1 [^\n]*\n$
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: the duplicate's own budget is shorter than the wait: it decides
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 10s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1500/1;
+    }
+--- init
+main::bg('owner5', 'w-5', '/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.15);
+$main::t0 = Time::HiRes::time();
+--- request
+POST /pay
+x=1
+--- more_headers
+X-Call-Id: w-5
+X-Deadline-Ms: 300
+--- error_code: 409
+--- response_body_like chomp
+"type":"urn:ngx-idem:problem:call-in-flight"
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: ... it was answered before the owner ended
+--- init
+my $t = Time::HiRes::time() - $main::t0;
+Test::More::cmp_ok($t, '<', 1.2, "the duplicate's answer came first ($t s)");
+main::done('owner5');
+--- request
+GET /log/w-5
+--- response_body_like chomp
+^n=1 [^\n]*\n$
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: the owner ends UNKNOWN: the waiting duplicate gets 409 call-outcome-unknown with the record
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 5s;
+        proxy_read_timeout 400ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1500/1;
+    }
+--- init
+main::bg('owner7', 'w-7', '/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.15);
+--- request
+POST /pay
+x=1
+--- more_headers
+X-Call-Id: w-7
+--- error_code: 409
+--- response_body_like chomp
+"type":"urn:ngx-idem:problem:call-outcome-unknown".*"record":\{"call_id":"w-7",.*"state":"UNKNOWN"
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 8: the owner's answer was not stored (too large): 409 answer-not-stored
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 5s;
+        idem_dedupe_store_max 4;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/500/1;
+    }
+--- init
+main::done('owner7');
+main::bg('owner8', 'w-8', '/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.15);
+--- request
+POST /pay
+x=1
+--- more_headers
+X-Call-Id: w-8
+--- error_code: 409
+--- response_body_like chomp
+"type":"urn:ngx-idem:problem:answer-not-stored"
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: the owner's claim is released (its upstream said 503 with Retry-After): the waiting duplicate runs the call itself, once
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 5s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/busy;
+    }
+    location /busy {
+        echo_sleep 0.5;
+        echo_status 503;
+        add_header Retry-After 1 always;
+        echo "busy";
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- init
+main::done('owner8');
+main::bg('owner9', 'w-9', '/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.15);
+--- request
+POST /pay
+x=1
+--- more_headers
+X-Call-Id: w-9
+--- error_code: 503
+--- response_body_like chomp
+^busy
+--- raw_response_headers_unlike
+Idempotent-Replayed
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: ... two executions in the record, both let go ("try later" is never kept)
+--- init
+my $owner = main::done('owner9');
+Test::More::like($owner, qr{^HTTP/1\.1 503 }, 'the owner: 503');
+--- request
+GET /calls/w-9
+--- response_body_like chomp
+"call_id":"w-9",.*"executions":2,
+--- no_error_log
+[error]
+
+
+
+=== TEST 11: fifty duplicates wait on one owner: one execution, fifty replays of its answer
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 5s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/800/1;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+main::bg('owner11', 'w-11', '/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.15);
+main::bg("dup11-$_", 'w-11', '/pay', '--data', 'x=1') for 1 .. 50;
+my @dup = map { main::done("dup11-$_") } 1 .. 50;
+my $owner = main::done('owner11');
+my ($body) = $owner =~ /\r\n\r\n(.*)\z/s;
+Test::More::like($owner, qr{^HTTP/1\.1 200 }, 'the owner: 200');
+Test::More::is(scalar(grep { m{^HTTP/1\.1 200 } && /^Idempotent-Replayed: true\r$/mi } @dup),
+               50, 'fifty replays');
+Test::More::is(scalar(grep { /\r\n\r\n\Q$body\E\z/s } @dup), 50,
+               '... of the owner\'s body');
+--- request eval
+["GET /log/w-11", "GET /metrics"]
+--- response_body_like eval
+["^n=1 [^\n]*\n\$", qr/^idem_dedupe_total\{result="replayed"\} 50\n.*^idem_dedupe_waits_total\{result="answered"\} 50\n/ms]
+--- no_error_log
+[error]
+
+
+
+=== TEST 12: idem_dedupe_wait_max: a duplicate beyond it is answered 409 at once
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_dedupe_wait_max 1;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 5s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/800/1;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+main::bg('owner12', 'w-12', '/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.15);
+main::bg('dup12', 'w-12', '/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.1);
+$main::t0 = Time::HiRes::time();
+--- request
+POST /pay
+x=1
+--- more_headers
+X-Call-Id: w-12
+--- error_code: 409
+--- response_body_like chomp
+"type":"urn:ngx-idem:problem:call-in-flight"
+--- error_log
+in flight: 1 duplicates wait already in this worker
+--- no_error_log
+[error]
+
+
+
+=== TEST 13: ... at once; the one that waited got the replay
+--- init
+my $t = Time::HiRes::time() - $main::t0;
+Test::More::cmp_ok($t, '<', 0.5, "answered at once ($t s)");
+my $d = main::done('dup12');
+Test::More::like($d, qr/^Idempotent-Replayed: true\r$/mi, 'the waiter: a replay');
+main::done('owner12');
+--- request
+GET /metrics
+--- response_body_like chomp
+idem_dedupe_waits_total\{result="answered"\} 1\nidem_dedupe_waits_total\{result="timed_out"\} 0\nidem_dedupe_waits_total\{result="full"\} 1\n
+--- no_error_log
+[error]
+
+
+
+=== TEST 14: a client that closes while waiting is let go at once; the waiter's place is free again
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_dedupe_wait_max 1;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 5s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+--- init
+main::bg('owner14', 'w-14', '/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.15);
+main::bg('gone14', 'w-14', '/pay', '--data', 'x=1', '--max-time', '0.2');
+main::done('gone14');
+Time::HiRes::sleep(0.1);
+--- request
+POST /pay
+x=1
+--- more_headers
+X-Call-Id: w-14
+--- error_code: 200
+--- response_headers
+Idempotent-Replayed: true
+--- error_log
+client prematurely closed connection
+--- no_error_log
+[error]
+
+
+
+=== TEST 15: the wait of a duplicate on this gateway for its owner on another gateway
+--- init
+main::done('owner14');
+$main::gw = $ENV{TEST_NGINX_SERVER_PORT} + 115;
+IdemGateway::start($main::gw,
+                   "idem_redis 127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
+                   $ENV{TEST_NGINX_BACKEND_PORT}, sleep => 700, wait => '5s');
+my $pid = fork() // die;
+if ($pid == 0) {
+    { exec('curl', '-s', '-o', "$ENV{TEST_NGINX_ROOT}/t/servroot/bg-owner15",
+           '-H', 'X-Call-Id: w-15', '--data', 'x=1',
+           "http://127.0.0.1:$main::gw/d") };
+    POSIX::_exit(1);
+}
+$main::bg{owner15} = [$pid, "$ENV{TEST_NGINX_ROOT}/t/servroot/bg-owner15"];
+Time::HiRes::sleep(0.2);
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_call_id_missing reject;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_wait 5s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/700/1;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request eval
+["POST /d\nx=1", "GET /log/w-15"]
+--- more_headers eval
+["X-Call-Id: w-15", ""]
+--- response_headers_like eval
+["Idempotent-Replayed: true", ""]
+--- response_body_like eval
+["^n=1 attempt=1 ", "^n=1 [^\n]*\n\$"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 16: idem_dedupe_wait: a bad time is refused; off is accepted
+--- config
+    location /pay {
+        idem_dedupe_wait soon;
+    }
+--- must_die
+--- error_log
+invalid value "soon" in "idem_dedupe_wait" directive, it must be a time greater than 0 or "off"
+
+
+
+=== TEST 17: idem_dedupe_wait_max is an http directive, a number
+--- http_config
+    idem_dedupe_wait_max many;
+--- config
+    location /pay {
+        idem_dedupe_wait off;
+    }
+--- must_die
+--- error_log
+"idem_dedupe_wait_max" directive invalid number
