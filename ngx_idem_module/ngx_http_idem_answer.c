@@ -40,6 +40,8 @@ static void ngx_http_idem_answer_content_type(ngx_http_request_t *r,
     ngx_str_t *value);
 static ngx_int_t ngx_http_idem_answer_trailers(ngx_http_request_t *r,
     ngx_str_t *answer);
+static ngx_uint_t ngx_http_idem_answer_replayed(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
 
 
 /* not kept: hop-by-hop, computed again, this module's own, or a caller's */
@@ -386,6 +388,12 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         return NGX_HTTP_IDEM_KEEP_RELEASE;
     }
 
+    /* an answer idem_dedupe_replay leaves out: the next resend runs it */
+
+    if (!ngx_http_idem_answer_replayed(r, ctx)) {
+        return NGX_HTTP_IDEM_KEEP_RELEASE;
+    }
+
     /* a 204 or an answer to HEAD has no body to wait for */
 
     if (ctx->answer.capture == NULL || ctx->answer.capture_over
@@ -402,6 +410,41 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     }
 
     return NGX_HTTP_IDEM_KEEP_REPLAY;
+}
+
+
+/*
+ * Is the call's answer one that idem_dedupe_replay keeps (of the location
+ * whose policy the call follows)?  Its status as the client got it.
+ */
+
+static ngx_uint_t
+ngx_http_idem_answer_replayed(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_uint_t                 i, status, *code;
+    ngx_http_idem_loc_conf_t  *ilcf;
+
+    ilcf = ctx->conf ? ctx->conf
+                     : ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    if (ilcf->dedupe_replay == NULL) {
+        return 1;
+    }
+
+    status = r->err_status ? r->err_status : r->headers_out.status;
+    code = ilcf->dedupe_replay->elts;
+
+    for (i = 0; i < ilcf->dedupe_replay->nelts; i++) {
+        if (code[i] == status || code[i] == status / 100) {
+            return 1;
+        }
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem dedupe: a %ui answer is not kept "
+                   "(idem_dedupe_replay): the claim is released", status);
+
+    return 0;
 }
 
 

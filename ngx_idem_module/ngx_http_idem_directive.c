@@ -442,6 +442,65 @@ ngx_http_idem_set_scope(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/*
+ * idem_dedupe_replay 2xx 3xx 4xx 5xx | CODE ...: which answers are kept
+ * for duplicates; a class is kept as its digit, a code as itself
+ */
+
+char *
+ngx_http_idem_set_replay(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    ngx_int_t    n;
+    ngx_str_t   *value;
+    ngx_uint_t   i, *code;
+
+    if (ilcf->dedupe_replay != NGX_CONF_UNSET_PTR) {
+        return "is duplicate";
+    }
+
+    ilcf->dedupe_replay = ngx_array_create(cf->pool, cf->args->nelts - 1,
+                                           sizeof(ngx_uint_t));
+    if (ilcf->dedupe_replay == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (value[i].len == 3
+            && value[i].data[1] == 'x' && value[i].data[2] == 'x'
+            && value[i].data[0] >= '1' && value[i].data[0] <= '5')
+        {
+            n = value[i].data[0] - '0';
+
+        } else {
+            n = ngx_atoi(value[i].data, value[i].len);
+
+            if (value[i].len != 3 || n < 100 || n > 599) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid value \"%V\" in \"%V\" "
+                                   "directive, it must be a class (2xx ...) "
+                                   "or a status code (100 to 599)",
+                                   &value[i], &cmd->name);
+                return NGX_CONF_ERROR;
+            }
+        }
+
+        code = ngx_array_push(ilcf->dedupe_replay);
+        if (code == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *code = (ngx_uint_t) n;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 /* idem_status_url URL: it goes into a Link header as "<URL<id>>" */
 
 char *

@@ -270,6 +270,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       offsetof(ngx_http_idem_loc_conf_t, dedupe_lease),
       &ngx_http_idem_ttl_bounds },
 
+    { ngx_string("idem_dedupe_replay"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_idem_set_replay,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("idem_dedupe_wait"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_time,
@@ -619,6 +626,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->dedupe_store_max = NGX_CONF_UNSET_SIZE;
     ilcf->dedupe_lease = NGX_CONF_UNSET_MSEC;
     ilcf->dedupe_wait = NGX_CONF_UNSET_MSEC;
+    ilcf->dedupe_replay = NGX_CONF_UNSET_PTR;
 
     ngx_http_idem_storm_create_conf(&ilcf->storm);
 
@@ -747,6 +755,7 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               64 * 1024);
     ngx_conf_merge_msec_value(conf->dedupe_lease, prev->dedupe_lease, 0);
     ngx_conf_merge_msec_value(conf->dedupe_wait, prev->dedupe_wait, 0);
+    ngx_conf_merge_ptr_value(conf->dedupe_replay, prev->dedupe_replay, NULL);
     ngx_conf_merge_str_value(conf->status_url, prev->status_url, "");
 
     return ngx_http_idem_check_loc_conf(cf, conf, here);

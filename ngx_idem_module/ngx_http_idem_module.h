@@ -176,6 +176,7 @@ typedef struct {
     ngx_http_complex_value_t *dedupe_scope;  /* NULL: off (one scope) */
     ngx_flag_t                dedupe_scope_set;
     size_t                    dedupe_store_max;
+    ngx_array_t              *dedupe_replay;    /* NULL: every answer */
     ngx_msec_t                dedupe_lease;  /* 0: budget + 5s, or 60s */
     ngx_msec_t                dedupe_wait;   /* 0: off */
     ngx_str_t                 status_url;    /* the 409's Link, or empty */
