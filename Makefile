@@ -9,6 +9,8 @@
 #                 newest there); skipped with a message without that folder
 #   make bench    wrk: plain proxy_pass vs idem, records, dedupe (ratios);
 #                 dedupe on one Redis vs a 3-master Redis Cluster
+#   make bench-wait  a duplicate that waits (idem_dedupe_wait): latency
+#                 after its owner's answer, Redis commands per duplicate
 #   make storm    a retry storm: attempts with no budget, a budget, a breaker
 #   make nginx-tests NGINX_TESTS=/path/to/nginx-tests
 #                 nginx's own suite, without and with "idem on"
@@ -63,7 +65,7 @@ MODCONF_DIR := /usr/share/nginx/modules-available
 ENABLED_DIR := /etc/nginx/modules-enabled
 DOC_DIR     := /usr/share/doc/libnginx-mod-http-idem
 
-.PHONY: all deps run test asan valgrind bench redis-cost fuzz fuzz-build clean deb \
+.PHONY: all deps run test asan valgrind bench bench-wait redis-cost fuzz fuzz-build clean deb \
         install test-deb storm
 
 all: $(MODULE)
@@ -108,6 +110,12 @@ bench: deps $(MODULE)
 	@util/bench.sh
 	@util/redis-cost.sh
 	@util/bench-cluster.sh
+	@util/bench-wait.pl
+
+# idem_dedupe_wait: a waiting duplicate's answer after its owner's, on the
+# same gateway and another one, and its Redis commands
+bench-wait: deps $(MODULE)
+	@util/bench-wait.pl
 
 # what a recorded and a dedupe call cost an idle Redis: their commands,
 # taken with MONITOR, replayed for new call ids
