@@ -481,7 +481,102 @@ Time::HiRes::sleep(0.2);
 
 
 
-=== TEST 16: idem_dedupe_wait: a bad time is refused; off is accepted
+=== TEST 16: an owner whose gateway died: its waiters get 409 call-outcome-unknown once its lease lapses
+--- init
+main::done('owner15');
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+# as a gateway that died after its claim leaves it: o, d, its arrival, a
+# lease that lapses 400 ms from now (Redis's clock)
+my ($s, $us) = split /\n/, `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} time`;
+my $now = $s * 1000 + int($us / 1000);
+my $d = `printf 'POST /pay\nx=1' | sha256sum`;
+$d =~ s/\s.*//s;
+system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
+       "idem:c:{w-16}", "o", "tok16", "d", $d, "v", "1",
+       "l:tok16", $now + 400,
+       "e:tok16", "P " . ($now - 100)
+                  . " client gw-dead POST 4bf92f3577b34da6a3ce929d0e0e4736 /pay");
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} pexpire idem:c:{w-16} 60000 >/dev/null");
+$main::t0 = Time::HiRes::time();
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 5s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request
+POST /pay
+x=1
+--- more_headers
+X-Call-Id: w-16
+--- error_code: 409
+--- response_body_like chomp
+"type":"urn:ngx-idem:problem:call-outcome-unknown".*"node":"gw-dead"
+--- no_error_log
+[error]
+
+
+
+=== TEST 17: ... after the lease, not the wait (5 s)
+--- init
+my $t = Time::HiRes::time() - $main::t0;
+Test::More::cmp_ok($t, '<', 2, "answered when the lease lapsed ($t s)");
+Test::More::cmp_ok($t, '>', 0.3, '... not before');
+--- request
+GET /pay
+--- more_headers
+X-Call-Id: w-17
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 18: an owner's answer idem_dedupe_replay leaves out: the waiting duplicate runs the call itself
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 5s;
+        idem_dedupe_replay 2xx;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/fail;
+    }
+    location /fail {
+        echo_sleep 0.5;
+        echo_status 500;
+        echo "failed";
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- init
+main::bg('owner18', 'w-18', '/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.15);
+--- request eval
+["POST /pay\nx=1", "GET /calls/w-18"]
+--- more_headers eval
+["X-Call-Id: w-18", ""]
+--- error_code eval
+[500, 200]
+--- raw_response_headers_unlike eval
+["Idempotent-Replayed", "^\$"]
+--- response_body_like eval
+["^failed", '"executions":2,']
+--- no_error_log
+[error]
+
+
+
+=== TEST 19: idem_dedupe_wait: a bad time is refused; off is accepted
 --- config
     location /pay {
         idem_dedupe_wait soon;
@@ -492,7 +587,7 @@ invalid value "soon" in "idem_dedupe_wait" directive, it must be a time greater 
 
 
 
-=== TEST 17: idem_dedupe_wait_max is an http directive, a number
+=== TEST 20: idem_dedupe_wait_max is an http directive, a number
 --- http_config
     idem_dedupe_wait_max many;
 --- config
