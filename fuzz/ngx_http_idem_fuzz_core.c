@@ -1190,6 +1190,42 @@ ngx_http_read_client_request_body(ngx_http_request_t *r,
 }
 
 
+/* a waiting duplicate's read handlers: set, never run here */
+
+void
+ngx_http_test_reading(ngx_http_request_t *r)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_test_reading");
+}
+
+
+void
+ngx_http_block_reading(ngx_http_request_t *r)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_block_reading");
+}
+
+
+/* "Wed, 02 Dec 2026 17:55:04 GMT", as ngx_http_time() writes it */
+
+u_char *
+ngx_http_time(u_char *buf, time_t t)
+{
+    ngx_tm_t      tm;
+    static char  *wday[] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri",
+                             "Sat" };
+    static char  *mon[] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+
+    ngx_gmtime(t, &tm);
+
+    return ngx_sprintf(buf, "%s, %02d %s %4d %02d:%02d:%02d GMT",
+                       wday[tm.ngx_tm_wday], tm.ngx_tm_mday,
+                       mon[tm.ngx_tm_mon - 1], tm.ngx_tm_year,
+                       tm.ngx_tm_hour, tm.ngx_tm_min, tm.ngx_tm_sec);
+}
+
+
 ngx_int_t
 ngx_http_complex_value(ngx_http_request_t *r, ngx_http_complex_value_t *val,
     ngx_str_t *value)

@@ -494,6 +494,16 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
     ctx->dedupe.claim_op = NULL;
 
+    /* until when the id is known: the record's, or a new one's full TTL */
+
+    if (found->ttl) {
+        ctx->dedupe.expires = ngx_time() + (found->ttl + 999) / 1000;
+
+    } else if (found->verdict == NGX_HTTP_IDEM_STORE_CLAIMED) {
+        ctx->dedupe.expires = ngx_time()
+                              + (ctx->dedupe.claim.ttl + 999) / 1000;
+    }
+
     if (found->verdict == NGX_HTTP_IDEM_STORE_IN_FLIGHT
         && ngx_http_idem_dedupe_wait(r, ctx) == NGX_OK)
     {
@@ -901,4 +911,39 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ngx_http_finalize_request(r, rc);
     return NGX_DONE;
+}
+
+
+/*
+ * The answer's "Idempotency-Expires: <IMF-fixdate>" (idem_dedupe_expires_
+ * header): until when the call id is known, so that a client knows how
+ * long a resend is a duplicate; one the upstream sent is replaced.
+ */
+
+ngx_int_t
+ngx_http_idem_dedupe_expires(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_http_idem_loc_conf_t *ilcf)
+{
+    ngx_str_t         value;
+    ngx_table_elt_t  *h;
+
+    h = ngx_http_idem_header_find(&r->headers_out.headers,
+                             (char *) ilcf->dedupe_expires_header.name.data,
+                             ilcf->dedupe_expires_header.name.len);
+    if (h != NULL) {
+        h->hash = 0;
+    }
+
+    value.data = ngx_pnalloc(r->pool, sizeof("Mon, 28 Sep 1970 06:00:00 GMT"));
+    if (value.data == NULL) {
+        return NGX_ERROR;
+    }
+
+    value.len = ngx_http_time(value.data, ctx->dedupe.expires) - value.data;
+
+    /* a directive's argument, or the default: NUL-terminated */
+
+    return ngx_http_idem_add_response_header(r,
+                             (char *) ilcf->dedupe_expires_header.name.data,
+                             &value);
 }

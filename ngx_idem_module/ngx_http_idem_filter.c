@@ -80,6 +80,17 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
     u = r->upstream;
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
+    /*
+     * A dedupe route's answers say until when the id is known (after the
+     * answer is kept: a replay says it anew)
+     */
+
+    if (ctx->dedupe.expires && ilcf->dedupe_expires_header.name.len
+        && ngx_http_idem_dedupe_expires(r, ctx, ilcf) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
     if (u != NULL && u->resolved != NULL && u->peer.name != NULL
         && !ctx->upstream.balanced && ilcf->enable
         && !ilcf->variable_upstream_logged)

@@ -277,6 +277,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       0,
       NULL },
 
+    { ngx_string("idem_dedupe_expires_header"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_header,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, dedupe_expires_header),
+      &ngx_http_idem_header_off },
+
     { ngx_string("idem_dedupe_wait"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_time,
@@ -597,6 +604,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
      *     ilcf->dedupe_scope = NULL;
      *     ilcf->unknown_stream = { 0, NULL };
      *     ilcf->receipt_header = { { 0, NULL }, NULL, 0 };
+     *     ilcf->dedupe_expires_header = { { 0, NULL }, NULL, 0 };
      *     ilcf->variable_upstream_logged = 0;
      */
 
@@ -740,7 +748,11 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     if (ngx_http_idem_merge_header(cf, &conf->receipt_header,
                                    &prev->receipt_header, "")
-        != NGX_OK)
+        != NGX_OK
+        || ngx_http_idem_merge_header(cf, &conf->dedupe_expires_header,
+                                      &prev->dedupe_expires_header,
+                                      "Idempotency-Expires")
+           != NGX_OK)
     {
         return NGX_CONF_ERROR;
     }

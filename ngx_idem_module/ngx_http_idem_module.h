@@ -177,6 +177,7 @@ typedef struct {
     ngx_flag_t                dedupe_scope_set;
     size_t                    dedupe_store_max;
     ngx_array_t              *dedupe_replay;    /* NULL: every answer */
+    ngx_http_idem_header_t    dedupe_expires_header;  /* name.len 0: off */
     ngx_msec_t                dedupe_lease;  /* 0: budget + 5s, or 60s */
     ngx_msec_t                dedupe_wait;   /* 0: off */
     ngx_str_t                 status_url;    /* the 409's Link, or empty */
@@ -365,6 +366,7 @@ typedef struct {
     ngx_event_t               poll_ev;
     ngx_msec_t                wait_until;
     ngx_msec_t                poll;         /* the next delay */
+    time_t                    expires;      /* the id known until, 0: ? */
 
     unsigned                  claim_rest:1; /* to write: digest, lease */
     unsigned                  owner:1;      /* this request holds a claim */
@@ -568,6 +570,8 @@ ngx_int_t ngx_http_idem_timeline_headers(ngx_http_request_t *r,
     ngx_uint_t html);
 
 /* ngx_http_idem_dedupe.c */
+ngx_int_t ngx_http_idem_dedupe_expires(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_http_idem_loc_conf_t *ilcf);
 ngx_int_t ngx_http_idem_dedupe(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 void ngx_http_idem_dedupe_body_filter(ngx_http_request_t *r,

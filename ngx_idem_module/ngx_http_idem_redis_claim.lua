@@ -4,7 +4,8 @@
 -- KEYS[1]: the record; ARGV: token, digest,
 -- lease (ms), ttl (ms), arrival.  Replies {"claimed"}, {"mismatch"},
 -- {"inflight", ms left}, {"replay", answer}, or {"large" | "unknown" |
--- "applied", now, the record's fields}.  A claim lapses by Redis's clock,
+-- "applied", now, the record's fields}, each but "claimed" and
+-- "mismatch" followed by the record's PTTL (until when the id is known).  A claim lapses by Redis's clock,
 -- so that gateways need not agree on the time; its owner's final write
 -- applies whenever it comes.  An owner's execution resolved (resolve.lua)
 -- is what its resolution says: applied, never run again; not applied,
@@ -12,8 +13,12 @@
 local k = KEYS[1]
 -- the record went and came back short since the HSETNX: a rare race
 hash()
+local function ttl(t)
+  t[#t + 1] = string.format('%d', redis.call('PTTL', k))
+  return t
+end
 local function record(v)
-  return fields({v, string.format('%.0f', now)})
+  return ttl(fields({v, string.format('%.0f', now)}))
 end
 local v = redis.call('HMGET', k, 'd', 'o')
 local o = v[2]
@@ -37,11 +42,11 @@ if o then
       left = tonumber(ARGV[3])
     end
     if left > 0 then
-      return {'inflight', string.format('%.0f', left)}
+      return ttl({'inflight', string.format('%.0f', left)})
     end
     return record('unknown')
   end
-  if s == 'R' then return {'replay', redis.call('HGET', k, 'r')} end
+  if s == 'R' then return ttl({'replay', redis.call('HGET', k, 'r')}) end
   if s == 'L' then return record('large') end
   if s ~= 'F' then return record('unknown') end
 end

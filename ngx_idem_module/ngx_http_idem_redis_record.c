@@ -102,6 +102,8 @@ static ngx_int_t ngx_http_idem_redis_write_read(ngx_uint_t argc,
 static void ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_ms(ngx_str_t *value, uint64_t *ms);
+static void ngx_http_idem_redis_ttl(ngx_http_idem_store_found_t *found,
+    ngx_str_t *elts, ngx_uint_t n, ngx_uint_t want);
 
 
 static ngx_http_idem_redis_script_t  ngx_http_idem_redis_claim_lua = {
@@ -610,7 +612,8 @@ ngx_http_idem_redis_claimed(void *data, ngx_int_t rc, ngx_str_t *elts,
 
 /*
  * The claim script's answer: {"claimed"}, {"mismatch"}, {"inflight", ms},
- * {"replay", answer}, {"large" | "unknown" | "applied", now, fields ...}.
+ * {"replay", answer}, {"large" | "unknown" | "applied", now, fields ...},
+ * the last three kinds followed by the record's PTTL.
  */
 
 static void
@@ -647,6 +650,7 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
 
     case 'i':
         found.verdict = NGX_HTTP_IDEM_STORE_IN_FLIGHT;
+        ngx_http_idem_redis_ttl(&found, elts, n, 3);
         break;
 
     case 'r':
@@ -656,6 +660,7 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
             found.answer = elts[1];
         }
 
+        ngx_http_idem_redis_ttl(&found, elts, n, 3);
         break;
 
     case 'l':
@@ -667,11 +672,17 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
                           ? NGX_HTTP_IDEM_STORE_UNKNOWN
                           : NGX_HTTP_IDEM_STORE_APPLIED;
 
-        if (n > 1 && ngx_http_idem_redis_ms(&elts[1], &found.record.now)
+        if (n > 2 && ngx_http_idem_redis_ms(&elts[1], &found.record.now)
                      == NGX_OK)
         {
+            /* fields and values in pairs, then the PTTL */
+
             found.record.fields = &elts[2];
-            found.record.nfields = n - 2;
+            found.record.nfields = (n - 2) & ~(ngx_uint_t) 1;
+
+            if ((n - 2) % 2) {
+                ngx_http_idem_redis_ttl(&found, elts, n, 0);
+            }
         }
 
         break;
@@ -961,4 +972,28 @@ ngx_http_idem_redis_ms(ngx_str_t *value, uint64_t *ms)
     *ms = (uint64_t) n;
 
     return NGX_OK;
+}
+
+
+/*
+ * The record's PTTL, the last of "want" elements of a claim's answer (0:
+ * any number): until when the call id is known.  -1 or -2 (no expiry, no
+ * key): not known.
+ */
+
+static void
+ngx_http_idem_redis_ttl(ngx_http_idem_store_found_t *found, ngx_str_t *elts,
+    ngx_uint_t n, ngx_uint_t want)
+{
+    ngx_int_t  ms;
+
+    if (n < 2 || (want && n != want)) {
+        return;
+    }
+
+    ms = ngx_atoi(elts[n - 1].data, elts[n - 1].len);
+
+    if (ms > 0) {
+        found->ttl = (ngx_msec_t) ms;
+    }
 }

@@ -99,6 +99,8 @@ typedef struct {
 typedef struct {
     ngx_http_idem_store_verdict_e  verdict;
     ngx_str_t                      answer;     /* REPLAY */
+    ngx_msec_t                     ttl;        /* the record's, 0: not
+                                                  known */
     ngx_http_idem_store_record_t   record;     /* NOT_STORED, UNKNOWN,
                                                   APPLIED */
     unsigned                       rest:1;
