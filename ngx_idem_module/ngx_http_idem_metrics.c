@@ -79,6 +79,8 @@ static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
         NULL, dedupe_mismatches),
     ngx_http_idem_metric("idem_dedupe_total", "result=\"unavailable\"",
         NULL, dedupe_unavailable),
+    ngx_http_idem_metric("idem_dedupe_total", "result=\"not_durable\"",
+        NULL, dedupe_not_durable),
     { NULL, NULL, NULL, 0 }
 };
 

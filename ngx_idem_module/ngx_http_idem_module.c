@@ -258,6 +258,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       offsetof(ngx_http_idem_loc_conf_t, dedupe_lease),
       &ngx_http_idem_ttl_bounds },
 
+    { ngx_string("idem_dedupe_durable"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      ngx_http_idem_set_durable,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("idem_status_url"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_status_url,
@@ -560,6 +567,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
      *     ilcf->status_url = { 0, NULL };
      *     ilcf->dedupe_scope = NULL;
      *     ilcf->unknown_stream = { 0, NULL };
+     *     ilcf->dedupe_durable_timeout = 0;
      *     ilcf->variable_upstream_logged = 0;
      */
 
@@ -588,6 +596,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->dedupe_scope_set = NGX_CONF_UNSET;
     ilcf->dedupe_store_max = NGX_CONF_UNSET_SIZE;
     ilcf->dedupe_lease = NGX_CONF_UNSET_MSEC;
+    ilcf->dedupe_durable = NGX_CONF_UNSET_UINT;
 
     ngx_http_idem_storm_create_conf(&ilcf->storm);
 
@@ -601,12 +610,13 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_idem_loc_conf_t *prev = parent;
     ngx_http_idem_loc_conf_t *conf = child;
 
-    ngx_uint_t  here;
+    ngx_uint_t  here, durable_here;
 
     /* set at this level: where a warning about them belongs */
 
     here = (conf->dedupe != NGX_CONF_UNSET
             || conf->call_id_missing != NGX_CONF_UNSET_UINT);
+    durable_here = (conf->dedupe_durable != NGX_CONF_UNSET_UINT);
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
 
@@ -708,7 +718,16 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_size_value(conf->dedupe_store_max, prev->dedupe_store_max,
                               64 * 1024);
     ngx_conf_merge_msec_value(conf->dedupe_lease, prev->dedupe_lease, 0);
+
+    /* idem_dedupe_durable is one directive: replicas and timeout together */
+
+    if (conf->dedupe_durable == NGX_CONF_UNSET_UINT) {
+        conf->dedupe_durable = prev->dedupe_durable;
+        conf->dedupe_durable_timeout = prev->dedupe_durable_timeout;
+    }
+
+    ngx_conf_merge_uint_value(conf->dedupe_durable, prev->dedupe_durable, 0);
     ngx_conf_merge_str_value(conf->status_url, prev->status_url, "");
 
-    return ngx_http_idem_check_loc_conf(cf, conf, here);
+    return ngx_http_idem_check_loc_conf(cf, conf, here, durable_here);
 }

@@ -38,6 +38,7 @@
 #define NGX_HTTP_IDEM_MAX_ID_LEN         255
 
 #define NGX_HTTP_IDEM_MAX_ATTEMPTS       100
+#define NGX_HTTP_IDEM_MAX_REPLICAS       255
 
 /* gRPC's TimeoutValue: at most 8 digits */
 #define NGX_HTTP_IDEM_GRPC_TIMEOUT_MAX   ((ngx_msec_t) 99999999)
@@ -169,6 +170,8 @@ typedef struct {
     ngx_flag_t                dedupe_scope_set;
     size_t                    dedupe_store_max;
     ngx_msec_t                dedupe_lease;  /* 0: budget + 5s, or 60s */
+    ngx_uint_t                dedupe_durable;   /* replicas, 0: off */
+    ngx_msec_t                dedupe_durable_timeout;  /* the WAIT's */
     ngx_str_t                 status_url;    /* the 409's Link, or empty */
 
     ngx_uint_t                status;       /* idem_status here */
@@ -191,7 +194,8 @@ typedef enum {
     NGX_HTTP_IDEM_P_ANSWER_NOT_STORED,
     NGX_HTTP_IDEM_P_PAYLOAD_MISMATCH,
     NGX_HTTP_IDEM_P_DEDUPE_UNAVAILABLE,
-    NGX_HTTP_IDEM_P_UPSTREAM_UNAVAILABLE
+    NGX_HTTP_IDEM_P_UPSTREAM_UNAVAILABLE,
+    NGX_HTTP_IDEM_P_CLAIM_NOT_DURABLE
 } ngx_http_idem_problem_e;
 
 
@@ -421,6 +425,7 @@ typedef struct {
     ngx_atomic_t              dedupe_not_stored;
     ngx_atomic_t              dedupe_mismatches;
     ngx_atomic_t              dedupe_unavailable;
+    ngx_atomic_t              dedupe_not_durable;
 } ngx_http_idem_counters_t;
 
 

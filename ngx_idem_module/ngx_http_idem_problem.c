@@ -64,7 +64,10 @@ static ngx_http_idem_problem_def_t  ngx_http_idem_problems[] = {
     /* counted per upstream by storm.c */
 
     { NGX_HTTP_SERVICE_UNAVAILABLE, "upstream-unavailable",
-      "Upstream unavailable", -1 }
+      "Upstream unavailable", -1 },
+
+    { NGX_HTTP_SERVICE_UNAVAILABLE, "claim-not-durable",
+      "Claim not durable", ngx_http_idem_counter(dedupe_not_durable) }
 };
 
 

@@ -53,6 +53,7 @@ typedef struct {
 typedef struct {
     ngx_http_idem_store_claim_pt     handler;
     void                            *data;
+    ngx_uint_t                       replicas;   /* durable, 0: not */
     ngx_str_t                        argv[6];    /* key, the script's ARGV */
 } ngx_http_idem_redis_claim_t;
 
@@ -74,6 +75,8 @@ typedef struct {
 static void ngx_http_idem_redis_claimed(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_redis_claim_waited(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_appended(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
@@ -476,6 +479,10 @@ ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc, ngx_str_t *elts,
  * HSETNX key o token: the claim, atomic with one field.  Taken, the rest
  * of it follows without waiting (the lease, the digest, the arrival); an
  * owner there already, the claim script says what became of it.
+ *
+ * A durable claim is the claim script at once, which makes the whole
+ * claim in one command (a WAIT then counts it whole), on the node's
+ * connection for durable claims; claimed, WAIT follows there.
  */
 
 ngx_http_idem_store_op_t *
@@ -484,7 +491,7 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
 {
     u_char                       *p, lease[NGX_INT64_LEN], ttl[NGX_INT64_LEN];
     size_t                        size;
-    ngx_str_t                     argv[4], a[6];
+    ngx_str_t                     argv[4], a[6], script[7];
     ngx_uint_t                    i;
     ngx_http_idem_store_op_t     *op;
     ngx_http_idem_redis_claim_t  *cl;
@@ -504,26 +511,48 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
         size += a[i].len;
     }
 
-    ngx_str_set(&argv[0], "HSETNX");
-    argv[1] = claim->key;
-    ngx_str_set(&argv[2], "o");
-    argv[3] = claim->token;
+    if (claim->replicas) {
+        ngx_str_set(&script[0], "1");
 
-    op = ngx_http_idem_redis_read(NULL, 4, argv, ngx_http_idem_redis_claimed,
-                                  NULL, size);
+        for (i = 0; i < 6; i++) {
+            script[1 + i] = a[i];
+        }
+
+        ngx_http_idem_redis_durable(claim->wait);
+
+        op = ngx_http_idem_redis_read(&ngx_http_idem_redis_claim_lua, 7,
+                                      script,
+                                      ngx_http_idem_redis_claim_verdict,
+                                      NULL, size);
+
+        ngx_http_idem_redis_durable(0);
+
+    } else {
+        ngx_str_set(&argv[0], "HSETNX");
+        argv[1] = claim->key;
+        ngx_str_set(&argv[2], "o");
+        argv[3] = claim->token;
+
+        op = ngx_http_idem_redis_read(NULL, 4, argv,
+                                      ngx_http_idem_redis_claimed, NULL, size);
+    }
+
     if (op == NULL) {
         return NULL;
     }
 
     /* a short record there: the claim goes through the upgrade script */
 
-    op->upgrade = &ngx_http_idem_redis_upgrade_lua;
+    if (!claim->replicas) {
+        op->upgrade = &ngx_http_idem_redis_upgrade_lua;
+    }
 
     cl = op->ext;
     op->data = op;
 
     cl->handler = handler;
     cl->data = data;
+    cl->replicas = claim->replicas;
 
     p = (u_char *) &cl[1];
 
@@ -533,8 +562,9 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
         p = ngx_cpymem(p, a[i].data, a[i].len);
     }
 
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "idem store: claim of \"%V\" sent", &claim->key);
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: claim of \"%V\" sent, %ui replicas",
+                   &claim->key, claim->replicas);
 
     return op;
 }
@@ -624,6 +654,20 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
 
     case 'c':
         found.verdict = NGX_HTTP_IDEM_STORE_CLAIMED;
+
+        if (cl->replicas == 0) {
+            break;
+        }
+
+        /* durable: made, and held once the replicas have it */
+
+        op->handler = ngx_http_idem_redis_claim_waited;
+
+        if (ngx_http_idem_redis_wait(op, cl->replicas) == NGX_OK) {
+            return;
+        }
+
+        found.verdict = NGX_HTTP_IDEM_STORE_NOT_DURABLE;
         break;
 
     case 'm':
@@ -666,6 +710,41 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
     }
 
 done:
+
+    cl->handler(cl->data, &found);
+}
+
+
+/*
+ * WAIT's answer to a durable claim: how many replicas have it.  Fewer
+ * than asked, or no answer: the claim is made, but a failover may lose
+ * it.
+ */
+
+static void
+ngx_http_idem_redis_claim_waited(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_int_t                     acked;
+    ngx_http_idem_redis_claim_t  *cl;
+    ngx_http_idem_store_found_t   found;
+
+    cl = op->ext;
+
+    ngx_memzero(&found, sizeof(ngx_http_idem_store_found_t));
+
+    acked = (rc == NGX_OK && n == 1) ? ngx_atoi(elts[0].data, elts[0].len)
+                                     : NGX_ERROR;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: claim of \"%V\": %i of %ui replicas",
+                   &cl->argv[0], acked, cl->replicas);
+
+    found.verdict = (acked != NGX_ERROR && (ngx_uint_t) acked >= cl->replicas)
+                    ? NGX_HTTP_IDEM_STORE_CLAIMED
+                    : NGX_HTTP_IDEM_STORE_NOT_DURABLE;
 
     cl->handler(cl->data, &found);
 }
