@@ -18,15 +18,12 @@ BEGIN {
     $ENV{TEST_NGINX_DURABLE_MASTER} = $Master;
 }
 
-# a replica up and in sync with the master: WAIT can count it
+# a replica up and acknowledging the master's writes: WAIT counts it
 sub replica_up {
     RedisSentinel::start_redis($Replica, $Master);
-    for (1 .. 100) {
-        return if RedisSentinel::cli($Master, 'info', 'replication')
-                  =~ /slave0:.*state=online/;
-        select undef, undef, undef, 0.1;
-    }
-    die "the replica on $Replica does not come online\n";
+    RedisSentinel::wait_until(20, sub {
+        RedisSentinel::replicated($Master)
+    }) or die "the replica on $Replica does not acknowledge\n";
 }
 
 # a signal to one of these two redis-servers (RedisSentinel::pid checks

@@ -162,6 +162,16 @@ sub settled {
     return 1;
 }
 
+# a write on $port is acknowledged by a replica within 500 ms: WAIT
+# counts it (a replica that has just synced acknowledges only once its
+# first REPLCONF ACK is in, up to a second later)
+sub replicated {
+    my ($port) = @_;
+    my $cmd = "printf 'SET idem-test:probe 1\\r\\nWAIT 1 500\\r\\n'"
+              . " | redis-cli -p $port 2>&1";
+    return `$cmd` =~ /^1$/m;
+}
+
 # the first true value $check returns within $secs (polled), or undef
 sub wait_until {
     my ($secs, $check) = @_;
