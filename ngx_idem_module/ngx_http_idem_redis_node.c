@@ -536,6 +536,12 @@ ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node)
 {
     redisAsyncContext  *ac;
 
+    /* its connection for durable claims too, whatever state it is in */
+
+    if (node->durable != NULL) {
+        ngx_http_idem_redis_node_close(node->durable);
+    }
+
     if (node->connect_ev.timer_set) {
         ngx_del_timer(&node->connect_ev);
     }
@@ -564,10 +570,6 @@ ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node)
     }
 
     node->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
-
-    if (node->durable != NULL) {
-        ngx_http_idem_redis_node_close(node->durable);
-    }
 }
 
 
