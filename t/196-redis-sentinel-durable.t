@@ -16,7 +16,7 @@
 # run), the same id runs once when it is sent again with a replica back,
 # and a call claimed before the cut is not run again after the failover.
 # Meanwhile a durable claim that waits for the replica does not delay the
-# calls of a plain route.
+# calls of a plain route.  The steps and their checks: t/lib/IdemFailover.pm.
 #
 # Plain Test::More: Redis processes are stopped, killed and promoted
 # between requests.
@@ -25,10 +25,10 @@ use strict;
 use warnings;
 use Test::More;
 use Time::HiRes qw(sleep time);
-use POSIX ();
 use lib 't/lib';
 use RedisSentinel;
 use IdemGateway;
+use IdemFailover;
 
 my $backend = $ENV{TEST_NGINX_BACKEND_PORT}
     or plan skip_all => 'TEST_NGINX_BACKEND_PORT is not set (use make test)';
@@ -41,15 +41,6 @@ END {
     IdemGateway::stop_all();
     RedisSentinel::stop();
 }
-
-sub call {
-    my ($uri, $id) = @_;
-    return scalar IdemGateway::send_all([$gw,
-                                         IdemGateway::post($id, 'amount=10',
-                                                           $uri)]);
-}
-
-sub runs { IdemGateway::backend_runs($backend, $_[0]) }
 
 sub signal {
     my ($port, $sig) = @_;
@@ -74,6 +65,8 @@ sub fresh {
     }) or BAIL_OUT('the gateway does not serve calls');
 }
 
+# step 1: a stopped process would still take bytes into its socket and
+# apply them when resumed: its link is closed on the master too
 sub cut_link {
     signal(RedisSentinel::replica(), 'STOP');
     RedisSentinel::cli(RedisSentinel::master(), 'client', 'kill', 'type',
@@ -105,127 +98,33 @@ sub fail_over {
        }), 'both workers follow the new master');
 }
 
-
-# without the directive: two executions
-
-fresh();
-
-{
-    my $id = "t196-plain-$$";
-
-    cut_link();
-    my $r = call('/q', $id);
-    ok(IdemGateway::is_original($r), 'step 2: the call is served')
-        or diag(IdemGateway::summary($r));
-
-    fail_over();
-
-    $r = call('/q', $id);
-    ok(IdemGateway::is_original($r),
-       'step 4: the new master never heard of the id: served again')
-        or diag(IdemGateway::summary($r));
-    is(runs($id), 2, 'without idem_dedupe_durable the call ran twice');
-}
-
-
-# with idem_dedupe_durable replicas=1: refused or durable, run once
-
-fresh();
-
-{
-    my $before = "t196-before-$$";
-    my $id = "t196-durable-$$";
-
-    my $t0 = time;
-    my $r = call('/w', $before);
-    my $took = time - $t0;
-    ok(IdemGateway::is_original($r), 'a durable call with the replica up')
-        or diag(IdemGateway::summary($r));
-    diag(sprintf 'a durable call, the replica confirming: %.1f ms',
-         $took * 1000);
-
-    cut_link();
-
-    # the durable call waits for the replica in a child; calls on the
-    # plain route meanwhile, on both workers, are not held up by it
-
-    pipe my $rd, my $wr or die "pipe: $!";
-    my $pid = fork // die "fork: $!";
-
-    if ($pid == 0) {
-        close $rd;
-        my $t = time;
-        my $c = call('/w', $id);
-        printf $wr "%s %.3f %s\n", $c ? $c->{status} : 'none', time - $t,
-               $c && $c->{body} =~ /problem:claim-not-durable/ ? 'type' : '-';
-        close $wr;
-
-        # not through END: the parent's Redis and gateway stay up
-        POSIX::_exit(0);
-    }
-
-    close $wr;
-    sleep 0.1;
-
-    my ($slowest, $served) = (0, 0);
-    for my $k (1 .. 8) {
-        my $t = time;
-        my $q = call('/q', "t196-meanwhile-$$-$k");
-        $slowest = time - $t if time - $t > $slowest;
-        $served++ if IdemGateway::is_original($q);
-    }
-
-    waitpid $pid, 0;
-    my ($status, $waited, $type) = split ' ', scalar(<$rd>) // 'none 0 -';
-
-    is($served, 8, 'the plain route serves calls meanwhile');
-    ok($slowest < 0.25, 'none of them waits for the WAIT')
-        or diag(sprintf 'the slowest took %.0f ms', $slowest * 1000);
-    diag(sprintf 'plain calls during a WAIT of 500 ms: the slowest took '
-                 . '%.1f ms', $slowest * 1000);
-
-    is($status, '503', 'step 2: the call is refused: no replica confirms '
-                       . 'its claim');
-    is($type, 'type', 'as claim-not-durable');
-    ok($waited >= 0.45 && $waited < 1.5, 'within its timeout (500 ms)')
-        or diag("it took $waited s");
-    is(runs($id), 0, 'it was not forwarded');
-
-    fail_over();
-
-    # the promoted replica has no replica of its own: the old master
-    # comes back as one
+# the promoted replica has no replica of its own: the old master comes
+# back as one
+sub replica_back {
     my $new = RedisSentinel::replica();
     RedisSentinel::start_redis(RedisSentinel::master(), $new);
     ok(RedisSentinel::wait_until(20, sub {
            RedisSentinel::replicated($new)
        }), 'the old master is a replica of the new one, and acknowledges');
-
-    $r = call('/w', $id);
-    ok(IdemGateway::is_original($r), 'step 4: the refused id is served')
-        or diag(IdemGateway::summary($r) . ' ' . ($r ? $r->{body} : ''));
-    $r = call('/w', $id);
-    ok(IdemGateway::is_duplicate($r), 'and its duplicate is not')
-        or diag(IdemGateway::summary($r));
-    is(runs($id), 1, 'with idem_dedupe_durable the call ran once');
-
-    $r = call('/w', $before);
-    ok(!IdemGateway::is_original($r)
-       && $r && ($r->{status} == 200 || $r->{status} == 409),
-       'the call confirmed before the cut is known on the new master')
-        or diag(IdemGateway::summary($r));
-    is(runs($before), 1, 'and ran once');
 }
 
-# the lost master's lines: its connections, the writes dropped meanwhile
-IdemGateway::stop_all();
+my $steps = IdemFailover->new(gw => $gw, backend => $backend, tag => 't196',
+                              where => 'the new master',
+                              cut => \&cut_link, fail_over => \&fail_over,
+                              replica_back => \&replica_back);
 
-my @bad = IdemGateway::bad_lines($gw,
-    qr/idem: redis "(?:127\.0\.0\.1:\d+|sentinel=mymaster)": /
-    . qr/(?:connect|connection lost|since the last report)/);
-is(scalar @bad, 0, 'nothing logged but the lost master')
-    or diag(join "\n", @bad[0 .. ($#bad < 4 ? $#bad : 4)]);
-unlike(IdemGateway::log_text($gw),
-       qr/\[(?:alert|crit|emerg)\]|exited on signal/, 'no alert, no crash');
+
+# without the directive: two executions
+
+fresh();
+$steps->twice("t196-plain-$$");
+
+
+# with idem_dedupe_durable replicas=1: refused or durable, run once
+
+fresh();
+$steps->once("t196-before-$$", "t196-durable-$$");
+
+$steps->log_ok('sentinel=mymaster');
 
 done_testing();

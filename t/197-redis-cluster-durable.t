@@ -15,18 +15,19 @@
 # master of the call's slot: the call of step 2 is refused (503
 # claim-not-durable), the same id runs once when sent again with a replica
 # back (the old master, restarted, rejoins as one), and a call confirmed
-# before the cut is not run again.
+# before the cut is not run again.  The steps and their checks:
+# t/lib/IdemFailover.pm.
 #
 # Plain Test::More, as t/185.
 
 use strict;
 use warnings;
 use Test::More;
-use Time::HiRes qw(sleep time);
 use lib 't/lib';
 use RedisCluster;
 use RedisSentinel ();
 use IdemGateway;
+use IdemFailover;
 
 my $backend = $ENV{TEST_NGINX_BACKEND_PORT}
     or plan skip_all => 'TEST_NGINX_BACKEND_PORT is not set (use make test)';
@@ -39,17 +40,8 @@ END {
     RedisCluster::stop();
 }
 
-my ($victim, $replica, $map);
+my ($victim, $replica, $map, $steps);
 my $n = 0;
-
-sub call {
-    my ($uri, $id) = @_;
-    return scalar IdemGateway::send_all([$gw,
-                                         IdemGateway::post($id, 'amount=10',
-                                                           $uri)]);
-}
-
-sub runs { IdemGateway::backend_runs($backend, $_[0]) }
 
 # a fresh id on the victim's slots
 sub victim_id {
@@ -92,6 +84,7 @@ sub signal {
     kill $sig, $pid;
 }
 
+# step 1, as t/196 does it
 sub cut_link {
     signal($replica, 'STOP');
     RedisCluster::cli($victim, 'client', 'kill', 'type', 'replica');
@@ -107,91 +100,38 @@ sub fail_over {
            RedisCluster::cli($replica, 'role') =~ /\Amaster/
        }), "the replica :$replica is promoted");
     ok(RedisSentinel::wait_until(10, sub {
-           IdemGateway::is_original(call('/q', victim_id('after')))
-           && IdemGateway::is_original(call('/q', victim_id('after')))
+           IdemGateway::is_original($steps->call('/q', victim_id('after')))
+           && IdemGateway::is_original($steps->call('/q',
+                                                    victim_id('after')))
        }), 'the gateway serves the slots from it');
 }
+
+# the old master, back, rejoins as the promoted one's replica
+sub replica_back {
+    my ($id) = @_;
+    RedisCluster::start_node($victim);
+    ok(RedisSentinel::wait_until(30, sub {
+           RedisSentinel::replicated($replica, "idem-test:{$id}")
+       }), 'the old master is a replica again, and acknowledges');
+}
+
+$steps = IdemFailover->new(gw => $gw, backend => $backend, tag => 't197',
+                           where => 'the promoted replica',
+                           cut => \&cut_link, fail_over => \&fail_over,
+                           replica_back => \&replica_back);
 
 
 # without the directive: two executions
 
 fresh();
-
-{
-    my $id = victim_id('plain');
-
-    cut_link();
-    my $r = call('/q', $id);
-    ok(IdemGateway::is_original($r), 'step 2: the call is served')
-        or diag(IdemGateway::summary($r));
-
-    fail_over();
-
-    $r = call('/q', $id);
-    ok(IdemGateway::is_original($r),
-       'step 4: the promoted replica never heard of the id: served again')
-        or diag(IdemGateway::summary($r));
-    is(runs($id), 2, 'without idem_dedupe_durable the call ran twice');
-}
+$steps->twice(victim_id('plain'));
 
 
 # with idem_dedupe_durable replicas=1: refused or durable, run once
 
 fresh();
+$steps->once(victim_id('before'), victim_id('durable'));
 
-{
-    my $before = victim_id('before');
-    my $id = victim_id('durable');
-
-    my $r = call('/w', $before);
-    ok(IdemGateway::is_original($r), 'a durable call with the replica up')
-        or diag(IdemGateway::summary($r));
-
-    cut_link();
-
-    my $t0 = time;
-    $r = call('/w', $id);
-    my $took = time - $t0;
-    ok($r && $r->{status} == 503
-       && $r->{body} =~ /problem:claim-not-durable/,
-       'step 2: the call is refused: no replica confirms its claim')
-        or diag(IdemGateway::summary($r));
-    ok($took >= 0.45 && $took < 1.5, 'within its timeout (500 ms)')
-        or diag("it took $took s");
-    is(runs($id), 0, 'it was not forwarded');
-
-    fail_over();
-
-    # the old master, back, rejoins as the promoted one's replica
-    RedisCluster::start_node($victim);
-    ok(RedisSentinel::wait_until(30, sub {
-           RedisSentinel::replicated($replica, "idem-test:{$id}")
-       }), 'the old master is a replica again, and acknowledges');
-
-    $r = call('/w', $id);
-    ok(IdemGateway::is_original($r), 'step 4: the refused id is served')
-        or diag(IdemGateway::summary($r) . ' ' . ($r ? $r->{body} : ''));
-    $r = call('/w', $id);
-    ok(IdemGateway::is_duplicate($r), 'and its duplicate is not')
-        or diag(IdemGateway::summary($r));
-    is(runs($id), 1, 'with idem_dedupe_durable the call ran once');
-
-    $r = call('/w', $before);
-    ok(!IdemGateway::is_original($r)
-       && $r && ($r->{status} == 200 || $r->{status} == 409),
-       'the call confirmed before the cut is known on the promoted replica')
-        or diag(IdemGateway::summary($r));
-    is(runs($before), 1, 'and ran once');
-}
-
-IdemGateway::stop_all();
-
-my @bad = IdemGateway::bad_lines($gw,
-    qr/idem: redis "(?:127\.0\.0\.1:\d+|cluster)": /
-    . qr/(?:connect|connection lost|since the last report)/);
-is(scalar @bad, 0, 'nothing logged but the lost master')
-    or diag(join "\n", @bad[0 .. ($#bad < 4 ? $#bad : 4)]);
-unlike(IdemGateway::log_text($gw),
-       qr/\[(?:alert|crit|emerg)\]|exited on signal/, 'no alert, no crash');
+$steps->log_ok('cluster');
 
 done_testing();
