@@ -144,7 +144,7 @@ invalid parameter "copies=2" in "idem_dedupe_durable" directive
 
 
 
-=== TEST 9: no replica: 503 claim-not-durable, nothing forwarded, counted; other routes served
+=== TEST 9: no replica: 503 claim-not-durable, nothing forwarded, released (the resend is claimed and refused again), counted; other routes served
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_DURABLE_MASTER timeout=300ms;
 --- config
@@ -170,19 +170,21 @@ invalid parameter "copies=2" in "idem_dedupe_durable" directive
 --- init
 RedisSentinel::cli($main::Master, 'flushall');
 --- request eval
-["POST /w\nx=1", "GET /log/dur-1", "POST /q\nx=1", "GET /metrics"]
+["POST /w\nx=1", "GET /log/dur-1", "POST /w\nx=1", "POST /q\nx=1",
+ "GET /metrics"]
 --- more_headers eval
-["X-Call-Id: dur-1", "", "X-Call-Id: dur-q1", ""]
+["X-Call-Id: dur-1", "", "X-Call-Id: dur-1", "X-Call-Id: dur-q1", ""]
 --- error_code eval
-[503, 200, 200, 200]
+[503, 200, 503, 200, 200]
 --- response_headers eval
 ["Retry-After: 1\nContent-Type: application/problem+json\nX-Call-Id: dur-1",
- "", "!Idempotent-Replayed", ""]
+ "", "Retry-After: 1", "!Idempotent-Replayed", ""]
 --- response_body_like eval
 ['\A\{"type":"urn:ngx-idem:problem:claim-not-durable","title":"Claim not durable","status":503,.*"call_id":"dur-1"',
  '\A\z',
+ '"type":"urn:ngx-idem:problem:claim-not-durable"',
  '\An=1 attempt=1 ',
- 'idem_dedupe_total\{result="claimed"\} 1\n.*idem_dedupe_total\{result="not_durable"\} 1\n']
+ 'idem_dedupe_total\{result="claimed"\} 1\n.*idem_dedupe_total\{result="not_durable"\} 2\n']
 --- no_error_log
 [error]
 
