@@ -489,13 +489,21 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
     case NGX_HTTP_IDEM_STORE_NOT_DURABLE:
 
         /*
-         * Made, whole (the arrival too), but a failover may lose it: the
-         * call is not forwarded, and its final write releases the claim
+         * Made, but a failover may lose it: the call is not forwarded,
+         * and its final write releases the claim (completing it first)
          */
 
         ctx->dedupe.verdict = NGX_HTTP_IDEM_NOT_DURABLE;
         ctx->dedupe.owner = 1;
-        ngx_http_idem_record_expiring(ctx);
+
+        if (found->rest) {
+            ctx->dedupe.claim_rest = 1;
+
+        } else {
+            ngx_http_idem_record_expiring(ctx);
+            ctx->record.arrived = 1;
+        }
+
         return;
 
     case NGX_HTTP_IDEM_STORE_MISMATCH:
@@ -691,7 +699,6 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         /* the final write says nothing was sent: a retry claims again */
 
         ctx->record.on = 1;
-        ctx->record.arrived = 1;
         break;
 
     default: /* NGX_HTTP_IDEM_INTERNAL */

@@ -55,6 +55,7 @@ typedef struct {
     void                            *data;
     ngx_uint_t                       replicas;   /* durable, 0: not */
     ngx_str_t                        argv[6];    /* key, the script's ARGV */
+    unsigned                         rest:1;     /* HSETNX: rest to write */
 } ngx_http_idem_redis_claim_t;
 
 
@@ -480,9 +481,10 @@ ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc, ngx_str_t *elts,
  * of it follows without waiting (the lease, the digest, the arrival); an
  * owner there already, the claim script says what became of it.
  *
- * A durable claim is the claim script at once, which makes the whole
- * claim in one command (a WAIT then counts it whole), on the node's
- * connection for durable claims; claimed, WAIT follows there.
+ * A durable claim goes on the node's connection for durable claims, the
+ * same commands; when it makes the owner, WAIT follows there.  What the
+ * replicas confirm is the owner field ("o"), which is what keeps a
+ * duplicate from running: the rest of a new claim follows as usual.
  */
 
 ngx_http_idem_store_op_t *
@@ -491,7 +493,7 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
 {
     u_char                       *p, lease[NGX_INT64_LEN], ttl[NGX_INT64_LEN];
     size_t                        size;
-    ngx_str_t                     argv[4], a[6], script[7];
+    ngx_str_t                     argv[4], a[6];
     ngx_uint_t                    i;
     ngx_http_idem_store_op_t     *op;
     ngx_http_idem_redis_claim_t  *cl;
@@ -511,31 +513,17 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
         size += a[i].len;
     }
 
-    if (claim->replicas) {
-        ngx_str_set(&script[0], "1");
+    ngx_str_set(&argv[0], "HSETNX");
+    argv[1] = claim->key;
+    ngx_str_set(&argv[2], "o");
+    argv[3] = claim->token;
 
-        for (i = 0; i < 6; i++) {
-            script[1 + i] = a[i];
-        }
+    ngx_http_idem_redis_durable(claim->replicas ? claim->wait : 0);
 
-        ngx_http_idem_redis_durable(claim->wait);
+    op = ngx_http_idem_redis_read(NULL, 4, argv, ngx_http_idem_redis_claimed,
+                                  NULL, size);
 
-        op = ngx_http_idem_redis_read(&ngx_http_idem_redis_claim_lua, 7,
-                                      script,
-                                      ngx_http_idem_redis_claim_verdict,
-                                      NULL, size);
-
-        ngx_http_idem_redis_durable(0);
-
-    } else {
-        ngx_str_set(&argv[0], "HSETNX");
-        argv[1] = claim->key;
-        ngx_str_set(&argv[2], "o");
-        argv[3] = claim->token;
-
-        op = ngx_http_idem_redis_read(NULL, 4, argv,
-                                      ngx_http_idem_redis_claimed, NULL, size);
-    }
+    ngx_http_idem_redis_durable(0);
 
     if (op == NULL) {
         return NULL;
@@ -543,9 +531,7 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
 
     /* a short record there: the claim goes through the upgrade script */
 
-    if (!claim->replicas) {
-        op->upgrade = &ngx_http_idem_redis_upgrade_lua;
-    }
+    op->upgrade = &ngx_http_idem_redis_upgrade_lua;
 
     cl = op->ext;
     op->data = op;
@@ -553,6 +539,7 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
     cl->handler = handler;
     cl->data = data;
     cl->replicas = claim->replicas;
+    cl->rest = 0;
 
     p = (u_char *) &cl[1];
 
@@ -600,6 +587,21 @@ ngx_http_idem_redis_claimed(void *data, ngx_int_t rc, ngx_str_t *elts,
 
         found.rest = 1;
         found.verdict = NGX_HTTP_IDEM_STORE_CLAIMED;
+
+        if (cl->replicas) {
+
+            /* durable: held once the replicas have it */
+
+            cl->rest = 1;
+            op->handler = ngx_http_idem_redis_claim_waited;
+
+            if (ngx_http_idem_redis_wait(op, cl->replicas) == NGX_OK) {
+                return;
+            }
+
+            found.verdict = NGX_HTTP_IDEM_STORE_NOT_DURABLE;
+        }
+
         cl->handler(cl->data, &found);
         return;
     }
@@ -745,6 +747,7 @@ ngx_http_idem_redis_claim_waited(void *data, ngx_int_t rc, ngx_str_t *elts,
     found.verdict = (acked != NGX_ERROR && (ngx_uint_t) acked >= cl->replicas)
                     ? NGX_HTTP_IDEM_STORE_CLAIMED
                     : NGX_HTTP_IDEM_STORE_NOT_DURABLE;
+    found.rest = cl->rest;
 
     cl->handler(cl->data, &found);
 }

@@ -83,7 +83,7 @@ typedef struct {
  * A claim of a call id, for one execution of it.  Durable (replicas set):
  * it holds only once that many replicas of the store have it, within
  * "wait"; a claim made that they do not all confirm in time is
- * NOT_DURABLE, which the caller releases as it would an UNAVAILABLE one.
+ * NOT_DURABLE, which the caller releases with its final write.
  */
 typedef struct {
     ngx_str_t                  key;            /* the record's */
@@ -103,8 +103,11 @@ typedef struct {
  * completes it (ngx_http_idem_store_write_t's "claim": its digest, its
  * lease, with its arrival), on the same connection, in the same turn;
  * until then a duplicate reads the call as in flight.  A durable claim
- * is never CLAIMED with "rest": what the replicas confirm is the whole
- * claim, digest, lease and arrival.
+ * with "rest" had its owner field confirmed by the replicas, its rest
+ * follows without them (a duplicate after a failover that lost the rest
+ * reads the call as in flight, and unknown after the lease).
+ * NOT_DURABLE has "rest" as CLAIMED has: the write that releases the
+ * claim completes it first.
  */
 typedef struct {
     ngx_http_idem_store_verdict_e  verdict;
