@@ -323,6 +323,20 @@ $(temp_paths "$1")
 EOF
 }
 
+dedupe_location() {    # uri durable: a dedupe route, its claims durable or off
+    cat <<EOF
+        location $1 {
+            idem                  on;
+            idem_deadline         3s;
+            idem_call_id_missing  reject;
+            idem_dedupe           on;
+            idem_dedupe_scope     off;
+            idem_dedupe_durable   $2;
+            proxy_pass            http://backend;
+        }
+EOF
+}
+
 # worker_cpu_affinity's mask: the highest CPU leftmost
 affinity=
 [ -z "$cpu_gw" ] \
@@ -400,45 +414,14 @@ $(common_http "$run/gateway")
                 proxy_pass     http://backend;
             }
 
-            location /paced/dedupe {
-                idem                  on;
-                idem_deadline         3s;
-                idem_call_id_missing  reject;
-                idem_dedupe           on;
-                idem_dedupe_scope     off;
-                proxy_pass            http://backend;
-            }
-
-            location /paced/durable {
-                idem                  on;
-                idem_deadline         3s;
-                idem_call_id_missing  reject;
-                idem_dedupe           on;
-                idem_dedupe_scope     off;
-                idem_dedupe_durable   replicas=1;
-                proxy_pass            http://backend;
-            }
+$(dedupe_location /paced/dedupe off)
+$(dedupe_location /paced/durable replicas=1)
         }
 
-        location /dedupe {
-            idem                  on;
-            idem_deadline         3s;
-            idem_call_id_missing  reject;
-            idem_dedupe           on;
-            idem_dedupe_scope     off;
-            proxy_pass            http://backend;
-        }
+$(dedupe_location /dedupe off)
 
         # each claim waits until the replica has it (WAIT 1)
-        location /durable {
-            idem                  on;
-            idem_deadline         3s;
-            idem_call_id_missing  reject;
-            idem_dedupe           on;
-            idem_dedupe_scope     off;
-            idem_dedupe_durable   replicas=1;
-            proxy_pass            http://backend;
-        }
+$(dedupe_location /durable replicas=1)
     }
 }
 EOF
