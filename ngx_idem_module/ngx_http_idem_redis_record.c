@@ -22,6 +22,8 @@
  *   a new claim      HSETNX "o" (the claim itself: atomic, one field);
  *                    its owner's arrival completes it: HSET with "d" and
  *                    the lease, PEXPIRE; at the end HSET
+ *   a durable one    the same, and WAIT after the HSETNX, both on the
+ *                    node's connection for durable claims
  *
  * A claim made without a script has no clock of Redis's to write its
  * lease with: it writes "l:<token>" as "+<lease> <ttl>" in the write that
