@@ -12,6 +12,8 @@
 #   make bench-wait  a duplicate that waits (idem_dedupe_wait): latency
 #                 after its owner's answer, Redis commands per duplicate
 #   make storm    a retry storm: attempts with no budget, a budget, a breaker
+#   make chaos    Redis failovers under load on a dedupe and a durable route:
+#                 executions per call id (CHAOS_SECONDS, 90 by default)
 #   make nginx-tests NGINX_TESTS=/path/to/nginx-tests
 #                 nginx's own suite, without and with "idem on"
 #   make asan     the suite with an ASan/UBSan build of the module
@@ -66,7 +68,7 @@ ENABLED_DIR := /etc/nginx/modules-enabled
 DOC_DIR     := /usr/share/doc/libnginx-mod-http-idem
 
 .PHONY: all deps run test asan valgrind bench bench-wait redis-cost fuzz fuzz-build clean deb \
-        install test-deb storm
+        install test-deb storm chaos
 
 all: $(MODULE)
 
@@ -125,6 +127,11 @@ redis-cost: deps $(MODULE)
 # an upstream that answers 503 to all: what the budget and the breaker save
 storm: deps $(MODULE)
 	@util/storm.sh
+
+# Sentinel failovers, paused and restarted Redis, a killed worker, under
+# load: no call id of a durable route may run twice (util/chaos.pl)
+chaos: deps $(MODULE)
+	@util/chaos.pl
 
 # the suite again, with the module built with AddressSanitizer and UBSan
 asan: deps

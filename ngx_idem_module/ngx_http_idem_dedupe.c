@@ -49,6 +49,7 @@
 #define NGX_HTTP_IDEM_UNAVAILABLE        6
 #define NGX_HTTP_IDEM_INTERNAL           7
 #define NGX_HTTP_IDEM_APPLIED            8
+#define NGX_HTTP_IDEM_NOT_DURABLE        9
 
 /* a request body read back from its file, at a time */
 #define NGX_HTTP_IDEM_READ_BACK          65536
@@ -314,6 +315,11 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     claim.lease = (ngx_msec_t) lease;
     claim.ttl = imcf->record_ttl;
 
+    /* durable: forwarded only once that many replicas have the claim */
+
+    claim.replicas = ilcf->dedupe_durable;
+    claim.wait = ilcf->dedupe_durable_timeout;
+
     claim.digest.data = p;
     claim.digest.len = NGX_HTTP_IDEM_SHA256_HEX_LEN;
 
@@ -343,9 +349,10 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_ERROR;
     }
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idem dedupe: claim of \"%V\" sent, lease %M",
-                   &ctx->record.key, claim.lease);
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem dedupe: claim of \"%V\" sent, lease %M, "
+                   "%ui replicas", &ctx->record.key, claim.lease,
+                   claim.replicas);
 
     return NGX_OK;
 }
@@ -539,6 +546,26 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
         /* the claim wrote the arrival and set the record's expiry */
 
         ngx_http_idem_record_expiring(ctx);
+        return;
+
+    case NGX_HTTP_IDEM_STORE_NOT_DURABLE:
+
+        /*
+         * Made, but a failover may lose it: the call is not forwarded,
+         * and its final write releases the claim (completing it first)
+         */
+
+        ctx->dedupe.verdict = NGX_HTTP_IDEM_NOT_DURABLE;
+        ctx->dedupe.owner = 1;
+
+        if (found->rest) {
+            ctx->dedupe.claim_rest = 1;
+
+        } else {
+            ngx_http_idem_record_expiring(ctx);
+            ctx->record.arrived = 1;
+        }
+
         return;
 
     case NGX_HTTP_IDEM_STORE_MISMATCH:
@@ -864,6 +891,19 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         /* a claim sent and not answered is released by the final write */
 
         ctx->record.on = ctx->dedupe.owner;
+        break;
+
+    case NGX_HTTP_IDEM_NOT_DURABLE:
+        ngx_http_idem_problem_set(r, &problem,
+                                  NGX_HTTP_IDEM_P_CLAIM_NOT_DURABLE, NULL,
+                                  "the call id was claimed, but fewer Redis "
+                                  "replicas than required confirmed the "
+                                  "claim in time: nothing was forwarded, "
+                                  "the claim is released");
+
+        /* the final write says nothing was sent: a retry claims again */
+
+        ctx->record.on = 1;
         break;
 
     default: /* NGX_HTTP_IDEM_INTERNAL */

@@ -394,6 +394,81 @@ ngx_http_idem_set_retry(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* idem_dedupe_durable replicas=N [timeout=T] | off */
+
+char *
+ngx_http_idem_set_durable(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    ngx_int_t    n;
+    ngx_str_t   *value, s, v;
+    ngx_uint_t   i;
+    ngx_msec_t   ms;
+
+    if (ilcf->dedupe_durable != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    ilcf->dedupe_durable = 0;
+    ilcf->dedupe_durable_timeout = 0;
+
+    if (cf->args->nelts == 2 && ngx_strcmp(value[1].data, "off") == 0) {
+        return NGX_CONF_OK;
+    }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (ngx_http_idem_conf_param(&value[i], &s, &v) != NGX_OK) {
+            return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
+        }
+
+        if (ngx_http_idem_str_is(&s, "replicas")) {
+            n = ngx_atoi(v.data, v.len);
+
+            if (n < 1 || n > NGX_HTTP_IDEM_MAX_REPLICAS) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid value \"%V\" in \"%V\" "
+                                   "directive, replicas must be a number "
+                                   "from 1 to %d", &value[i], &cmd->name,
+                                   NGX_HTTP_IDEM_MAX_REPLICAS);
+                return NGX_CONF_ERROR;
+            }
+
+            ilcf->dedupe_durable = n;
+            continue;
+        }
+
+        if (!ngx_http_idem_str_is(&s, "timeout")) {
+            return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
+        }
+
+        /* WAIT's 0 is "forever": a worker's claim must end */
+
+        ms = ngx_parse_time(&v, 0);
+
+        if (ms == (ngx_msec_t) NGX_ERROR || ms == 0
+            || ms > NGX_MAX_INT32_VALUE)
+        {
+            return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
+        }
+
+        ilcf->dedupe_durable_timeout = ms;
+    }
+
+    if (ilcf->dedupe_durable == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"%V\" needs \"replicas=N\" or \"off\"",
+                           &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 /* idem_dedupe_scope COMPLEX_VALUE | off */
 
 char *
@@ -581,7 +656,7 @@ ngx_http_idem_merge_header(ngx_conf_t *cf, ngx_http_idem_header_t *conf,
 
 char *
 ngx_http_idem_check_loc_conf(ngx_conf_t *cf, ngx_http_idem_loc_conf_t *conf,
-    ngx_uint_t here)
+    ngx_uint_t here, ngx_uint_t durable_here)
 {
     size_t                      len;
     ngx_http_idem_main_conf_t  *imcf;
@@ -602,6 +677,27 @@ ngx_http_idem_check_loc_conf(ngx_conf_t *cf, ngx_http_idem_loc_conf_t *conf,
                            "\"idem_dedupe\" is on but there is no "
                            "\"idem_redis\" to claim call ids in");
         return NGX_CONF_ERROR;
+    }
+
+    if (conf->dedupe_durable && durable_here && !conf->dedupe) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idem_dedupe_durable\" is set where "
+                           "\"idem_dedupe\" is off: there is no claim "
+                           "to make durable");
+        return NGX_CONF_ERROR;
+    }
+
+    if (conf->dedupe_durable && conf->dedupe) {
+
+        /* the WAIT's timeout: idem_redis's by default */
+
+        if (conf->dedupe_durable_timeout == 0) {
+            conf->dedupe_durable_timeout = imcf->store.timeout;
+        }
+
+        /* the store opens a connection of their own to each node */
+
+        imcf->store.durable = 1;
     }
 
     if (conf->dedupe && here && !conf->enable) {

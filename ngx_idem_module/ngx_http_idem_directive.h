@@ -39,6 +39,8 @@ char *ngx_http_idem_set_scope(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_idem_set_replay(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+char *ngx_http_idem_set_durable(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 char *ngx_http_idem_set_status_url(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_idem_set_redis(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -46,7 +48,8 @@ char *ngx_http_idem_set_redis(ngx_conf_t *cf, ngx_command_t *cmd,
 ngx_int_t ngx_http_idem_merge_header(ngx_conf_t *cf,
     ngx_http_idem_header_t *conf, ngx_http_idem_header_t *prev, char *def);
 char *ngx_http_idem_check_loc_conf(ngx_conf_t *cf,
-    ngx_http_idem_loc_conf_t *conf, ngx_uint_t here);
+    ngx_http_idem_loc_conf_t *conf, ngx_uint_t here,
+    ngx_uint_t durable_here);
 
 
 #endif /* _NGX_HTTP_IDEM_DIRECTIVE_H_INCLUDED_ */

@@ -86,6 +86,8 @@ static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
         NULL, dedupe_unavailable),
     ngx_http_idem_metric("idem_dedupe_total", "result=\"applied\"",
         NULL, dedupe_applied),
+    ngx_http_idem_metric("idem_dedupe_total", "result=\"not_durable\"",
+        NULL, dedupe_not_durable),
     ngx_http_idem_metric("idem_dedupe_waits_total", "result=\"answered\"",
         "Duplicates that waited for their call in flight (idem_dedupe_wait): "
         "until it ended, until the wait ran out, or not at all.",

@@ -277,6 +277,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       0,
       NULL },
 
+    { ngx_string("idem_dedupe_durable"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,
+      ngx_http_idem_set_durable,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("idem_dedupe_expires_header"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_header,
@@ -605,6 +612,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
      *     ilcf->unknown_stream = { 0, NULL };
      *     ilcf->receipt_header = { { 0, NULL }, NULL, 0 };
      *     ilcf->dedupe_expires_header = { { 0, NULL }, NULL, 0 };
+     *     ilcf->dedupe_durable_timeout = 0;
      *     ilcf->variable_upstream_logged = 0;
      */
 
@@ -635,6 +643,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->dedupe_lease = NGX_CONF_UNSET_MSEC;
     ilcf->dedupe_wait = NGX_CONF_UNSET_MSEC;
     ilcf->dedupe_replay = NGX_CONF_UNSET_PTR;
+    ilcf->dedupe_durable = NGX_CONF_UNSET_UINT;
 
     ngx_http_idem_storm_create_conf(&ilcf->storm);
 
@@ -648,12 +657,13 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_idem_loc_conf_t *prev = parent;
     ngx_http_idem_loc_conf_t *conf = child;
 
-    ngx_uint_t  here;
+    ngx_uint_t  here, durable_here;
 
     /* set at this level: where a warning about them belongs */
 
     here = (conf->dedupe != NGX_CONF_UNSET
             || conf->call_id_missing != NGX_CONF_UNSET_UINT);
+    durable_here = (conf->dedupe_durable != NGX_CONF_UNSET_UINT);
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
 
@@ -768,7 +778,16 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_msec_value(conf->dedupe_lease, prev->dedupe_lease, 0);
     ngx_conf_merge_msec_value(conf->dedupe_wait, prev->dedupe_wait, 0);
     ngx_conf_merge_ptr_value(conf->dedupe_replay, prev->dedupe_replay, NULL);
+
+    /* idem_dedupe_durable is one directive: replicas and timeout together */
+
+    if (conf->dedupe_durable == NGX_CONF_UNSET_UINT) {
+        conf->dedupe_durable = prev->dedupe_durable;
+        conf->dedupe_durable_timeout = prev->dedupe_durable_timeout;
+    }
+
+    ngx_conf_merge_uint_value(conf->dedupe_durable, prev->dedupe_durable, 0);
     ngx_conf_merge_str_value(conf->status_url, prev->status_url, "");
 
-    return ngx_http_idem_check_loc_conf(cf, conf, here);
+    return ngx_http_idem_check_loc_conf(cf, conf, here, durable_here);
 }

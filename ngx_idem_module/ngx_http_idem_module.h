@@ -44,6 +44,7 @@
 #define NGX_HTTP_IDEM_RECEIPT_MAX_LEN    128
 
 #define NGX_HTTP_IDEM_MAX_ATTEMPTS       100
+#define NGX_HTTP_IDEM_MAX_REPLICAS       255
 
 /* gRPC's TimeoutValue: at most 8 digits */
 #define NGX_HTTP_IDEM_GRPC_TIMEOUT_MAX   ((ngx_msec_t) 99999999)
@@ -180,6 +181,8 @@ typedef struct {
     ngx_http_idem_header_t    dedupe_expires_header;  /* name.len 0: off */
     ngx_msec_t                dedupe_lease;  /* 0: budget + 5s, or 60s */
     ngx_msec_t                dedupe_wait;   /* 0: off */
+    ngx_uint_t                dedupe_durable;   /* replicas, 0: off */
+    ngx_msec_t                dedupe_durable_timeout;  /* the WAIT's */
     ngx_str_t                 status_url;    /* the 409's Link, or empty */
 
     ngx_uint_t                status;       /* idem_status here */
@@ -206,7 +209,8 @@ typedef enum {
     NGX_HTTP_IDEM_P_UPSTREAM_UNAVAILABLE,
     NGX_HTTP_IDEM_P_CALL_APPLIED,
     NGX_HTTP_IDEM_P_INVALID_RESOLUTION,
-    NGX_HTTP_IDEM_P_RESOLUTION_CONFLICT
+    NGX_HTTP_IDEM_P_RESOLUTION_CONFLICT,
+    NGX_HTTP_IDEM_P_CLAIM_NOT_DURABLE
 } ngx_http_idem_problem_e;
 
 
@@ -458,6 +462,7 @@ typedef struct {
     ngx_atomic_t              resolve_conflict;
     ngx_atomic_t              resolve_not_found;
     ngx_atomic_t              resolve_unavailable;
+    ngx_atomic_t              dedupe_not_durable;
 } ngx_http_idem_counters_t;
 
 

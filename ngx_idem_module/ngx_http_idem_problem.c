@@ -75,7 +75,10 @@ static ngx_http_idem_problem_def_t  ngx_http_idem_problems[] = {
       ngx_http_idem_counter(resolve_invalid) },
 
     { NGX_HTTP_CONFLICT, "resolution-conflict", "Not resolvable",
-      ngx_http_idem_counter(resolve_conflict) }
+      ngx_http_idem_counter(resolve_conflict) },
+
+    { NGX_HTTP_SERVICE_UNAVAILABLE, "claim-not-durable",
+      "Claim not durable", ngx_http_idem_counter(dedupe_not_durable) }
 };
 
 

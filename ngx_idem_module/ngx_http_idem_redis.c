@@ -171,6 +171,10 @@ ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
     /* every callback has run: nothing refers to the nodes any more */
 
     for (i = 0; i < rd->nnodes; i++) {
+        if (rd->nodes[i]->durable != NULL) {
+            ngx_free(rd->nodes[i]->durable);
+        }
+
         ngx_free(rd->nodes[i]);
     }
 
@@ -270,6 +274,18 @@ void
 ngx_http_idem_redis_lazy(ngx_uint_t lazy)
 {
     ngx_http_idem_redis.lazy = lazy ? 1 : 0;
+}
+
+
+/*
+ * The reads that follow are durable claims (wait: their WAIT's timeout,
+ * 0: the others): they go on the nodes' second connections.
+ */
+
+void
+ngx_http_idem_redis_durable(ngx_msec_t wait)
+{
+    ngx_http_idem_redis.durable = wait;
 }
 
 

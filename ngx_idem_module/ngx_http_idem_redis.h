@@ -109,6 +109,10 @@ struct ngx_http_idem_store_op_s {
     ngx_http_idem_redis_script_t    *upgrade;    /* WRONGTYPE: run by it */
     void                            *ext;        /* the caller's */
 
+    /* durable: the nodes' second connections, and the WAIT's timeout */
+    ngx_msec_t                       wait;       /* 0: not durable */
+    ngx_http_idem_redis_node_t      *node;       /* the one that answered */
+
     unsigned                         done:1;     /* answered or cancelled */
     unsigned                         resent:1;   /* as EVAL, after NOSCRIPT */
     unsigned                         again:1;    /* re-armed by its handler */
@@ -141,6 +145,14 @@ struct ngx_http_idem_redis_node_s {
     ngx_http_idem_redis_node_pt      up;
     ngx_http_idem_redis_node_pt      down;
     void                            *data;
+
+    /*
+     * A data node's second connection, for durable claims only: their
+     * WAIT blocks the connection it is sent on, and must not hold up the
+     * other commands.  It follows its node (address, connect, close).
+     */
+    ngx_http_idem_redis_node_t      *durable;
+    ngx_http_idem_redis_node_t      *main;       /* durable's: its node */
 
     u_char                           name_buf[NGX_HTTP_IDEM_REDIS_NAME_LEN];
 
@@ -185,6 +197,8 @@ struct ngx_http_idem_redis_s {
     unsigned                         draining:1; /* exiting, pending */
     unsigned                         urgent:1;   /* writes: flush now */
     unsigned                         lazy:1;     /* reads: may wait */
+
+    ngx_msec_t                       durable;    /* reads: durable, WAIT */
 };
 
 
@@ -200,6 +214,8 @@ ngx_int_t ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
     redisCallbackFn *fn, void *privdata, ngx_uint_t argc, const char **argv,
     size_t *lens, ngx_uint_t now);
 void ngx_http_idem_redis_node_answered(ngx_http_idem_redis_node_t *node);
+ngx_http_idem_redis_node_t *ngx_http_idem_redis_durable_node(
+    ngx_http_idem_redis_t *rd, ngx_http_idem_redis_node_t *node);
 
 /* ngx_http_idem_redis_stats.c */
 void ngx_http_idem_redis_pending_add(ngx_http_idem_redis_t *rd);
@@ -224,11 +240,14 @@ ngx_int_t ngx_http_idem_redis_again(ngx_http_idem_store_op_t *op,
     ngx_http_idem_redis_script_t *script, ngx_uint_t argc, ngx_str_t *argv);
 ngx_int_t ngx_http_idem_redis_again_through(ngx_http_idem_store_op_t *op,
     ngx_http_idem_redis_script_t *script);
+ngx_int_t ngx_http_idem_redis_wait(ngx_http_idem_store_op_t *op,
+    ngx_uint_t replicas);
 ngx_int_t ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_idem_redis_script_t *upgrade);
 ngx_int_t ngx_http_idem_redis_room(ngx_uint_t n);
 void ngx_http_idem_redis_urgent(ngx_uint_t urgent);
 void ngx_http_idem_redis_lazy(ngx_uint_t lazy);
+void ngx_http_idem_redis_durable(ngx_msec_t wait);
 
 /* ngx_http_idem_redis_cluster.c */
 ngx_int_t ngx_http_idem_redis_cluster_init(ngx_http_idem_redis_t *rd,

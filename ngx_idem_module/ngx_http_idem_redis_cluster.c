@@ -291,6 +291,16 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
         return NGX_ERROR;
     }
 
+    /* a durable claim goes on that node's connection for them */
+
+    if (op->wait) {
+        node = ngx_http_idem_redis_durable_node(rd, node);
+
+        if (node == NULL || node->state != NGX_HTTP_IDEM_REDIS_UP) {
+            return NGX_ERROR;
+        }
+    }
+
     if (rd->stats.pending + 2 > rd->conf->max_pending) {
         return NGX_ERROR;
     }

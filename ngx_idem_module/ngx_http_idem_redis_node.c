@@ -15,6 +15,9 @@
 #include "ngx_http_idem_redis_adapter.h"
 
 
+static ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_alloc(
+    ngx_http_idem_redis_t *rd, ngx_uint_t role);
+static void ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_connect_failed(
     ngx_http_idem_redis_node_t *node, const char *err);
 static void ngx_http_idem_redis_retry(ngx_http_idem_redis_node_t *node);
@@ -30,12 +33,16 @@ static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
     void *r, void *privdata);
 
 
-/* a connection of this worker's store; it lives as long as the process */
+/*
+ * A connection of this worker's store; it lives as long as the process.
+ * A data node gets its second connection for durable claims when some
+ * route has them.
+ */
 
 ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
 {
-    ngx_http_idem_redis_node_t  *node;
+    ngx_http_idem_redis_node_t  *node, *durable;
 
     if (rd->nnodes == NGX_HTTP_IDEM_REDIS_MAX_NODES) {
         ngx_log_error(NGX_LOG_ERR, rd->log, 0,
@@ -43,6 +50,36 @@ ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
                       &rd->name, NGX_HTTP_IDEM_REDIS_MAX_NODES);
         return NULL;
     }
+
+    node = ngx_http_idem_redis_node_alloc(rd, role);
+    if (node == NULL) {
+        return NULL;
+    }
+
+    if (role == NGX_HTTP_IDEM_REDIS_DATA && rd->conf->durable) {
+
+        /* not one of rd->nodes: the modes never route to it */
+
+        durable = ngx_http_idem_redis_node_alloc(rd, role);
+        if (durable == NULL) {
+            ngx_free(node);
+            return NULL;
+        }
+
+        durable->main = node;
+        node->durable = durable;
+    }
+
+    rd->nodes[rd->nnodes++] = node;
+
+    return node;
+}
+
+
+static ngx_http_idem_redis_node_t *
+ngx_http_idem_redis_node_alloc(ngx_http_idem_redis_t *rd, ngx_uint_t role)
+{
+    ngx_http_idem_redis_node_t  *node;
 
     node = ngx_calloc(sizeof(ngx_http_idem_redis_node_t), rd->log);
     if (node == NULL) {
@@ -63,8 +100,6 @@ ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
     node->reconnect_ev.data = node;
     node->reconnect_ev.log = rd->log;
     node->reconnect_ev.cancelable = 1;
-
-    rd->nodes[rd->nnodes++] = node;
 
     return node;
 }
@@ -115,6 +150,10 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
 
     if (node->unix_path.len == 0 && node->port == 0) {
         return;
+    }
+
+    if (node->durable != NULL && node->durable->ac == NULL) {
+        ngx_http_idem_redis_node_follow(node->durable);
     }
 
     if (node->reconnect_ev.timer_set) {
@@ -169,6 +208,57 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
 }
 
 
+/*
+ * The connection for the durable claims of a node, NULL: none.  One that
+ * stopped trying (its cluster node served no slot a while) starts again.
+ */
+
+ngx_http_idem_redis_node_t *
+ngx_http_idem_redis_durable_node(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_redis_node_t *node)
+{
+    ngx_http_idem_redis_node_t  *durable;
+
+    if (node == NULL || node->durable == NULL) {
+        return NULL;
+    }
+
+    durable = node->durable;
+
+    if (durable->ac == NULL && !durable->reconnect_ev.timer_set
+        && node->state == NGX_HTTP_IDEM_REDIS_UP && !rd->closing)
+    {
+        ngx_http_idem_redis_node_follow(durable);
+    }
+
+    return durable;
+}
+
+
+/* a durable claims' connection goes where its node goes, now */
+
+static void
+ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node)
+{
+    ngx_http_idem_redis_node_t  *main;
+
+    main = node->main;
+
+    ngx_memcpy(node->host, main->host, sizeof(node->host));
+    node->port = main->port;
+    node->unix_path = main->unix_path;
+    node->password = main->password;
+    node->db = main->db;
+    node->name = main->name;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, node->rd->log, 0,
+                   "idem redis: a connection for durable claims to \"%V\"",
+                   &node->name);
+
+    ngx_http_idem_redis_node_connect(node);
+}
+
+
 static void
 ngx_http_idem_redis_connect_failed(ngx_http_idem_redis_node_t *node,
     const char *err)
@@ -206,6 +296,7 @@ ngx_http_idem_redis_retry(ngx_http_idem_redis_node_t *node)
     node->failing = 1;
 
     if (node->rd->closing || node->idle
+        || (node->main != NULL && node->main->idle)
         || ngx_exiting || ngx_quit || ngx_terminate)
     {
         return;
@@ -445,6 +536,12 @@ ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node)
 {
     redisAsyncContext  *ac;
 
+    /* its connection for durable claims too, whatever state it is in */
+
+    if (node->durable != NULL) {
+        ngx_http_idem_redis_node_close(node->durable);
+    }
+
     if (node->connect_ev.timer_set) {
         ngx_del_timer(&node->connect_ev);
     }
@@ -485,13 +582,18 @@ ngx_http_idem_redis_free_all(ngx_http_idem_redis_t *rd)
     redisAsyncContext           *ac;
     ngx_http_idem_redis_node_t  *node;
 
-    for (i = 0; i < rd->nnodes; i++) {
-        node = rd->nodes[i];
-        ac = node->ac;
+    for (i = 0; i < 2 * rd->nnodes; i++) {
 
-        if (ac == NULL) {
+        /* every node, then their connections for durable claims */
+
+        node = (i < rd->nnodes) ? rd->nodes[i]
+                                : rd->nodes[i - rd->nnodes]->durable;
+
+        if (node == NULL || node->ac == NULL) {
             continue;
         }
+
+        ac = node->ac;
 
         node->dropping = 1;
         node->state = NGX_HTTP_IDEM_REDIS_DOWN;

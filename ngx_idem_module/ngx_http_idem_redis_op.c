@@ -55,6 +55,7 @@ ngx_http_idem_redis_op_create(ngx_http_idem_redis_t *rd,
     ngx_memzero(op, sizeof(ngx_http_idem_store_op_t));
 
     op->ext = ext ? (void *) &op[1] : NULL;
+    op->wait = rd->durable;
 
     op->timeout.handler = ngx_http_idem_redis_read_timeout;
     op->timeout.data = op;
@@ -189,7 +190,10 @@ ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op)
 }
 
 
-/* an op to its node: the one Redis, or the node that holds its slot */
+/*
+ * An op to its node: the one Redis, or the node that holds its slot; a
+ * durable one to that node's connection for durable claims.
+ */
 
 ngx_int_t
 ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
@@ -200,6 +204,10 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
 
     if (rd->cluster == NULL) {
         node = rd->node;
+
+        if (op->wait) {
+            node = ngx_http_idem_redis_durable_node(rd, node);
+        }
 
         if (ngx_http_idem_redis_accept(rd, node, 1) != NGX_OK) {
             return NGX_DECLINED;
@@ -215,6 +223,10 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
         /* a failover may have given the slot to another node by now */
 
         ngx_http_idem_redis_cluster_stale(rd);
+    }
+
+    if (op->wait) {
+        node = ngx_http_idem_redis_durable_node(rd, node);
     }
 
     /* no node for the slot counts as one that is down */
@@ -277,9 +289,12 @@ ngx_http_idem_redis_read(ngx_http_idem_redis_script_t *script,
         return NULL;
     }
 
-    /* not cancelable: a request waits on it, an exiting worker too */
+    /*
+     * Not cancelable: a request waits on it, an exiting worker too.  A
+     * durable claim may queue behind another's WAIT on its connection.
+     */
 
-    ngx_add_timer(&op->timeout, rd->conf->timeout);
+    ngx_add_timer(&op->timeout, rd->conf->timeout + op->wait);
 
     return op;
 }
@@ -340,7 +355,67 @@ ngx_http_idem_redis_again_send(ngx_http_idem_redis_t *rd,
     op->done = 0;
     op->again = 1;
 
-    ngx_add_timer(&op->timeout, rd->conf->timeout);
+    ngx_add_timer(&op->timeout, rd->conf->timeout + op->wait);
+
+    return NGX_OK;
+}
+
+
+/*
+ * From inside a durable op's handler (a reply, never a timeout): WAIT
+ * <replicas> <its wait> on the connection that answered it, which counts
+ * every write sent there before it (the claim's), answered with how many
+ * replicas have them.  On that connection only durable claims wait
+ * behind it.
+ */
+
+ngx_int_t
+ngx_http_idem_redis_wait(ngx_http_idem_store_op_t *op, ngx_uint_t replicas)
+{
+    u_char                       n[NGX_INT_T_LEN], ms[NGX_INT_T_LEN];
+    ngx_str_t                    argv[3];
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
+
+    rd = &ngx_http_idem_redis;
+    node = op->node;
+
+    if (rd->closing || node == NULL || op->wait == 0) {
+        return NGX_ERROR;
+    }
+
+    ngx_str_set(&argv[0], "WAIT");
+    argv[1].data = n;
+    argv[1].len = ngx_sprintf(n, "%ui", replicas) - n;
+    argv[2].data = ms;
+    argv[2].len = ngx_sprintf(ms, "%M", op->wait) - ms;
+
+    if (ngx_http_idem_redis_op_command(rd, op, NULL, 3, argv) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    op->upgrade = NULL;
+
+    if (ngx_http_idem_redis_accept(rd, node, 1) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: WAIT %ui %M on \"%V\"",
+                   replicas, op->wait, &node->name);
+
+    if (ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
+                                         op, op->argc, op->argv, op->lens, 1)
+        != NGX_OK)
+    {
+        (void) ngx_http_idem_redis_drop(rd, &rd->down);
+        return NGX_ERROR;
+    }
+
+    op->done = 0;
+    op->again = 1;
+
+    ngx_add_timer(&op->timeout, rd->conf->timeout + op->wait);
 
     return NGX_OK;
 }
@@ -413,6 +488,7 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
     }
 
     op->done = 1;
+    op->node = node;
 
     if (reply == NULL) {
         rd->stats.failed++;

@@ -22,6 +22,8 @@
  *   a new claim      HSETNX "o" (the claim itself: atomic, one field);
  *                    its owner's arrival completes it: HSET with "d" and
  *                    the lease, PEXPIRE; at the end HSET
+ *   a durable one    the same, and WAIT after the HSETNX, both on the
+ *                    node's connection for durable claims
  *
  * A claim made without a script has no clock of Redis's to write its
  * lease with: it writes "l:<token>" as "+<lease> <ttl>" in the write that
@@ -53,7 +55,9 @@ typedef struct {
 typedef struct {
     ngx_http_idem_store_claim_pt     handler;
     void                            *data;
+    ngx_uint_t                       replicas;   /* durable, 0: not */
     ngx_str_t                        argv[6];    /* key, the script's ARGV */
+    unsigned                         rest:1;     /* HSETNX: rest to write */
 } ngx_http_idem_redis_claim_t;
 
 
@@ -81,6 +85,8 @@ typedef struct {
 static void ngx_http_idem_redis_claimed(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_redis_claim_waited(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_appended(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
@@ -493,6 +499,11 @@ ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc, ngx_str_t *elts,
  * HSETNX key o token: the claim, atomic with one field.  Taken, the rest
  * of it follows without waiting (the lease, the digest, the arrival); an
  * owner there already, the claim script says what became of it.
+ *
+ * A durable claim goes on the node's connection for durable claims, the
+ * same commands; when it makes the owner, WAIT follows there.  What the
+ * replicas confirm is the owner field ("o"), which is what keeps a
+ * duplicate from running: the rest of a new claim follows as usual.
  */
 
 ngx_http_idem_store_op_t *
@@ -526,8 +537,13 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
     ngx_str_set(&argv[2], "o");
     argv[3] = claim->token;
 
+    ngx_http_idem_redis_durable(claim->replicas ? claim->wait : 0);
+
     op = ngx_http_idem_redis_read(NULL, 4, argv, ngx_http_idem_redis_claimed,
                                   NULL, size);
+
+    ngx_http_idem_redis_durable(0);
+
     if (op == NULL) {
         return NULL;
     }
@@ -541,6 +557,8 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
 
     cl->handler = handler;
     cl->data = data;
+    cl->replicas = claim->replicas;
+    cl->rest = 0;
 
     p = (u_char *) &cl[1];
 
@@ -550,8 +568,9 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
         p = ngx_cpymem(p, a[i].data, a[i].len);
     }
 
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "idem store: claim of \"%V\" sent", &claim->key);
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: claim of \"%V\" sent, %ui replicas",
+                   &claim->key, claim->replicas);
 
     return op;
 }
@@ -587,6 +606,21 @@ ngx_http_idem_redis_claimed(void *data, ngx_int_t rc, ngx_str_t *elts,
 
         found.rest = 1;
         found.verdict = NGX_HTTP_IDEM_STORE_CLAIMED;
+
+        if (cl->replicas) {
+
+            /* durable: held once the replicas have it */
+
+            cl->rest = 1;
+            op->handler = ngx_http_idem_redis_claim_waited;
+
+            if (ngx_http_idem_redis_wait(op, cl->replicas) == NGX_OK) {
+                return;
+            }
+
+            found.verdict = NGX_HTTP_IDEM_STORE_NOT_DURABLE;
+        }
+
         cl->handler(cl->data, &found);
         return;
     }
@@ -642,6 +676,20 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
 
     case 'c':
         found.verdict = NGX_HTTP_IDEM_STORE_CLAIMED;
+
+        if (cl->replicas == 0) {
+            break;
+        }
+
+        /* durable: made, and held once the replicas have it */
+
+        op->handler = ngx_http_idem_redis_claim_waited;
+
+        if (ngx_http_idem_redis_wait(op, cl->replicas) == NGX_OK) {
+            return;
+        }
+
+        found.verdict = NGX_HTTP_IDEM_STORE_NOT_DURABLE;
         break;
 
     case 'm':
@@ -695,6 +743,42 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
     }
 
 done:
+
+    cl->handler(cl->data, &found);
+}
+
+
+/*
+ * WAIT's answer to a durable claim: how many replicas have it.  Fewer
+ * than asked, or no answer: the claim is made, but a failover may lose
+ * it.
+ */
+
+static void
+ngx_http_idem_redis_claim_waited(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_int_t                     acked;
+    ngx_http_idem_redis_claim_t  *cl;
+    ngx_http_idem_store_found_t   found;
+
+    cl = op->ext;
+
+    ngx_memzero(&found, sizeof(ngx_http_idem_store_found_t));
+
+    acked = (rc == NGX_OK && n == 1) ? ngx_atoi(elts[0].data, elts[0].len)
+                                     : NGX_ERROR;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: claim of \"%V\": %i of %ui replicas",
+                   &cl->argv[0], acked, cl->replicas);
+
+    found.verdict = (acked != NGX_ERROR && (ngx_uint_t) acked >= cl->replicas)
+                    ? NGX_HTTP_IDEM_STORE_CLAIMED
+                    : NGX_HTTP_IDEM_STORE_NOT_DURABLE;
+    found.rest = cl->rest;
 
     cl->handler(cl->data, &found);
 }

@@ -47,6 +47,7 @@ typedef struct {
     ngx_msec_t                 connect_timeout;
     ngx_msec_t                 timeout;        /* reads: answer within */
     ngx_uint_t                 max_pending;    /* outstanding commands */
+    ngx_flag_t                 durable;        /* some claims are durable */
 } ngx_http_idem_store_conf_t;
 
 
@@ -62,7 +63,8 @@ typedef enum {
     NGX_HTTP_IDEM_STORE_UNKNOWN,        /* it may have run: the record */
     NGX_HTTP_IDEM_STORE_MISMATCH,       /* the id came with another call */
     NGX_HTTP_IDEM_STORE_UNAVAILABLE,    /* no answer: it may be claimed */
-    NGX_HTTP_IDEM_STORE_APPLIED         /* resolved as applied: the record */
+    NGX_HTTP_IDEM_STORE_APPLIED,        /* resolved as applied: the record */
+    NGX_HTTP_IDEM_STORE_NOT_DURABLE     /* claimed, fewer replicas have it */
 } ngx_http_idem_store_verdict_e;
 
 
@@ -78,7 +80,12 @@ typedef struct {
 } ngx_http_idem_store_record_t;
 
 
-/* a claim of a call id, for one execution of it */
+/*
+ * A claim of a call id, for one execution of it.  Durable (replicas set):
+ * it holds only once that many replicas of the store have it, within
+ * "wait"; a claim made that they do not all confirm in time is
+ * NOT_DURABLE, which the caller releases with its final write.
+ */
 typedef struct {
     ngx_str_t                  key;            /* the record's */
     ngx_str_t                  token;          /* the execution's */
@@ -86,6 +93,8 @@ typedef struct {
     ngx_str_t                  arrival;        /* its "e:" value */
     ngx_msec_t                 lease;          /* held this long, at most */
     ngx_msec_t                 ttl;            /* the record's */
+    ngx_uint_t                 replicas;       /* durable, 0: not */
+    ngx_msec_t                 wait;           /* for the replicas */
 } ngx_http_idem_store_claim_t;
 
 
@@ -94,7 +103,12 @@ typedef struct {
  * CLAIMED with "rest": the claim holds, and the execution's next write
  * completes it (ngx_http_idem_store_write_t's "claim": its digest, its
  * lease, with its arrival), on the same connection, in the same turn;
- * until then a duplicate reads the call as in flight.
+ * until then a duplicate reads the call as in flight.  A durable claim
+ * with "rest" had its owner field confirmed by the replicas, its rest
+ * follows without them (a duplicate after a failover that lost the rest
+ * reads the call as in flight, and unknown after the lease).
+ * NOT_DURABLE has "rest" as CLAIMED has: the write that releases the
+ * claim completes it first.
  */
 typedef struct {
     ngx_http_idem_store_verdict_e  verdict;

@@ -18,6 +18,10 @@
 #   idem     idem on; idem_deadline 3s
 #   record   idem + idem_record on                  (a new call id per call)
 #   dedupe   idem + idem_dedupe on, scope off        (a new call id per call)
+#   durable  dedupe + idem_dedupe_durable replicas=1: each claim waits for
+#            the replica of Redis, on loopback (started when this variant
+#            runs: every variant's writes then go to it too)
+#                                                    (a new call id per call)
 #   peer     the OpenResty peer: the claim in Lua with SET NX / GET, the
 #            answer stored from a timer (util/bench-peer.lua)
 #                                                    (a new call id per call)
@@ -26,7 +30,8 @@
 # wrk, the backend and redis share the others (BENCH_PIN=0: no pinning).
 # After a warm-up, rounds of every variant in turn (interleaved), wrk -t1;
 # the report gives medians over the rounds, the ratios the goals are about
-# (idem/hdrs, record/hdrsid, dedupe/peer, record's p99 over plain's), and
+# (idem/hdrs, record/hdrsid, dedupe/peer, record's p99 over plain's;
+# durable/dedupe and their p99 apart, no goal: what a durable claim costs), and
 # Redis CPU per call from INFO commandstats (reset before each run: the
 # usec Redis spent on the variant's commands / the calls wrk completed).
 # Every run starts on an empty Redis (FLUSHALL, outside the measured time).
@@ -46,11 +51,11 @@
 #   BENCH_DURATION=5      seconds per wrk run
 #   BENCH_WARMUP=2        seconds of warm-up per variant (not measured)
 #   BENCH_CONNECTIONS=32  wrk -c
-#   BENCH_PACE=4          the paced runs (p99 of plain and record at one
-#                         offered load): ms between a connection's calls;
-#                         0: none
+#   BENCH_PACE=4          the paced runs (p99 of plain and record, and of
+#                         dedupe and durable, at one offered load): ms
+#                         between a connection's calls; 0: none
 #   BENCH_PIN=1           0: leave every process to the scheduler
-#   BENCH_VARIANTS="plain hdrs hdrsid idem record dedupe peer"
+#   BENCH_VARIANTS="plain hdrs hdrsid idem record dedupe durable peer"
 #   NGINX_BIN=/usr/sbin/nginx
 
 set -euo pipefail
@@ -72,7 +77,7 @@ conns=${BENCH_CONNECTIONS:-32}
 pace=${BENCH_PACE:-4}
 pin=${BENCH_PIN:-1}
 read -r -a variants <<<"${BENCH_VARIANTS:-plain hdrs hdrsid idem record \
-dedupe peer}"
+dedupe durable peer}"
 
 die() { echo "bench: $*" >&2; exit 1; }
 note() { echo "bench: $*"; }
@@ -84,7 +89,7 @@ if [ "$rounds" -lt 1 ] || [ "$duration" -lt 1 ] || [ "$conns" -lt 1 ]; then
     die "BENCH_ROUNDS, BENCH_DURATION and BENCH_CONNECTIONS must be >= 1"
 fi
 for v in "${variants[@]}"; do
-    case $v in plain|hdrs|hdrsid|idem|record|dedupe|peer) ;;
+    case $v in plain|hdrs|hdrsid|idem|record|dedupe|durable|peer) ;;
         *) die "unknown variant '$v' in BENCH_VARIANTS" ;; esac
 done
 
@@ -199,6 +204,7 @@ free_port() {
 }
 backend_port=$(free_port)
 redis_port=$(free_port)
+replica_port=$(free_port)
 gateway_port=$(free_port)
 peer_port=$(free_port)
 
@@ -290,6 +296,16 @@ mkdir -p "$run/redis"
 pids+=($!)
 redis_pid=$!
 
+# the durable variant's replica
+if [[ " ${variants[*]} " == *" durable "* ]]; then
+    mkdir -p "$run/replica"
+    "${pin_rest[@]}" redis-server --bind 127.0.0.1 --port "$replica_port" \
+        --save '' --appendonly no --replicaof 127.0.0.1 "$redis_port" \
+        --dir "$run/replica" --logfile "$run/replica/redis.log" \
+        --daemonize no &
+    pids+=($!)
+fi
+
 # ---------------------------------------------------------------- gateway
 
 common_http() {    # the http{} lines the gateway and the peer share
@@ -304,6 +320,20 @@ $(temp_paths "$1")
         keepalive           32;
         keepalive_requests  1000000;
     }
+EOF
+}
+
+dedupe_location() {    # uri durable: a dedupe route, its claims durable or off
+    cat <<EOF
+        location $1 {
+            idem                  on;
+            idem_deadline         3s;
+            idem_call_id_missing  reject;
+            idem_dedupe           on;
+            idem_dedupe_scope     off;
+            idem_dedupe_durable   $2;
+            proxy_pass            http://backend;
+        }
 EOF
 }
 
@@ -383,16 +413,15 @@ $(common_http "$run/gateway")
                 idem_record    on;
                 proxy_pass     http://backend;
             }
+
+$(dedupe_location /paced/dedupe off)
+$(dedupe_location /paced/durable replicas=1)
         }
 
-        location /dedupe {
-            idem                  on;
-            idem_deadline         3s;
-            idem_call_id_missing  reject;
-            idem_dedupe           on;
-            idem_dedupe_scope     off;
-            proxy_pass            http://backend;
-        }
+$(dedupe_location /dedupe off)
+
+        # each claim waits until the replica has it (WAIT 1)
+$(dedupe_location /durable replicas=1)
     }
 }
 EOF
@@ -444,6 +473,19 @@ done
 [ "$(redis_cmd PING)" = PONG ] \
     || { tail -5 "$run/redis/redis.log" >&2; die "redis-server did not start"; }
 
+# the replica in sync, and acknowledging: WAIT counts it
+if [[ " ${variants[*]} " == *" durable "* ]]; then
+    for _ in $(seq 100); do
+        [ "$(printf 'SET bench:probe 1\r\nWAIT 1 100\r\n' \
+             | redis-cli -h 127.0.0.1 -p "$redis_port" 2>/dev/null \
+             | tail -1)" = 1 ] && break
+        sleep 0.1
+    done
+    [ "$(redis_cmd WAIT 1 100)" = 1 ] \
+        || { tail -5 "$run/replica/redis.log" >&2
+             die "the replica does not acknowledge"; }
+fi
+
 wait_http "http://127.0.0.1:$backend_port/" \
     || { tail -5 "$run/backend/error.log" >&2; die "backend did not start"; }
 
@@ -477,7 +519,7 @@ url_of() {
 }
 
 newid() {    # the variants that get a new call id on every call
-    case $1 in hdrsid|record|dedupe|peer) return 0 ;; esac
+    case $1 in hdrsid|record|dedupe|durable|peer) return 0 ;; esac
     return 1
 }
 
@@ -500,7 +542,7 @@ for v in "${variants[@]}"; do
                || die "$v: no X-Call-Id in the answer: $resp" ;;
     esac
     case $v in
-        dedupe|peer) grep -qi '^idempotent-replayed: true' <<<"$resp" \
+        dedupe|durable|peer) grep -qi '^idempotent-replayed: true' <<<"$resp" \
                || die "$v: the duplicate was not replayed: $resp" ;;
     esac
 done
@@ -576,7 +618,7 @@ note "${#variants[@]} variants: ${warmup}s warm-up each, then $rounds" \
      "round(s) of ${duration}s, wrk -t1 -c$conns (about ${total}s)"
 
 tag=b$(date +%s)
-[ "$pace" = 0 ] || total=$((total + 2 * rounds * duration))
+[ "$pace" = 0 ] || total=$((total + 4 * rounds * duration))
 if [ "$warmup" -gt 0 ]; then
     for v in "${variants[@]}"; do
         wrk_run "$v" "$warmup" "$run/wrk/$v-warmup.txt" "$tag-w-$v"
@@ -617,14 +659,16 @@ for ((r = 1; r <= rounds; r++)); do
 done
 
 # the same offered load for plain and record, well under what either
-# serves: their p99 apart is what recording adds to a call's latency.
+# serves: their p99 apart is what recording adds to a call's latency;
+# the same for dedupe and durable (what waiting for the replica adds).
 # Redis starts each run empty, as in the rounds above.  The gateway
 # logs each call's $request_time, its own view of the same latency.
 paced=()
-for v in plain record; do
-    [[ " ${variants[*]} " == *" $v "* ]] && paced+=("$v")
+for pair in "plain record" "dedupe durable"; do
+    [[ " ${variants[*]} " == *" ${pair% *} "* ]] \
+        && [[ " ${variants[*]} " == *" ${pair#* } "* ]] && paced+=($pair)
 done
-if [ "$pace" -gt 0 ] && [ "${#paced[@]}" = 2 ]; then
+if [ "$pace" -gt 0 ] && [ "${#paced[@]}" -gt 0 ]; then
     note "paced: $conns connections, ${pace} ms between a connection's" \
          "calls (about $((conns * 1000 / pace)) calls/s offered)"
     for ((r = 1; r <= rounds; r++)); do
@@ -743,7 +787,9 @@ alerts=$(cat "$run/gateway/error.log" "$run/peer/error.log" 2>/dev/null \
         "$(ratio record hdrsid)" "$(cost record hdrsid)"
     printf '  %-15s %-6s %7s %7s\n' "dedupe / peer" ">=2" \
         "$(ratio dedupe peer)" "$(cost dedupe peer)"
-    if [ -s "$run/wrk/paced.txt" ]; then
+    printf '  %-15s %-6s %7s %7s\n' "durable/dedupe" "-" \
+        "$(ratio durable dedupe)" "$(cost dedupe durable)"
+    if grep -q '^plain ' "$run/wrk/paced.txt" 2>/dev/null; then
         pp=$(awk '$1 == "plain" { print $4 }' "$run/wrk/paced.txt" | median)
         pr=$(awk '$1 == "record" { print $4 }' "$run/wrk/paced.txt" | median)
         qp=$(awk '$1 == "plain" { print $3 }' "$run/wrk/paced.txt" | median)
@@ -759,6 +805,15 @@ alerts=$(cat "$run/gateway/error.log" "$run/peer/error.log" 2>/dev/null \
              "record $(awk '$1 == "record" { print $5 }' "$run/wrk/paced.txt" \
                       | median) / $(awk '$1 == "record" { print $6 }' \
                       "$run/wrk/paced.txt" | median)"
+    fi
+    if grep -q '^dedupe ' "$run/wrk/paced.txt" 2>/dev/null; then
+        pp=$(awk '$1 == "dedupe" { print $4 }' "$run/wrk/paced.txt" | median)
+        pr=$(awk '$1 == "durable" { print $4 }' "$run/wrk/paced.txt" \
+             | median)
+        echo "  durable p99 - dedupe p99, at one offered load (one" \
+             "replica on loopback): $(awk -v a="$pr" -v b="$pp" \
+                'BEGIN { printf "%+.2f ms (dedupe %.2f ms, durable" \
+                         " %.2f ms)", a - b, b, a }')"
     fi
     if [ -n "${p99[record]:-}" ] && [ -n "${p99[plain]:-}" ]; then
         echo "  record p99 - plain p99 at saturation: $(awk \

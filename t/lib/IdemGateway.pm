@@ -32,15 +32,28 @@ sub servroot { "$root/t/servroot-store-$_[0]" }
 #   /q        dedupe, call id required, to the backend's /ok
 #   /s        as /q, scoped by the Authorization header
 #   /t        records only, to the backend's /ok
+#   /w        as /q, with "idem_dedupe_durable $opt{durable}" (only
+#             with that option)
 #   /_idem/calls/  status
 # %opt: sleep => MS (300), log => the error_log level (debug), wait =>
-# idem_dedupe_wait on /d and /q (none).  Dies if nginx does not start.
+# idem_dedupe_wait on /d and /q (none), durable => idem_dedupe_durable's
+# parameters (a location /w).  Dies if nginx does not start.
 sub start {
     my ($port, $redis, $backend, %opt) = @_;
     my $sr = servroot($port);
     my $sleep = $opt{sleep} // 300;
     my $level = $opt{log} // 'debug';
     my $wait = $opt{wait} ? "idem_dedupe_wait $opt{wait};" : '';
+    my $durable = !defined $opt{durable} ? '' : <<"LOC";
+        location /w {
+            idem on;
+            idem_call_id_missing reject;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            idem_dedupe_durable $opt{durable};
+            proxy_pass http://127.0.0.1:$backend/ok;
+        }
+LOC
 
     remove_tree($sr);
     make_path("$sr/conf", "$sr/logs");
@@ -95,7 +108,7 @@ http {
             idem_record on;
             proxy_pass http://127.0.0.1:$backend/ok;
         }
-        location /_idem/calls/ {
+${durable}        location /_idem/calls/ {
             idem_status;
         }
     }

@@ -162,6 +162,18 @@ sub settled {
     return 1;
 }
 
+# a write on $port (of $key: a cluster node takes its own slots' only) is
+# acknowledged by a replica within 500 ms: WAIT counts it (a replica that
+# has just synced acknowledges only once its first REPLCONF ACK is in, up
+# to a second later); also used by t/197 on cluster nodes
+sub replicated {
+    my ($port, $key) = @_;
+    $key //= 'idem-test:probe';
+    my $cmd = "printf 'SET %s 1\\r\\nWAIT 1 500\\r\\n' \Q$key\E"
+              . " | redis-cli -p $port 2>&1";
+    return `$cmd` =~ /^1$/m;
+}
+
 # the first true value $check returns within $secs (polled), or undef
 sub wait_until {
     my ($secs, $check) = @_;
