@@ -327,3 +327,18 @@ HTTP/1.0
 GET /t
 --- response_body
 never
+
+
+
+=== TEST 21: response headers given as a hash (eval), as the real Test::Nginx takes them
+--- config
+    location = /t {
+        add_header X-One 1;
+        add_header X-Two two;
+        return 204;
+    }
+--- request
+GET /t
+--- error_code: 204
+--- response_headers eval
+{ 'X-One' => '1', 'X-Two' => 'two', 'X-Three' => '' }

@@ -378,10 +378,20 @@ sub check_response_headers {
 }
 
 # "Key: value" lines -> ([key, value], ...); "!Key" gives [key, undef].
+# A hash (a section given with eval as { Key => value }) is taken as its
+# pairs, as the real Test::Nginx takes it; any other reference is a
+# mistake in the test, said loudly rather than checking nothing.
 sub parse_headers {
     my ($text) = @_;
 
     my @headers;
+
+    if (ref $text eq 'HASH') {
+        return map { [$_, $text->{$_}] } sort keys %$text;
+    }
+
+    bail_out("response headers given as a " . ref($text) . " reference")
+        if ref $text;
 
     for my $line (split /\n/, $text // '') {
         $line =~ s/^\s+|\s+$//g;
