@@ -12,7 +12,8 @@
 #   make bench-wait  a duplicate that waits (idem_dedupe_wait): latency
 #                 after its owner's answer, Redis commands per duplicate
 #   make storm    a retry storm: attempts with no budget, a budget, a breaker
-#   make chaos    Redis failovers under load on a dedupe and a durable route:
+#   make chaos    Redis failovers under load on a dedupe and a durable route
+#                 (CHAOS_REDIS=cluster: on a Redis Cluster, not Sentinel):
 #                 executions per call id (CHAOS_SECONDS, 90 by default)
 #   make nginx-tests NGINX_TESTS=/path/to/nginx-tests
 #                 nginx's own suite, without and with "idem on"

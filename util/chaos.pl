@@ -20,11 +20,19 @@
 #   killed (SIGKILL) mid-call; the master paused past the sentinels'
 #   down-after (it comes back as a replica); the replica restarted.
 #
+# CHAOS_REDIS=cluster: the same on a Redis Cluster of 3 masters with a
+# replica each (t/lib/RedisCluster.pm), the faults on its nodes: the
+# first master's replica link cut, that master killed and its replica
+# promoted by the cluster, the old master back (a replica); a replica
+# paused; a worker killed; the second master paused past the cluster's
+# node timeout (1 s), its replica promoted; a replica restarted.
+#
 # Then per route: calls, ids, executions, ids executed more than once, ids
 # refused (503) at least once, ids answered UNKNOWN (409
 # call-outcome-unknown).  Exit 1 when an id of the durable route ran more
 # than once, 2 when it could not run.  Ports: CHAOS_PORT (25000) and up;
-# Redis from TEST_NGINX_REDIS_SENTINEL_PORT (CHAOS_PORT + 100).
+# Redis from TEST_NGINX_REDIS_SENTINEL_PORT (CHAOS_PORT + 100), or
+# TEST_NGINX_REDIS_CLUSTER_PORT (CHAOS_PORT + 300).
 
 use strict;
 use warnings;
@@ -37,6 +45,7 @@ my ($port, $secs);
 BEGIN {
     $port = $ENV{CHAOS_PORT} || 25000;
     $ENV{TEST_NGINX_REDIS_SENTINEL_PORT} ||= $port + 100;
+    $ENV{TEST_NGINX_REDIS_CLUSTER_PORT} ||= $port + 300;
     $ENV{TEST_NGINX_BINARY} ||= '/usr/sbin/nginx';
     $ENV{TEST_NGINX_LOAD_MODULES} ||=
         "$FindBin::Bin/../build/ngx_http_idem_module.so";
@@ -44,7 +53,12 @@ BEGIN {
 
 use lib "$FindBin::Bin/../t/lib";
 use RedisSentinel;
+use RedisCluster;
 use IdemGateway;
+
+my $cluster = ($ENV{CHAOS_REDIS} // 'sentinel') eq 'cluster';
+die "chaos: CHAOS_REDIS is sentinel or cluster\n"
+    unless $cluster || ($ENV{CHAOS_REDIS} // 'sentinel') eq 'sentinel';
 
 $secs = $ENV{CHAOS_SECONDS} || 90;
 die "chaos: CHAOS_SECONDS must be from 20 to 280\n"
@@ -61,7 +75,7 @@ my $backend_pid;
 END {
     local $?;
     IdemGateway::stop_all();
-    RedisSentinel::stop();
+    $cluster ? RedisCluster::stop() : RedisSentinel::stop();
     kill 'TERM', $backend_pid if $backend_pid;
 }
 
@@ -81,24 +95,107 @@ if ($backend_pid == 0) {
     die "backend.pl: $!";
 }
 
-RedisSentinel::start();
-my $sentinels = join ' ', map { "127.0.0.1:$_" } RedisSentinel::sentinels();
+my $redis;
+
+if ($cluster) {
+    RedisCluster::create(1);
+    $redis = "idem_redis cluster 127.0.0.1:" . RedisCluster::base()
+             . " connect_timeout=300ms timeout=500ms";
+
+} else {
+    RedisSentinel::start();
+    $redis = "idem_redis sentinel=mymaster "
+             . join(' ', map { "127.0.0.1:$_" } RedisSentinel::sentinels())
+             . " connect_timeout=300ms timeout=500ms";
+}
+
 my %gw_pid = map {
-    $_ => IdemGateway::start($_, "idem_redis sentinel=mymaster $sentinels "
-                                 . "connect_timeout=300ms timeout=500ms",
-                             $backend, durable => 'replicas=1 timeout=500ms',
+    $_ => IdemGateway::start($_, $redis, $backend,
+                             durable => 'replicas=1 timeout=500ms',
                              log => 'notice')
 } @gw;
-note("gateways :$gw[0] :$gw[1], backend :$backend, master :"
-    . RedisSentinel::master() . ", $secs s of load");
+note("gateways :$gw[0] :$gw[1], backend :$backend, "
+    . ($cluster ? "a cluster from :" . RedisCluster::base()
+                : "master :" . RedisSentinel::master())
+    . ", $secs s of load");
 
 # ---------------------------------------------------------------- faults
 
 sub signal {
     my ($p, $sig) = @_;
-    my $pid = RedisSentinel::pid($p) or return;
+    my $pid = ($cluster ? RedisCluster::pid($p) : RedisSentinel::pid($p))
+        or return;
     kill $sig, $pid;
 }
+
+# a cluster's master port of a slot range's first master, and its replica,
+# as the nodes say now: ("master", "replica") of the n-th master's shard
+sub shard {
+    my ($n) = @_;
+    my (%port, %master_of, @masters);
+    for my $line (split /\n/, RedisCluster::cli(RedisCluster::base() + $n,
+                                               'cluster', 'nodes')) {
+        my @f = split ' ', $line;
+        next if @f < 4 || $f[2] =~ /fail/;
+        my ($p) = $f[1] =~ /:(\d+)/;
+        $port{$f[0]} = $p;
+        $master_of{$p} = $f[3] if $f[2] =~ /slave/;
+        push @masters, [$f[0], $p, $f[8] // ''] if $f[2] =~ /master/;
+    }
+    # the shard that holds slot 0 (n = 0) or 5461 (n = 1)
+    my $slot = $n ? 5461 : 0;
+    for my $m (@masters) {
+        my ($a, $b) = split /-/, $m->[2];
+        next unless defined $a && $a =~ /^\d+$/;
+        $b //= $a;
+        next unless $slot >= $a && $slot <= $b;
+        my ($r) = grep { $master_of{$_} eq $m->[0] } keys %master_of;
+        return ($m->[1], $r);
+    }
+    return;
+}
+
+my @cluster_faults;
+my ($c_m, $c_r, $c_paused);
+
+@cluster_faults = (
+    [0.10, 0, 'a master\'s replica link cut', sub {
+        ($c_m, $c_r) = shard(0);
+        die "chaos: no master or replica of slot 0\n" unless $c_m && $c_r;
+        note("  master :$c_m, its replica :$c_r");
+        signal($c_r, 'STOP');
+        RedisCluster::cli($c_m, 'client', 'kill', 'type', 'replica');
+    }],
+    [0.10, 1, 'that master killed, its replica resumed', sub {
+        RedisCluster::kill_node($c_m, 'KILL');
+        signal($c_r, 'CONT');
+    }],
+    [0.25, 0, 'the old master back (a replica now)', sub {
+        RedisCluster::start_node($c_m);
+    }],
+    [0.35, 0, 'a replica paused', sub {
+        $c_paused = (shard(1))[1];
+        note("  replica :" . ($c_paused // '?'));
+        signal($c_paused, 'STOP');
+    }],
+    [0.35, 1.5, 'the replica resumed', sub { signal($c_paused, 'CONT') }],
+    [0.45, 0, 'a gateway worker killed', sub {
+        my @w = split ' ', `pgrep -P $gw_pid{$gw[0]}`;
+        kill 'KILL', $w[0] if @w;
+    }],
+    [0.55, 0, 'another master paused (node timeout 1 s)', sub {
+        $c_paused = (shard(1))[0];
+        note("  master :" . ($c_paused // '?'));
+        signal($c_paused, 'STOP');
+    }],
+    [0.55, 3, 'that master resumed', sub { signal($c_paused, 'CONT') }],
+    [0.75, 0, 'a replica restarted', sub {
+        my $r = (shard(0))[1] or return;
+        note("  replica :$r");
+        RedisCluster::kill_node($r, 'TERM');
+        RedisCluster::start_node($r);
+    }],
+) if $cluster;
 
 # the master and its replica now, as the sentinels say
 sub roles {
@@ -171,6 +268,8 @@ sub send_due {
     } @due);
     tally($due[$_][1], $due[$_][2], $r[$_]) for 0 .. $#due;
 }
+
+@faults = @cluster_faults if $cluster;
 
 local $IdemGateway::Timeout = 3;
 my $next_fault = 0;
