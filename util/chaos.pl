@@ -5,8 +5,8 @@
 #                             with its set-up and last duplicates, the
 #                             run ends within 5 minutes)
 #
-# On loopback only, and it stops by itself: a Sentinel set-up (a master, a
-# replica, 3 sentinels: t/lib/RedisSentinel.pm), two gateways with two
+# On loopback only, and it stops by itself: a Sentinel set-up (a master,
+# two replicas, 3 sentinels: t/lib/RedisSentinel.pm), two gateways with two
 # workers each (t/lib/IdemGateway.pm) in front of util/backend.pl, which
 # logs every execution of a call id in a file of its own.  Every 100 ms a
 # new call id on each of two routes, /q (dedupe) and /w (dedupe with
@@ -14,11 +14,12 @@
 # to either gateway, at once or after a random delay of up to 6 s.
 # Faults on a schedule (scaled to the run's length):
 #
-#   the replica's link cut (SIGSTOP, CLIENT KILL TYPE replica), the master
-#   killed half a second later, the replica resumed and promoted, the old
-#   master back as a replica; the replica paused 1.5 s; a gateway worker
-#   killed (SIGKILL) mid-call; the master paused past the sentinels'
-#   down-after (it comes back as a replica); the replica restarted.
+#   both replicas' links cut (SIGSTOP, CLIENT KILL TYPE replica), the
+#   master killed half a second later, the replicas resumed and one
+#   promoted, the old master back as a replica; a replica paused 1.5 s; a
+#   gateway worker killed (SIGKILL) mid-call; the master paused past the
+#   sentinels' down-after (it comes back as a replica); a replica
+#   restarted.
 #
 # CHAOS_REDIS=cluster: the same on a Redis Cluster of 3 masters with a
 # replica each (t/lib/RedisCluster.pm), the faults on its nodes: the
@@ -103,7 +104,7 @@ if ($cluster) {
              . " connect_timeout=300ms timeout=500ms";
 
 } else {
-    RedisSentinel::start();
+    RedisSentinel::start(replicas => 2);
     $redis = "idem_redis sentinel=mymaster "
              . join(' ', map { "127.0.0.1:$_" } RedisSentinel::sentinels())
              . " connect_timeout=300ms timeout=500ms";
@@ -197,27 +198,27 @@ my ($c_m, $c_r, $c_paused);
     }],
 ) if $cluster;
 
-# the master and its replica now, as the sentinels say
+# the master and its replicas now, as the sentinels say
 sub roles {
     my $m = RedisSentinel::master_port() || RedisSentinel::master();
-    my $r = $m == RedisSentinel::master() ? RedisSentinel::replica()
-                                          : RedisSentinel::master();
-    return ($m, $r);
+    return ($m, grep { $_ != $m } RedisSentinel::master(),
+                                  RedisSentinel::replica(),
+                                  RedisSentinel::replica2());
 }
 
 # [when (a share of the run, plus seconds), what, how]: each step is
 # quick, the load goes on between the steps of a fault
-my ($cut_m, $cut_r, $paused);
+my ($cut_m, @cut_r, $paused);
 
 my @faults = (
-    [0.10, 0, 'the replica\'s link cut', sub {
-        ($cut_m, $cut_r) = roles();
-        signal($cut_r, 'STOP');
+    [0.10, 0, 'both replicas\' links cut', sub {
+        ($cut_m, @cut_r) = roles();
+        signal($_, 'STOP') for @cut_r;
         RedisSentinel::cli($cut_m, 'client', 'kill', 'type', 'replica');
     }],
-    [0.10, 1, 'the master killed, the replica resumed', sub {
+    [0.10, 1, 'the master killed, the replicas resumed', sub {
         RedisSentinel::kill_node($cut_m, 'KILL');
-        signal($cut_r, 'CONT');
+        signal($_, 'CONT') for @cut_r;
     }],
     [0.25, 0, 'the old master back, as a replica', sub {
         RedisSentinel::start_redis($cut_m, (roles())[0]);

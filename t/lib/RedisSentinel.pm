@@ -21,6 +21,8 @@ my $root = abs_path(__FILE__ =~ m{^(.*)/lib/} ? $1 : 't');
 sub base      { $base }
 sub master    { $base }
 sub replica   { $base + 1 }
+# a second replica, started by start(replicas => 2) only (util/chaos.pl)
+sub replica2  { $base + 2 }
 sub sentinels { map { $base + 10 + $_ } 0 .. 2 }
 sub dir       { "$root/servroot-sentinel-$_[0]" }
 
@@ -93,24 +95,29 @@ CONF
     wait_ping($port);
 }
 
+# start(replicas => 2): a second replica too (default: one)
 sub start {
+    my (%opt) = @_;
+    my @replicas = ($opt{replicas} // 1) > 1 ? (replica(), replica2())
+                                              : (replica());
     stop();
-    remove_tree(dir($_)) for master(), replica();
+    remove_tree(dir($_)) for master(), @replicas;
     start_redis(master());
-    start_redis(replica(), master());
+    start_redis($_, master()) for @replicas;
     my $until = time + 20;
     while (time < $until) {
-        last if cli(replica(), 'info', 'replication')
-                =~ /master_link_status:up/;
+        last unless grep { cli($_, 'info', 'replication')
+                           !~ /master_link_status:up/ } @replicas;
         sleep 0.1;
     }
+    my $n = @replicas;
     start_sentinel($_) for sentinels();
     # the sentinels have found the replica and each other
     $until = time + 20;
     while (time < $until) {
         my $ok = grep {
             my $m = cli($_, 'sentinel', 'master', 'mymaster');
-            $m =~ /num-slaves\n1\n/ && $m =~ /num-other-sentinels\n2\n/
+            $m =~ /num-slaves\n$n\n/ && $m =~ /num-other-sentinels\n2\n/
         } sentinels();
         return if $ok == 3;
         sleep 0.2;
@@ -210,7 +217,7 @@ sub kill_node {
 }
 
 sub stop {
-    for my $port (master(), replica(), sentinels()) {
+    for my $port (master(), replica(), replica2(), sentinels()) {
         my $pid = pid($port) or next;
         kill 'CONT', $pid;
         kill 'KILL', $pid;
