@@ -10,7 +10,8 @@
 # workers each (t/lib/IdemGateway.pm) in front of util/backend.pl, which
 # logs every execution of a call id in a file of its own.  Every 100 ms a
 # new call id on each of two routes, /q (dedupe) and /w (dedupe with
-# idem_dedupe_durable replicas=1 timeout=500ms), each sent 2 or 3 times:
+# idem_dedupe_durable, replicas= every replica: 2, or 1 on a Cluster's
+# shards; timeout=500ms), each sent 2 or 3 times:
 # to either gateway, at once or after a random delay of up to 6 s.
 # Faults on a schedule (scaled to the run's length):
 #
@@ -112,7 +113,9 @@ if ($cluster) {
 
 my %gw_pid = map {
     $_ => IdemGateway::start($_, $redis, $backend,
-                             durable => 'replicas=1 timeout=500ms',
+                             durable => ($cluster ? 'replicas=1'
+                                                  : 'replicas=2')
+                                        . ' timeout=500ms',
                              log => 'notice')
 } @gw;
 note("gateways :$gw[0] :$gw[1], backend :$backend, "
