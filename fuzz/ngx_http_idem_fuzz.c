@@ -1011,6 +1011,16 @@ ngx_http_idem_redis_cluster_exit(ngx_http_idem_redis_t *rd)
 }
 
 
+/* the fuzz nodes have no durable connection */
+
+__attribute__((weak)) ngx_http_idem_redis_node_t *
+ngx_http_idem_redis_durable_node(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_redis_node_t *node)
+{
+    return (node != NULL) ? node->durable : NULL;
+}
+
+
 __attribute__((weak)) ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_cluster_route(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op)

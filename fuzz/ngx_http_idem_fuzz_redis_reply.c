@@ -176,6 +176,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ngx_str_set(&fz.ctx->record.key, "idem:c:{order-1234}");
         ngx_str_set(&fz.ctx->record.token, "aaaaaaaaaaaaaaaa");
 
+        ngx_memzero(&claim, sizeof(ngx_http_idem_store_claim_t));
+
         claim.key = fz.ctx->record.key;
         claim.token = fz.ctx->record.token;
         ngx_str_set(&claim.digest, "0123456789abcdef");
