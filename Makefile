@@ -31,9 +31,9 @@ NGINX_BIN   ?= /usr/sbin/nginx
 BUILD       := $(CURDIR)/build
 MODULE      := $(BUILD)/ngx_http_idem_module.so
 ECHO_MODULE ?= /usr/lib/nginx/modules/ngx_http_echo_module.so
-SOURCES     := $(wildcard ngx_idem_module/*.c ngx_idem_module/*.h)
+SOURCES     := $(shell find ngx_idem_module -name '*.[ch]')
 # the store's scripts: config makes a header of them, so configure again
-LUA         := $(wildcard ngx_idem_module/*.lua)
+LUA         := $(wildcard ngx_idem_module/store/redis/lua/*.lua)
 
 # Debian's own flags for nginx (nginx -V); configure adds -Werror
 DEB_CFLAGS  := -g -O2 -fstack-protector-strong -Wformat \
@@ -55,7 +55,8 @@ FUZZ_CFLAGS  := -g -O1 -fno-omit-frame-pointer \
                 -fno-sanitize-recover=all -Wall -Wno-unused-function -Werror
 FUZZ_INCS    := $(addprefix -I $(NGINX_SRC)/src/,core event event/modules \
                     os/unix http http/modules http/v2) \
-                -I ngx_idem_module -I fuzz -I $(BUILD)
+                -I ngx_idem_module -I ngx_idem_module/store \
+                -I ngx_idem_module/store/redis -I fuzz -I $(BUILD)
 FUZZ_LIBS    := -lhiredis -luuid -lcrypto -lpcre2-8
 
 # make install: the paths of Debian's nginx modules (dh_nginx), as the

@@ -9,6 +9,7 @@
 #include "ngx_http_idem_fuzz.h"
 #include "ngx_http_idem_redis.h"
 #include "ngx_http_idem_util.h"
+#include "ngx_http_idem_record_parse.h"
 
 
 #define NGX_HTTP_IDEM_FUZZ_JSON_DEPTH  32
@@ -1032,7 +1033,8 @@ ngx_http_idem_redis_cluster_route(ngx_http_idem_redis_t *rd,
 
 __attribute__((weak)) ngx_int_t
 ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_store_op_t *op, redisReply *reply)
+    ngx_http_idem_store_op_t *op, redisReply *reply,
+    ngx_http_idem_redis_node_t **to)
 {
     ngx_http_idem_fuzz_unreached("ngx_http_idem_redis_cluster_redirect");
     return NGX_ERROR;

@@ -22,7 +22,8 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_answer.h"
+#include "ngx_http_idem_util.h"
 
 
 #define NGX_HTTP_IDEM_ANSWER_FIRST  4096

@@ -5,7 +5,9 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_call_id.h"
+#include "ngx_http_idem_problem.h"
+#include "ngx_http_idem_util.h"
 
 #include <uuid/uuid.h>
 

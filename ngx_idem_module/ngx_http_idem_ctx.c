@@ -5,7 +5,7 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_ctx.h"
 
 
 static void ngx_http_idem_cleanup(void *data);

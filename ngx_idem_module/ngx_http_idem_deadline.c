@@ -6,7 +6,8 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_deadline.h"
+#include "ngx_http_idem_problem.h"
 
 
 static ngx_int_t ngx_http_idem_parse_deadline(ngx_str_t *value,

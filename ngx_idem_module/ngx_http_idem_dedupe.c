@@ -35,7 +35,16 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_dedupe.h"
+#include "ngx_http_idem_answer.h"
+#include "ngx_http_idem_ctx.h"
+#include "ngx_http_idem_deadline.h"
+#include "ngx_http_idem_metrics.h"
+#include "ngx_http_idem_problem.h"
+#include "ngx_http_idem_record.h"
+#include "ngx_http_idem_record_json.h"
+#include "ngx_http_idem_store.h"
+#include "ngx_http_idem_util.h"
 
 #include <openssl/evp.h>
 

@@ -5,8 +5,11 @@
  */
 
 
-#include "ngx_http_idem_module.h"
 #include "ngx_http_idem_directive.h"
+#include "ngx_http_idem_call_id.h"
+#include "ngx_http_idem_headers.h"
+#include "ngx_http_idem_store.h"
+#include "ngx_http_idem_util.h"
 
 
 /* idem_retry on=: the failures a retry may follow */

@@ -9,8 +9,11 @@
  */
 
 
-#include "ngx_http_idem_module.h"
 #include "ngx_http_idem_filter.h"
+#include "ngx_http_idem_answer.h"
+#include "ngx_http_idem_ctx.h"
+#include "ngx_http_idem_dedupe.h"
+#include "ngx_http_idem_grpc.h"
 
 
 static ngx_int_t ngx_http_idem_header_filter(ngx_http_request_t *r);

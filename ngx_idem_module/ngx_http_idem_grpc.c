@@ -6,7 +6,8 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_grpc.h"
+#include "ngx_http_idem_util.h"
 
 
 #define NGX_HTTP_IDEM_GRPC_UNKNOWN             2

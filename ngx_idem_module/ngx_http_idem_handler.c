@@ -6,8 +6,18 @@
  */
 
 
-#include "ngx_http_idem_module.h"
 #include "ngx_http_idem_handler.h"
+#include "ngx_http_idem_call_id.h"
+#include "ngx_http_idem_ctx.h"
+#include "ngx_http_idem_deadline.h"
+#include "ngx_http_idem_dedupe.h"
+#include "ngx_http_idem_grpc.h"
+#include "ngx_http_idem_headers.h"
+#include "ngx_http_idem_metrics.h"
+#include "ngx_http_idem_problem.h"
+#include "ngx_http_idem_record.h"
+#include "ngx_http_idem_storm.h"
+#include "ngx_http_idem_stream.h"
 
 
 static ngx_int_t ngx_http_idem_refused(ngx_http_request_t *r,

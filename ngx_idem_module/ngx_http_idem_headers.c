@@ -6,7 +6,9 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_headers.h"
+#include "ngx_http_idem_deadline.h"
+#include "ngx_http_idem_util.h"
 
 
 static ngx_inline ngx_uint_t ngx_http_idem_header_is(ngx_table_elt_t *h,

@@ -10,6 +10,8 @@
 
 
 #include "ngx_http_idem_module.h"
+#include "ngx_http_idem_ctx.h"
+#include "ngx_http_idem_headers.h"
 
 
 static ngx_int_t ngx_http_idem_ids_filter_init(ngx_conf_t *cf);

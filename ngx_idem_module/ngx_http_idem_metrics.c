@@ -6,7 +6,9 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_metrics.h"
+#include "ngx_http_idem_storm.h"
+#include "ngx_http_idem_util.h"
 
 
 #define NGX_HTTP_IDEM_METRICS_ZONE_SIZE  (8 * ngx_pagesize)

@@ -13,9 +13,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
-#include "ngx_http_idem_util.h"
 #include "ngx_http_idem_store.h"
-#include "ngx_http_idem_storm.h"
 
 
 #define NGX_HTTP_IDEM_MISSING_GENERATE   0
@@ -99,6 +97,57 @@
 
 /* "PREFIX-" + unix ms (13 digits until 2286) + "-" + 8 hex + "-" + node */
 #define NGX_HTTP_IDEM_PREFIXED_FIXED_LEN (1 + 13 + 1 + 8 + 1)
+
+
+/* the counts are kept in buckets of 100 ms, over the last 60 s */
+#define NGX_HTTP_IDEM_STORM_TICK         100
+#define NGX_HTTP_IDEM_STORM_BUCKETS      600
+#define NGX_HTTP_IDEM_STORM_MAX_WINDOW                                       \
+    (NGX_HTTP_IDEM_STORM_TICK * NGX_HTTP_IDEM_STORM_BUCKETS)
+
+/* breaker states, as the idem_breaker_state gauge shows them */
+#define NGX_HTTP_IDEM_BREAKER_CLOSED     0
+#define NGX_HTTP_IDEM_BREAKER_OPEN       1
+#define NGX_HTTP_IDEM_BREAKER_HALF_OPEN  2
+
+/* why no retry followed an attempt (its record says so) */
+#define NGX_HTTP_IDEM_NO_RETRY_BUDGET    1
+
+
+/* a location's idem_retry_budget and idem_breaker */
+typedef struct {
+    ngx_flag_t                budget;       /* NGX_CONF_UNSET: not set here */
+    ngx_uint_t                ratio;        /* retries per 1000 calls */
+    ngx_uint_t                min;          /* retries per second */
+    ngx_msec_t                window;
+
+    ngx_flag_t                breaker;      /* NGX_CONF_UNSET: not set here */
+    ngx_uint_t                failures;     /* percent */
+    ngx_uint_t                min_calls;
+    ngx_msec_t                breaker_window;
+    ngx_msec_t                open;
+    ngx_uint_t                probes;
+
+    ngx_shm_zone_t           *zone;         /* NULL: no directive anywhere */
+} ngx_http_idem_storm_conf_t;
+
+
+typedef struct ngx_http_idem_storm_node_s  ngx_http_idem_storm_node_t;
+
+
+/*
+ * A call's view of one upstream's budget and breaker.  A call that
+ * reaches another upstream later (error_page, a named location,
+ * X-Accel-Redirect) gets another one: each upstream counts its own part.
+ */
+typedef struct {
+    ngx_http_idem_storm_node_t  *node;
+    ngx_str_t                   *name;      /* the upstream's */
+    ngx_http_idem_storm_conf_t  *conf;      /* the proxying location's */
+    ngx_uint_t                   retry_on;  /* its idem_retry on= */
+    unsigned                     probe:1;   /* let through half-open */
+    unsigned                     done:1;    /* its outcome was counted */
+} ngx_http_idem_storm_ctx_t;
 
 
 /* A header name with its lowercase form and hash, computed once. */
@@ -466,176 +515,6 @@ typedef struct {
 } ngx_http_idem_counters_t;
 
 
-/*
- * Counts only where some location shows the counters (idem_metrics).  The
- * counters are found through the cycle in use, never kept in a process
- * global: a reload that fails after creating a zone must not leave later
- * workers pointing into freed memory.
- */
-#define ngx_http_idem_count(field)                                           \
-    do {                                                                     \
-        ngx_http_idem_counters_t  *counters_;                                \
-                                                                             \
-        counters_ = ngx_http_idem_counters();                                \
-                                                                             \
-        if (counters_ != NULL) {                                             \
-            (void) ngx_atomic_fetch_add(&counters_->field, 1);               \
-        }                                                                    \
-    } while (0)
-
-
-/* ngx_http_idem_ctx.c */
-ngx_http_idem_ctx_t *ngx_http_idem_get_ctx(ngx_http_request_t *r);
-ngx_http_idem_ctx_t *ngx_http_idem_create_ctx(ngx_http_request_t *r);
-
-/* ngx_http_idem_call_id.c */
-ngx_int_t ngx_http_idem_resolve_ids(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
-    ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem);
-ngx_int_t ngx_http_idem_generate_call_id(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id);
-ngx_int_t ngx_http_idem_generate_trace_id(ngx_pool_t *pool, ngx_str_t *id);
-ngx_int_t ngx_http_idem_check_charset(ngx_str_t *value);
-ngx_int_t ngx_http_idem_parse_sf_string(ngx_str_t *value, ngx_str_t *content,
-    u_char *err, size_t size);
-size_t ngx_http_idem_generated_length(ngx_http_idem_loc_conf_t *ilcf,
-    ngx_str_t *node_id);
-
-/* ngx_http_idem_headers.c */
-ngx_int_t ngx_http_idem_header_init(ngx_pool_t *pool,
-    ngx_http_idem_header_t *h, ngx_str_t *name);
-ngx_int_t ngx_http_idem_header_name_valid(ngx_str_t *name);
-ngx_int_t ngx_http_idem_scan_request(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in);
-ngx_int_t ngx_http_idem_drop_owned(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in);
-ngx_int_t ngx_http_idem_inject(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
-    ngx_http_idem_ctx_t *ctx);
-ngx_int_t ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, ngx_uint_t grpc);
-ngx_int_t ngx_http_idem_set_response_headers(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-
-/* ngx_http_idem_deadline.c */
-ngx_int_t ngx_http_idem_deadline_init(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
-    ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem);
-ngx_msec_int_t ngx_http_idem_remaining(ngx_http_idem_ctx_t *ctx);
-u_char *ngx_http_idem_grpc_timeout(u_char *p, ngx_msec_t ms);
-ngx_int_t ngx_http_idem_deadline_start(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-void ngx_http_idem_arm_try_timer(ngx_http_idem_ctx_t *ctx);
-
-/* ngx_http_idem_upstream.c */
-ngx_int_t ngx_http_idem_upstream_init(ngx_conf_t *cf);
-
-/* ngx_http_idem_record.c */
-ngx_int_t ngx_http_idem_record_key(ngx_http_request_t *r,
-    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key);
-ngx_int_t ngx_http_idem_record_start(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-ngx_int_t ngx_http_idem_attempt_start(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-void ngx_http_idem_attempt_end(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, ngx_peer_connection_t *pc);
-ngx_int_t ngx_http_idem_record_finish(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-ngx_str_t *ngx_http_idem_state_name(ngx_uint_t state);
-ngx_str_t *ngx_http_idem_outcome_name(ngx_http_request_t *r,
-    ngx_http_idem_attempt_t *a);
-ngx_uint_t ngx_http_idem_sent(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, ngx_uint_t *unanswered);
-ngx_int_t ngx_http_idem_record_prepare(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-void ngx_http_idem_record_unstart(ngx_http_idem_ctx_t *ctx);
-u_char *ngx_http_idem_record_arrival(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, u_char *p, u_char state);
-size_t ngx_http_idem_record_arrival_len(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-ngx_uint_t ngx_http_idem_current_state(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-char *ngx_http_idem_record_max_executions(ngx_conf_t *cf,
-    ngx_command_t *cmd, void *conf);
-void ngx_http_idem_record_expiring(ngx_http_idem_ctx_t *ctx);
-
-/* ngx_http_idem_stream.c */
-char *ngx_http_idem_unknown_stream(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-void ngx_http_idem_stream_final(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_uint_t ok);
-
-/* ngx_http_idem_timeline.c */
-ngx_uint_t ngx_http_idem_timeline_wanted(ngx_http_request_t *r);
-ngx_int_t ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
-    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
-ngx_int_t ngx_http_idem_timeline_answer(ngx_http_request_t *r, ngx_str_t *id,
-    ngx_uint_t status, ngx_str_t *out);
-ngx_int_t ngx_http_idem_timeline_headers(ngx_http_request_t *r,
-    ngx_uint_t html);
-
-/* ngx_http_idem_dedupe.c */
-ngx_int_t ngx_http_idem_dedupe_expires(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, ngx_http_idem_loc_conf_t *ilcf);
-ngx_int_t ngx_http_idem_dedupe(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-void ngx_http_idem_dedupe_body_filter(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, ngx_chain_t *in);
-
-/* ngx_http_idem_answer.c */
-ngx_int_t ngx_http_idem_answer_header(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-void ngx_http_idem_answer_body(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, ngx_chain_t *in);
-ngx_int_t ngx_http_idem_answer_replay(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, ngx_str_t *answer);
-u_char ngx_http_idem_answer_keep(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_uint_t sent,
-    ngx_str_t *answer);
-
-/* ngx_http_idem_status.c */
-char *ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-
-/* ngx_http_idem_record_json.c */
-ngx_int_t ngx_http_idem_record_json(ngx_http_request_t *r, ngx_str_t *id,
-    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
-
-/* ngx_http_idem_storm.c */
-ngx_int_t ngx_http_idem_storm_admit(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, ngx_http_upstream_srv_conf_t *us);
-void ngx_http_idem_storm_attempt(ngx_http_idem_ctx_t *ctx);
-ngx_uint_t ngx_http_idem_storm_retry(ngx_http_idem_ctx_t *ctx);
-void ngx_http_idem_storm_finish(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-
-/* ngx_http_idem_metrics.c */
-char *ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
-ngx_http_idem_counters_t *ngx_http_idem_counters(void);
-
-/* ngx_http_idem_problem.c */
-ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,
-    ngx_http_idem_problem_t *problem, ngx_str_t *call_id);
-void ngx_http_idem_problem_set(ngx_http_request_t *r,
-    ngx_http_idem_problem_t *problem, ngx_http_idem_problem_e id,
-    ngx_str_t *header, char *reason);
-void ngx_http_idem_problem_count(ngx_http_idem_problem_t *problem);
-
-/* ngx_http_idem_grpc.c */
-ngx_uint_t ngx_http_idem_grpc_request(ngx_http_request_t *r);
-ngx_int_t ngx_http_idem_grpc_read_body(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-ngx_int_t ngx_http_idem_grpc_trailers_only(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx, ngx_uint_t status, ngx_str_t *type,
-    ngx_str_t *title, ngx_str_t *detail);
-ngx_int_t ngx_http_idem_grpc_header_filter(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
-ngx_int_t ngx_http_idem_grpc_status(ngx_http_request_t *r);
-ngx_int_t ngx_http_idem_grpc_upstream_status(ngx_http_upstream_t *u);
-ngx_uint_t ngx_http_idem_grpc_retryable(ngx_http_request_t *r,
-    ngx_msec_int_t *delay);
-
-/* ngx_http_idem_variables.c */
-ngx_int_t ngx_http_idem_add_variables(ngx_conf_t *cf);
 
 
 extern ngx_module_t  ngx_http_idem_module;

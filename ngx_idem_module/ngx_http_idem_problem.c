@@ -5,7 +5,11 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_problem.h"
+#include "ngx_http_idem_ctx.h"
+#include "ngx_http_idem_grpc.h"
+#include "ngx_http_idem_metrics.h"
+#include "ngx_http_idem_util.h"
 
 
 #define NGX_HTTP_IDEM_PROBLEM_TYPE  "urn:ngx-idem:problem:"

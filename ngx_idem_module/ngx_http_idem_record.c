@@ -57,8 +57,15 @@
  */
 
 
-#include "ngx_http_idem_module.h"
 #include "ngx_http_idem_record.h"
+#include "ngx_http_idem_answer.h"
+#include "ngx_http_idem_call_id.h"
+#include "ngx_http_idem_deadline.h"
+#include "ngx_http_idem_grpc.h"
+#include "ngx_http_idem_metrics.h"
+#include "ngx_http_idem_record_parse.h"
+#include "ngx_http_idem_store.h"
+#include "ngx_http_idem_util.h"
 
 
 /*

@@ -6,8 +6,8 @@
  */
 
 
-#include "ngx_http_idem_module.h"
-#include "ngx_http_idem_record.h"
+#include "ngx_http_idem_record_json.h"
+#include "ngx_http_idem_record_parse.h"
 
 
 static u_char *ngx_http_idem_json_string(u_char *p, char *name,

@@ -10,7 +10,7 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 
-#include "ngx_http_idem_record.h"
+#include "ngx_http_idem_record_parse.h"
 
 
 /* the table that finds an execution by its token */

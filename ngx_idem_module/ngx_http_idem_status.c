@@ -8,9 +8,16 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_status.h"
+#include "ngx_http_idem_call_id.h"
+#include "ngx_http_idem_metrics.h"
+#include "ngx_http_idem_problem.h"
 #include "ngx_http_idem_record.h"
+#include "ngx_http_idem_record_json.h"
 #include "ngx_http_idem_resolution.h"
+#include "ngx_http_idem_store.h"
+#include "ngx_http_idem_timeline.h"
+#include "ngx_http_idem_util.h"
 
 
 typedef struct {

@@ -19,7 +19,10 @@
  */
 
 
+#include "ngx_http_idem_storm.h"
+#include "ngx_http_idem_problem.h"
 #include "ngx_http_idem_storm_zone.h"
+#include "ngx_http_idem_util.h"
 
 
 static ngx_int_t ngx_http_idem_storm_refuse(ngx_http_request_t *r,

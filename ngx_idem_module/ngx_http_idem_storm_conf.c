@@ -5,7 +5,9 @@
  */
 
 
+#include "ngx_http_idem_storm.h"
 #include "ngx_http_idem_storm_zone.h"
+#include "ngx_http_idem_util.h"
 
 
 static ngx_int_t ngx_http_idem_storm_parse(ngx_conf_t *cf,

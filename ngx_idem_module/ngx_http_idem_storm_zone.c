@@ -12,6 +12,7 @@
 
 
 #include "ngx_http_idem_storm_zone.h"
+#include "ngx_http_idem_storm.h"
 
 
 static ngx_int_t ngx_http_idem_storm_init_zone(ngx_shm_zone_t *shm_zone,

@@ -23,7 +23,12 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_stream.h"
+#include "ngx_http_idem_call_id.h"
+#include "ngx_http_idem_metrics.h"
+#include "ngx_http_idem_record.h"
+#include "ngx_http_idem_store.h"
+#include "ngx_http_idem_util.h"
 
 
 /* 13 field/value pairs, and a receipt */

@@ -12,8 +12,9 @@
  */
 
 
-#include "ngx_http_idem_module.h"
-#include "ngx_http_idem_record.h"
+#include "ngx_http_idem_timeline.h"
+#include "ngx_http_idem_record_parse.h"
+#include "ngx_http_idem_util.h"
 
 
 /* q-values in thousandths */

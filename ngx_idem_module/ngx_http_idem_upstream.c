@@ -12,8 +12,15 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_upstream.h"
+#include "ngx_http_idem_ctx.h"
+#include "ngx_http_idem_deadline.h"
+#include "ngx_http_idem_grpc.h"
+#include "ngx_http_idem_headers.h"
+#include "ngx_http_idem_record.h"
 #include "ngx_http_idem_round.h"
+#include "ngx_http_idem_storm.h"
+#include "ngx_http_idem_util.h"
 
 
 /*

@@ -4,7 +4,10 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_variables.h"
+#include "ngx_http_idem_ctx.h"
+#include "ngx_http_idem_deadline.h"
+#include "ngx_http_idem_record.h"
 
 
 static ngx_int_t ngx_http_idem_variable_str(ngx_http_request_t *r,

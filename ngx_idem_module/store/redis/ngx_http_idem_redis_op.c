@@ -450,7 +450,7 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
     ngx_http_idem_store_op_t  *op = privdata;
 
     ngx_http_idem_redis_t       *rd;
-    ngx_http_idem_redis_node_t  *node;
+    ngx_http_idem_redis_node_t  *node, *to;
 
     node = ac->data;
     rd = node->rd;
@@ -462,8 +462,17 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
         && !op->done
         && !rd->closing)
     {
+        /* a cluster's redirect: the same op, sent again where it says */
+
         if (rd->cluster != NULL
-            && ngx_http_idem_redis_cluster_redirect(rd, op, reply) == NGX_OK)
+            && ngx_http_idem_redis_cluster_redirect(rd, op, reply, &to)
+               == NGX_OK
+            && ngx_http_idem_redis_node_command(to,
+                                                ngx_http_idem_redis_op_done,
+                                                op, op->argc, op->argv,
+                                                op->lens,
+                                                op->handler != NULL)
+               == NGX_OK)
         {
             return;
         }

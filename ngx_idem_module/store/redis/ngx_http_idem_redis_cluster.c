@@ -196,13 +196,16 @@ ngx_http_idem_redis_cluster_route(ngx_http_idem_redis_t *rd,
 
 /*
  * From the reply callback of the op: "MOVED 3999 127.0.0.1:6381" or
- * "ASK 3999 127.0.0.1:6381".  NGX_OK: sent again; NGX_DECLINED: not a
- * redirect, or one too many; NGX_ERROR: the node named is not up.
+ * "ASK 3999 127.0.0.1:6381".  NGX_OK: the op goes to "*to" now (an ASK's
+ * ASKING is sent there already), and the op's own file sends it again;
+ * NGX_DECLINED: not a redirect, or one too many; NGX_ERROR: the node named
+ * is not up.
  */
 
 ngx_int_t
 ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_store_op_t *op, redisReply *reply)
+    ngx_http_idem_store_op_t *op, redisReply *reply,
+    ngx_http_idem_redis_node_t **to)
 {
     u_char                      *p, *last, *colon, *host;
     size_t                       len, asking_len[1];
@@ -318,13 +321,7 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
         }
     }
 
-    if (ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
-                                         op, op->argc, op->argv, op->lens,
-                                         op->handler != NULL)
-        != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
+    *to = node;
 
     return NGX_OK;
 }

@@ -3,8 +3,8 @@
  * Inside the Redis store: one worker's store (counters, reports, what is
  * outstanding) and its connections, "nodes".  ngx_http_idem_redis.c owns
  * both; ngx_http_idem_redis_cluster.c and ngx_http_idem_redis_sentinel.c
- * decide which node a command goes to.  Nothing outside the store's files
- * includes this.
+ * decide which node a command goes to.  Only store/redis/ includes this
+ * (it is not on the include path: t/008-layout.t checks).
  */
 
 
@@ -256,7 +256,8 @@ void ngx_http_idem_redis_cluster_exit(ngx_http_idem_redis_t *rd);
 ngx_http_idem_redis_node_t *ngx_http_idem_redis_cluster_route(
     ngx_http_idem_redis_t *rd, ngx_http_idem_store_op_t *op);
 ngx_int_t ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_store_op_t *op, redisReply *reply);
+    ngx_http_idem_store_op_t *op, redisReply *reply,
+    ngx_http_idem_redis_node_t **to);
 ngx_uint_t ngx_http_idem_redis_cluster_slot(u_char *key, size_t len);
 void ngx_http_idem_redis_cluster_stale(ngx_http_idem_redis_t *rd);
 

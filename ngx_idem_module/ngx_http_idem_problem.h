@@ -1,0 +1,22 @@
+
+/*
+ * The module's own error answers (problem+json, or gRPC statuses).
+ */
+
+
+#ifndef _NGX_HTTP_IDEM_PROBLEM_H_INCLUDED_
+#define _NGX_HTTP_IDEM_PROBLEM_H_INCLUDED_
+
+
+#include "ngx_http_idem_module.h"
+
+
+ngx_int_t ngx_http_idem_send_problem(ngx_http_request_t *r,
+    ngx_http_idem_problem_t *problem, ngx_str_t *call_id);
+void ngx_http_idem_problem_set(ngx_http_request_t *r,
+    ngx_http_idem_problem_t *problem, ngx_http_idem_problem_e id,
+    ngx_str_t *header, char *reason);
+void ngx_http_idem_problem_count(ngx_http_idem_problem_t *problem);
+
+
+#endif /* _NGX_HTTP_IDEM_PROBLEM_H_INCLUDED_ */

@@ -1,0 +1,23 @@
+
+/*
+ * The timeline page: the status endpoint's answer for a person.
+ */
+
+
+#ifndef _NGX_HTTP_IDEM_TIMELINE_H_INCLUDED_
+#define _NGX_HTTP_IDEM_TIMELINE_H_INCLUDED_
+
+
+#include "ngx_http_idem_module.h"
+
+
+ngx_uint_t ngx_http_idem_timeline_wanted(ngx_http_request_t *r);
+ngx_int_t ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
+    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
+ngx_int_t ngx_http_idem_timeline_answer(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_uint_t status, ngx_str_t *out);
+ngx_int_t ngx_http_idem_timeline_headers(ngx_http_request_t *r,
+    ngx_uint_t html);
+
+
+#endif /* _NGX_HTTP_IDEM_TIMELINE_H_INCLUDED_ */

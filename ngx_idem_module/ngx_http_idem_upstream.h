@@ -1,0 +1,17 @@
+
+/*
+ * Attempts: the wrapped balancer of every upstream.
+ */
+
+
+#ifndef _NGX_HTTP_IDEM_UPSTREAM_H_INCLUDED_
+#define _NGX_HTTP_IDEM_UPSTREAM_H_INCLUDED_
+
+
+#include "ngx_http_idem_module.h"
+
+
+ngx_int_t ngx_http_idem_upstream_init(ngx_conf_t *cf);
+
+
+#endif /* _NGX_HTTP_IDEM_UPSTREAM_H_INCLUDED_ */
