@@ -49,9 +49,19 @@ find(sub { push @sources, $File::Find::name if /\.[ch]$/ },
 my (%cmd, %var, %literal);
 my $tables = 0;
 
+# one pass over a C file: comments, string literals and character
+# literals, in the order they come, so that "*/*" or '"' fools neither
+my $token = qr{(/\*.*?\*/|//[^\n]*|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')}s;
+
 for my $file (sort @sources) {
     my $c = slurp($file);
-    $c =~ s{/\*.*?\*/}{ }gs;
+    my @strings;
+
+    $c =~ s{$token}{
+        my $t = $1;
+        push @strings, substr($t, 1, -1) if $t =~ /^"/;
+        $t =~ m{^/[*/]} ? ' ' : $t;
+    }ge;
 
     while ($c =~ /\bngx_command_t\s+\w+\[\]\s*=\s*\{(.*?)\n\};/sg) {
         $tables++;
@@ -62,8 +72,7 @@ for my $file (sort @sources) {
         $var{$_} = 1 for $1 =~ /ngx_string\("(idem\w*)"\)/g;
     }
 
-    while ($c =~ /"((?:[^"\\\n]|\\.)*)"/g) {
-        my $s = $1;
+    for my $s (@strings) {
         $literal{$1} = 1 while $s =~ /(?<![\w\$\/.-])(idem(?:_[a-z0-9]+)+)/g;
     }
 }
