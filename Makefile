@@ -174,6 +174,8 @@ install: $(MODULE)
 	    > $(DESTDIR)$(MODCONF_DIR)/mod-http-idem.conf
 	chmod 644 $(DESTDIR)$(MODCONF_DIR)/mod-http-idem.conf
 	install -m 644 README.md $(DESTDIR)$(DOC_DIR)/
+	install -d $(DESTDIR)$(DOC_DIR)/docs
+	install -m 644 docs/*.md $(DESTDIR)$(DOC_DIR)/docs/
 	install -m 644 conf-examples/*.conf $(DESTDIR)$(DOC_DIR)/examples/
 ifeq ($(IDEM_ENABLE),yes)
 	install -d $(DESTDIR)$(ENABLED_DIR)
