@@ -2,12 +2,13 @@
 # make test-deb: the Debian package on this machine's nginx, from build to
 # purge.
 #
-#   make deb; lintian (no error, no warning); autopkgtest with the null
-#   virt server: it installs the package with apt-get and runs
-#   debian/tests (a call served and recorded through Debian's nginx, on
-#   127.0.0.1:6090 and 6091); then, on the package autopkgtest left
-#   installed: dpkg -i again (the modules-enabled link stays, or stays
-#   deleted), dpkg -r, dpkg --purge, and no file of the package is left.
+#   make deb; lintian (no error, no warning); make install lays out the
+#   package's files; autopkgtest with the null virt server: it installs
+#   the package with apt-get and runs debian/tests (a call served and
+#   recorded through Debian's nginx, on 127.0.0.1:6090 and 6091); then,
+#   on the package autopkgtest left installed: dpkg -i again (the
+#   modules-enabled link stays, or stays deleted), dpkg -r, dpkg --purge,
+#   and no file of the package is left.
 #
 # The system nginx service is never started, reloaded or stopped (only
 # "nginx -t" reads /etc/nginx). The package is purged on any exit.
@@ -109,6 +110,26 @@ tags="$tags, $(grep -c '^I:' "$tmp/lintian.txt" || true) infos"
 check "lintian: no errors, no warnings ($tags)" \
     test "${lintian_status:-0}" = 0
 
+# make install says it lays out the package's files: the same paths (the
+# package adds its copyright and changelog, and gzips the larger docs),
+# the same mod-http-idem.conf. It installs the module the package build
+# left in obj-<triplet>/ (BUILD=), so nothing is built again.
+src=$out/$pkg-$version
+obj=$(find "$src" -maxdepth 1 -name 'obj-*' -type d | head -1)
+dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { sub(/^\./, "", $6); print $6 }' \
+    | sed 's/\.gz$//' | grep -vE '/(copyright|changelog)$' | sort \
+    > "$tmp/deb.files"
+make -s -C "$src" install BUILD="$obj" DESTDIR="$tmp/destdir" \
+    IDEM_ENABLE=no > /dev/null
+(cd "$tmp/destdir" && find . ! -type d | sed 's/^\.//' | sort) \
+    > "$tmp/install.files"
+n=$(wc -l < "$tmp/deb.files")
+check "make install and the package: the same $n files" \
+    diff -u "$tmp/deb.files" "$tmp/install.files"
+dpkg-deb --fsys-tarfile "$deb" | tar -xO ".$avail" > "$tmp/deb-mod.conf"
+check "make install and the package: the same mod-http-idem.conf" \
+    cmp -s "$tmp/deb-mod.conf" "$tmp/destdir$avail"
+
 # ---------------------------------------------------------- autopkgtest
 
 # debian/tests from the tree the package was built from; the null virt
@@ -116,10 +137,9 @@ check "lintian: no errors, no warnings ($tags)" \
 sys_ok=
 $nginx -t -q 2>/dev/null && sys_ok=yes
 ours=yes
-rm -rf "$out/autopkgtest"
 autopkgtest --output-dir "$out/autopkgtest" \
     ${TEST_DEB_PORT:+--env=TEST_DEB_PORT=$TEST_DEB_PORT} \
-    "$deb" "$out/$pkg-$version/" \
+    "$deb" "$src/" \
     -- null > "$out/autopkgtest.log" 2>&1 || autopkgtest_status=$?
 sed -n '/^ok \|^not ok \|^# \|^1\.\./p' \
     "$out/autopkgtest/serve-call-stdout" 2>/dev/null | sed 's/^/    /'
