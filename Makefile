@@ -23,7 +23,7 @@
 #   make deps     install what is missing (Debian packages)
 #   make deb      build/deb/libnginx-mod-http-idem_<version>_<arch>.deb
 #   make install  the module, mod-http-idem.conf, docs (DESTDIR, as the .deb)
-#   make test-deb build the package, lintian, install, serve a call, purge
+#   make test-deb build the package, lintian, autopkgtest, purge
 
 SHELL       := /bin/bash
 NGINX_SRC   ?= /usr/share/nginx/src
@@ -183,9 +183,11 @@ ifeq ($(IDEM_ENABLE),yes)
 	    $(DESTDIR)$(ENABLED_DIR)/50-mod-http-idem.conf
 endif
 
-# make deb, lintian, dpkg -i on this machine's nginx, one call through a
-# private nginx on 127.0.0.1:$$TEST_DEB_PORT (6090), dpkg --purge
+# make deb, lintian, autopkgtest (debian/tests: a call through this
+# machine's nginx on 127.0.0.1:6090, recorded in Redis on 6091), dpkg -i
+# again, dpkg --purge
 test-deb:
+	@IDEM_DEB=1 util/deps.sh
 	@util/test-deb.sh
 
 clean:

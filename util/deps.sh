@@ -22,6 +22,11 @@ if [ -n "$TEST_NGINX_USE_VALGRIND" ]; then
     pkgs="$pkgs valgrind"
 fi
 
+# make test-deb: lintian, and autopkgtest to run debian/tests
+if [ -n "$IDEM_DEB" ]; then
+    pkgs="$pkgs lintian autopkgtest"
+fi
+
 # make fuzz: clang and its libFuzzer, ASan and UBSan runtimes
 if [ -n "$IDEM_FUZZ" ]; then
     pkgs="$pkgs clang libclang-rt-14-dev"
