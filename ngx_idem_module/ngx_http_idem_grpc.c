@@ -56,7 +56,7 @@ ngx_http_idem_grpc_request(ngx_http_request_t *r)
  * route that may retry it, the whole request is read first, as dedupe
  * does (the technique of ngx_http_mirror_module): a body read before the
  * proxy starts is buffered, and can be sent again.  Streaming calls do
- * not belong on such routes (README, "gRPC").
+ * not belong on such routes (docs/grpc.md).
  */
 
 ngx_int_t

@@ -1,7 +1,7 @@
 #!/bin/bash
 # nginx's own test suite with the module loaded, run twice: without and
 # with "idem on;" in the http block.  Prints the tests that fail only with
-# idem on, and any alert or crash.  README ("nginx's own tests") says why
+# idem on, and any alert or crash.  HACKING.md ("nginx's own tests") says why
 # each remaining one fails.
 #
 #   NGINX_TESTS=/path/to/nginx-tests util/nginx-tests.sh [FILE.t ...]

@@ -205,7 +205,7 @@ def escalate(r, args, entry_id, f, why):
 def record(r, key):
     """A record's fields, {} when it is gone.  A hash, or a short record:
     the one write that made it, a string of "<field> <length> <value>\n"
-    (README "Records in Redis")."""
+    (docs/records.md, "Records in Redis")."""
     if r.type(key) != "string":
         return r.hgetall(key)
     # the lengths count bytes
