@@ -19,7 +19,9 @@
 #                 nginx's own suite, without and with "idem on"
 #   make asan     the suite with an ASan/UBSan build of the module
 #   make valgrind a few files that cover a whole call, under valgrind
-#   make fuzz     the libFuzzer targets (fuzz/), FUZZ_SECONDS each
+#   make fuzz     the libFuzzer targets (fuzz/), FUZZ_SECONDS each, on
+#                 nginx's own objects built once from ../shared/nginx-src
+#                 (skipped with a message without that folder)
 #   make deps     install what is missing (Debian packages)
 #   make deb      build/deb/libnginx-mod-http-idem_<version>_<arch>.deb
 #   make install  the module, mod-http-idem.conf, docs (DESTDIR, as the .deb)
