@@ -19,7 +19,9 @@
 #                 nginx's own suite, without and with "idem on"
 #   make asan     the suite with an ASan/UBSan build of the module
 #   make valgrind a few files that cover a whole call, under valgrind
-#   make fuzz     the libFuzzer targets (fuzz/), FUZZ_SECONDS each
+#   make fuzz     the libFuzzer targets (fuzz/), FUZZ_SECONDS each, on
+#                 nginx's own objects built once from ../shared/nginx-src
+#                 (skipped with a message without that folder)
 #   make deps     install what is missing (Debian packages)
 #   make deb      build/deb/libnginx-mod-http-idem_<version>_<arch>.deb
 #   make install  the module, mod-http-idem.conf, docs (DESTDIR, as the .deb)
@@ -43,21 +45,35 @@ IDEM_CFLAGS ?=
 # an nginx.org version to test against instead of Debian's (util/test.sh)
 NGINX       ?=
 
-# libFuzzer targets (fuzz/): clang with ASan and UBSan, seeds in fuzz/corpus
+# libFuzzer targets (fuzz/): clang with ASan and UBSan, seeds in fuzz/corpus,
+# linked with nginx's own objects, built once by fuzz/nginx.sh from
+# ../shared/nginx-src into build/fuzz-nginx-<version>/ (FUZZ_NGINX)
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 6
 FUZZ_TARGETS ?= call_id deadline retry_after answer record status resolution \
                 redis_reply redis_cluster
 FUZZ_BUILD   := $(BUILD)/fuzz
-FUZZ_COMMON  := fuzz/ngx_http_idem_fuzz.c fuzz/ngx_http_idem_fuzz_core.c
+FUZZ_NGINX   ?=
+FUZZ_COMMON  := fuzz/ngx_http_idem_fuzz.c
+FUZZ_SOURCES := $(shell find ngx_idem_module -name '*.[ch]' -o -name '*.lua')
 FUZZ_CFLAGS  := -g -O1 -fno-omit-frame-pointer \
                 -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=all -Wall -Wno-unused-function -Werror
-FUZZ_INCS    := $(addprefix -I $(NGINX_SRC)/src/,core event event/modules \
-                    os/unix http http/modules http/v2) \
+# the module's folders (the store's and Redis's, where they exist), then the
+# Lua scripts' header, made by config (copied alone: build/ has Debian's
+# ngx_auto_config.h too)
+FUZZ_INCS    := -I $(FUZZ_NGINX)/objs \
+                $(addprefix -I $(FUZZ_NGINX)/src/src/,core event \
+                    event/modules os/unix http http/modules http/v2) \
                 -I ngx_idem_module -I ngx_idem_module/store \
-                -I ngx_idem_module/store/redis -I fuzz -I $(BUILD)
-FUZZ_LIBS    := -lhiredis -luuid -lcrypto -lpcre2-8
+                -I ngx_idem_module/store/redis -I fuzz -I $(FUZZ_BUILD)/include
+# what needs a running event loop or a configured server (fuzz/*.c says)
+FUZZ_WRAP    := -Wl,--wrap=ngx_http_finalize_request \
+                -Wl,--wrap=ngx_http_core_run_phases
+FUZZ_LIBS    := -lhiredis -luuid
+# fuzz/nginx.sh prints the folder of nginx's objects; exit 2: skipped
+FUZZ_NGINX_SH = rc=0; nginx=$$(fuzz/nginx.sh) || rc=$$?; \
+                case $$rc in 0) ;; 2) exit 0 ;; *) exit 1 ;; esac
 
 # make install: the paths of Debian's nginx modules (dh_nginx), as the
 # package has them; IDEM_ENABLE=no leaves modules-enabled/ alone (the
@@ -147,19 +163,33 @@ valgrind: deps $(MODULE)
 	@TEST_NGINX_USE_VALGRIND=1 util/deps.sh
 	@TEST_NGINX_USE_VALGRIND=1 util/test.sh $(VALGRIND_TESTS)
 
-# each target FUZZ_SECONDS over its seeds; any crash, leak or report fails
-fuzz: fuzz-build
-	@FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) \
+# each target FUZZ_SECONDS over its seeds; any crash, leak or report fails;
+# skipped with a message without ../shared/nginx-src
+fuzz:
+	@IDEM_FUZZ=1 util/deps.sh
+	@$(FUZZ_NGINX_SH); \
+	$(MAKE) --no-print-directory FUZZ_NGINX=$$nginx \
+	    $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS)) && \
+	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) \
 	    util/fuzz.sh $(FUZZ_TARGETS)
 
 fuzz-build:
 	@IDEM_FUZZ=1 util/deps.sh
-	@$(MAKE) --no-print-directory $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
+	@$(FUZZ_NGINX_SH); \
+	$(MAKE) --no-print-directory FUZZ_NGINX=$$nginx \
+	    $(addprefix $(FUZZ_BUILD)/,$(FUZZ_TARGETS))
+
+$(FUZZ_BUILD)/include/ngx_http_idem_redis_lua.h: $(BUILD)/Makefile
+	@mkdir -p $(FUZZ_BUILD)/include
+	cp $(BUILD)/ngx_http_idem_redis_lua.h $@
 
 $(FUZZ_BUILD)/%: fuzz/ngx_http_idem_fuzz_%.c $(FUZZ_COMMON) fuzz/*.h \
-                 $(SOURCES) $(BUILD)/Makefile
-	@mkdir -p $(FUZZ_BUILD)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INCS) -o $@ $< $(FUZZ_COMMON) $(FUZZ_LIBS)
+                 $(FUZZ_SOURCES) $(FUZZ_NGINX)/libnginx.a \
+                 $(FUZZ_BUILD)/include/ngx_http_idem_redis_lua.h
+	@test -n "$(FUZZ_NGINX)" || { echo "run make fuzz-build"; exit 1; }
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INCS) -o $@ $< $(FUZZ_COMMON) \
+	    $(FUZZ_WRAP) $(FUZZ_NGINX)/libnginx.a $(FUZZ_LIBS) \
+	    $$(cat $(FUZZ_NGINX)/libs)
 
 # the Debian package, from a copy of this tree in build/deb/; installs its
 # build dependencies (debian/control) when they are missing

@@ -3,18 +3,36 @@
  * The fuzz targets' request, input reader and output checks; and weak
  * stand-ins for the module's own functions that a target does not
  * include (a target's #included .c file overrides them).
+ *
+ * nginx itself is nginx's own objects (fuzz/nginx.sh): what a worker has
+ * set up before a request is set up here once, as nginx's init does; the
+ * answer is taken by a header and a body filter at the top of nginx's
+ * filter chains; the two functions of the HTTP core that need a running
+ * event loop and a configured server are wrapped (-Wl,--wrap=, Makefile's
+ * FUZZ_WRAP): ngx_http_finalize_request() is recorded, and
+ * ngx_http_core_run_phases() does nothing.  Nothing of this file calls a
+ * target: the targets call it.
  */
 
 
 #include "ngx_http_idem_fuzz.h"
 #include "ngx_http_idem_redis.h"
 #include "ngx_http_idem_util.h"
-#include "ngx_http_idem_record_parse.h"
 
 
 #define NGX_HTTP_IDEM_FUZZ_JSON_DEPTH  32
 
+/* the clock of every run: a worker between two events, always the same */
+#define NGX_HTTP_IDEM_FUZZ_SEC   1700000000
+#define NGX_HTTP_IDEM_FUZZ_MSEC  1000000
 
+
+static void ngx_http_idem_fuzz_once(void);
+static void ngx_http_idem_fuzz_log_writer(ngx_log_t *log, ngx_uint_t level,
+    u_char *buf, size_t len);
+static ngx_int_t ngx_http_idem_fuzz_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_fuzz_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
 static ngx_uint_t ngx_http_idem_fuzz_json_value(u_char **pos, u_char *last,
     ngx_uint_t depth);
 static ngx_uint_t ngx_http_idem_fuzz_json_string(u_char **pos, u_char *last);
@@ -23,10 +41,16 @@ static void ngx_http_idem_fuzz_json_space(u_char **pos, u_char *last);
 static void ngx_http_idem_fuzz_name(ngx_http_idem_fuzz_t *fz,
     ngx_http_idem_header_t *h, char *name);
 
+void __wrap_ngx_http_finalize_request(ngx_http_request_t *r, ngx_int_t rc);
+void __wrap_ngx_http_core_run_phases(ngx_http_request_t *r);
+
 
 ngx_http_idem_fuzz_answer_t  ngx_http_idem_fuzz_answer;
 
-static ngx_log_t  ngx_http_idem_fuzz_log;
+static ngx_log_t     ngx_http_idem_fuzz_log;
+static ngx_cycle_t   ngx_http_idem_fuzz_cycle;
+static ngx_uint_t    ngx_http_idem_fuzz_log_stderr;
+static ngx_atomic_t  ngx_http_idem_fuzz_connections;
 
 
 /* the module's shared objects, as module.c and metrics.c define them */
@@ -52,6 +76,148 @@ ngx_http_idem_fuzz_abort(const char *what)
 
 
 /*
+ * What nginx's main() and a worker's init set before any request, as far
+ * as the module's paths use it: the page size (ngx_os_init), the time
+ * (ngx_time_init), the cycle and its log, the process, the connection
+ * counter (ngx_event_module_init), and the filter chains' tops.
+ */
+
+static void
+ngx_http_idem_fuzz_once(void)
+{
+    static ngx_uint_t  done;
+
+    if (done) {
+        return;
+    }
+
+    done = 1;
+
+    ngx_pagesize = getpagesize();
+    ngx_cacheline_size = NGX_CPU_CACHE_LINE;
+
+    for (ngx_pagesize_shift = 0;
+         (ngx_uint_t) 1 << ngx_pagesize_shift < ngx_pagesize;
+         ngx_pagesize_shift++)
+    {
+        /* void */
+    }
+
+    ngx_time_init();
+
+    ngx_pid = ngx_getpid();
+    ngx_process = NGX_PROCESS_WORKER;
+
+    /*
+     * every log line, debug ones too, is formatted by ngx_log_error_core();
+     * IDEM_FUZZ_LOG=1 shows them on stderr, otherwise they are dropped
+     */
+
+    ngx_use_stderr = 0;
+    ngx_http_idem_fuzz_log_stderr = (getenv("IDEM_FUZZ_LOG") != NULL);
+
+    ngx_http_idem_fuzz_log.log_level = NGX_LOG_DEBUG_ALL;
+    ngx_http_idem_fuzz_log.writer = ngx_http_idem_fuzz_log_writer;
+
+    ngx_http_idem_fuzz_cycle.log = &ngx_http_idem_fuzz_log;
+    ngx_cycle = &ngx_http_idem_fuzz_cycle;
+
+    ngx_connection_counter = &ngx_http_idem_fuzz_connections;
+
+    ngx_http_top_header_filter = ngx_http_idem_fuzz_header_filter;
+    ngx_http_top_body_filter = ngx_http_idem_fuzz_body_filter;
+}
+
+
+static void
+ngx_http_idem_fuzz_log_writer(ngx_log_t *log, ngx_uint_t level, u_char *buf,
+    size_t len)
+{
+    if (ngx_http_idem_fuzz_log_stderr) {
+        fprintf(stderr, "%.*s", (int) len, buf);
+    }
+}
+
+
+/*
+ * The answer as the last filters would send it: looked at, not sent.  The
+ * request's header_sent is left alone, so that a second header is a
+ * finding here, not an alert of ngx_http_send_header().
+ */
+
+static ngx_int_t
+ngx_http_idem_fuzz_header_filter(ngx_http_request_t *r)
+{
+    ngx_http_idem_fuzz_answer_t  *a;
+
+    a = &ngx_http_idem_fuzz_answer;
+
+    ngx_http_idem_fuzz_assert(!a->header_sent);
+    ngx_http_idem_fuzz_assert(r->headers_out.status >= 100
+                              && r->headers_out.status <= 999);
+
+    a->header_sent = 1;
+    a->status = r->headers_out.status;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_idem_fuzz_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    u_char                       *p;
+    size_t                        size;
+    ngx_http_idem_fuzz_answer_t  *a;
+
+    a = &ngx_http_idem_fuzz_answer;
+
+    ngx_http_idem_fuzz_assert(a->header_sent);
+
+    for ( /* void */ ; in; in = in->next) {
+        ngx_http_idem_fuzz_assert(in->buf->pos <= in->buf->last);
+
+        size = in->buf->last - in->buf->pos;
+
+        /* every byte is read: a buffer past its memory is reported */
+
+        p = ngx_pnalloc(r->pool, a->body.len + size);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (a->body.len) {
+            ngx_memcpy(p, a->body.data, a->body.len);
+        }
+
+        if (size) {
+            ngx_memcpy(p + a->body.len, in->buf->pos, size);
+        }
+
+        a->body.data = p;
+        a->body.len += size;
+    }
+
+    return NGX_OK;
+}
+
+
+/* wrapped: nginx's needs the event loop and the server's configuration */
+
+void
+__wrap_ngx_http_finalize_request(ngx_http_request_t *r, ngx_int_t rc)
+{
+    ngx_http_idem_fuzz_answer.finalized = rc;
+}
+
+
+void
+__wrap_ngx_http_core_run_phases(ngx_http_request_t *r)
+{
+}
+
+
+/*
  * A request as the module sees it in a worker: its pool, connection and
  * log, configuration arrays holding the module's confs (index 0), the
  * module's ctx, empty header lists.  The input is copied into the pool.
@@ -72,8 +238,17 @@ ngx_http_idem_fuzz_init(ngx_http_idem_fuzz_t *fz, const uint8_t *data,
 
     ngx_http_idem_fuzz_answer.finalized = -100;
 
-    /* every log line, debug ones too, is formatted (ngx_log_error_core) */
-    ngx_http_idem_fuzz_log.log_level = NGX_LOG_DEBUG_ALL;
+    ngx_http_idem_fuzz_once();
+
+    /* the clock stands still: a run does not depend on when it runs */
+
+    ngx_cached_time->sec = NGX_HTTP_IDEM_FUZZ_SEC;
+    ngx_cached_time->msec = 0;
+    ngx_current_msec = NGX_HTTP_IDEM_FUZZ_MSEC;
+
+    /* no timer or posted event of an earlier run: its memory is gone */
+
+    ngx_event_timer_init(&ngx_http_idem_fuzz_log);
     ngx_queue_init(&ngx_posted_events);
 
     pool = ngx_create_pool(4096, &ngx_http_idem_fuzz_log);
@@ -91,8 +266,24 @@ ngx_http_idem_fuzz_init(ngx_http_idem_fuzz_t *fz, const uint8_t *data,
         return NGX_ERROR;
     }
 
+    /* a client connection's events, for the HTTP core's functions */
+
+    c->read = ngx_pcalloc(pool, sizeof(ngx_event_t));
+    c->write = ngx_pcalloc(pool, sizeof(ngx_event_t));
+
+    if (c->read == NULL || c->write == NULL) {
+        return NGX_ERROR;
+    }
+
+    c->read->data = c;
+    c->read->log = &ngx_http_idem_fuzz_log;
+    c->write->data = c;
+    c->write->write = 1;
+    c->write->log = &ngx_http_idem_fuzz_log;
+
     c->log = &ngx_http_idem_fuzz_log;
     c->pool = pool;
+    c->data = r;
 
     r->pool = pool;
     r->connection = c;

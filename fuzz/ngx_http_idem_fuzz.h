@@ -5,8 +5,8 @@
  * and checks of what the module sends (ngx_http_idem_fuzz.c).
  *
  * A target includes the module's .c files it fuzzes, so that their static
- * functions are reachable; nginx's own functions are replaced by the stubs,
- * which behave as nginx's do where the module depends on it and abort()
+ * functions are reachable, and links nginx's own objects (fuzz/nginx.sh);
+ * the module's functions it does not include are stand-ins, which abort()
  * where a target is not expected to go.
  */
 
@@ -16,16 +16,16 @@
 
 
 #include "ngx_http_idem_module.h"
-#include "ngx_http_idem_record.h"
+#include "ngx_http_idem_record_parse.h"
 #include "ngx_http_idem_round.h"
 
 
 /* the module index in the fake configuration arrays */
 #define NGX_HTTP_IDEM_FUZZ_MODULES  4
 
-/* calls to stubs that a target must never reach */
+/* calls to stand-ins that a target must never reach */
 #define ngx_http_idem_fuzz_unreached(name)                                  \
-    ngx_http_idem_fuzz_abort("stub reached: " name)
+    ngx_http_idem_fuzz_abort("stand-in reached: " name)
 
 /* a check of the module's output that failed: a finding */
 #define ngx_http_idem_fuzz_assert(cond)                                     \
@@ -44,7 +44,7 @@ typedef struct {
 } ngx_http_idem_fuzz_input_t;
 
 
-/* what the stubs of the HTTP core saw of the answer */
+/* what the filters at the top of nginx's chains saw of the answer */
 typedef struct {
     ngx_uint_t                   header_sent;
     ngx_uint_t                   status;

@@ -27,9 +27,10 @@ if [ -n "$IDEM_DEB" ]; then
     pkgs="$pkgs lintian autopkgtest"
 fi
 
-# make fuzz: clang and its libFuzzer, ASan and UBSan runtimes
+# make fuzz: clang and its libFuzzer, ASan and UBSan runtimes; objcopy and
+# ar (binutils) for nginx's objects (fuzz/nginx.sh)
 if [ -n "$IDEM_FUZZ" ]; then
-    pkgs="$pkgs clang libclang-rt-14-dev"
+    pkgs="$pkgs clang libclang-rt-14-dev binutils"
 fi
 
 missing=
