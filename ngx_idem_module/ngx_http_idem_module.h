@@ -16,6 +16,17 @@
 #include "ngx_http_idem_store.h"
 
 
+/*
+ * The types others name before their definitions below (a header of the
+ * module may declare a function of them without this one's order).
+ */
+typedef struct ngx_http_idem_main_conf_s  ngx_http_idem_main_conf_t;
+typedef struct ngx_http_idem_loc_conf_s   ngx_http_idem_loc_conf_t;
+typedef struct ngx_http_idem_ctx_s        ngx_http_idem_ctx_t;
+typedef struct ngx_http_idem_storm_ctx_s  ngx_http_idem_storm_ctx_t;
+typedef struct ngx_http_idem_problem_s    ngx_http_idem_problem_t;
+
+
 #define NGX_HTTP_IDEM_MISSING_GENERATE   0
 #define NGX_HTTP_IDEM_MISSING_REJECT     1
 
@@ -140,14 +151,14 @@ typedef struct ngx_http_idem_storm_node_s  ngx_http_idem_storm_node_t;
  * reaches another upstream later (error_page, a named location,
  * X-Accel-Redirect) gets another one: each upstream counts its own part.
  */
-typedef struct {
+struct ngx_http_idem_storm_ctx_s {
     ngx_http_idem_storm_node_t  *node;
     ngx_str_t                   *name;      /* the upstream's */
     ngx_http_idem_storm_conf_t  *conf;      /* the proxying location's */
     ngx_uint_t                   retry_on;  /* its idem_retry on= */
     unsigned                     probe:1;   /* let through half-open */
     unsigned                     done:1;    /* its outcome was counted */
-} ngx_http_idem_storm_ctx_t;
+};
 
 
 /* A header name with its lowercase form and hash, computed once. */
@@ -158,7 +169,7 @@ typedef struct {
 } ngx_http_idem_header_t;
 
 
-typedef struct {
+struct ngx_http_idem_main_conf_s {
     ngx_str_t                 node_id;
 
     /* headers the module owns: client copies are dropped */
@@ -178,7 +189,7 @@ typedef struct {
 
     /* the counters' zone (idem_metrics), NULL: nothing is counted */
     ngx_shm_zone_t           *metrics_zone;
-} ngx_http_idem_main_conf_t;
+};
 
 
 /* per upstream{} block: the balancer the module wraps */
@@ -187,7 +198,7 @@ typedef struct {
 } ngx_http_idem_srv_conf_t;
 
 
-typedef struct {
+struct ngx_http_idem_loc_conf_s {
     ngx_flag_t                enable;
 
     ngx_http_idem_header_t    call_id_header;
@@ -239,7 +250,7 @@ typedef struct {
     ngx_flag_t                status_resolve;   /* resolve=on: POST */
 
     ngx_flag_t                variable_upstream_logged;
-} ngx_http_idem_loc_conf_t;
+};
 
 
 /* The module's own answers (problem.c holds status, type, title, counter) */
@@ -264,14 +275,14 @@ typedef enum {
 
 
 /* A client error the module answers itself as problem+json. */
-typedef struct {
+struct ngx_http_idem_problem_s {
     ngx_http_idem_problem_e   id;
     ngx_uint_t                status;
     ngx_str_t                 type;         /* slug, e.g. "invalid-call-id" */
     ngx_str_t                 title;
     ngx_str_t                 detail;
     ngx_str_t                 record;       /* JSON of the call's record */
-} ngx_http_idem_problem_t;
+};
 
 
 typedef struct {
@@ -441,7 +452,7 @@ typedef struct {
 } ngx_http_idem_answer_ctx_t;
 
 
-typedef struct {
+struct ngx_http_idem_ctx_s {
     ngx_http_request_t       *request;
     ngx_http_idem_loc_conf_t *conf;         /* where the call started */
 
@@ -455,7 +466,7 @@ typedef struct {
     ngx_http_idem_record_ctx_t    record;
     ngx_http_idem_dedupe_ctx_t    dedupe;
     ngx_http_idem_answer_ctx_t    answer;
-} ngx_http_idem_ctx_t;
+};
 
 
 /* What the client sent, collected in one walk over the request headers. */
