@@ -1,5 +1,5 @@
 # gRPC end to end, with a real gRPC client and service (Debian's
-# python3-grpcio, t/lib/grpc_peer.py) on either side of the gateway:
+# python3-grpcio, t/data/grpc_peer.py) on either side of the gateway:
 # ids in metadata, the budget shrinking the client's deadline, the status
 # code the client library reports for each module answer, a replay the
 # library accepts, UNAVAILABLE retried on an idempotent route.
@@ -28,7 +28,7 @@ my $base = $ENV{TEST_NGINX_SERVER_PORT} || 1984;
 my $gw = $base + 165;
 my $svc = $base + 166;
 my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
-my $peer = "$root/t/lib/grpc_peer.py";
+my $peer = "$root/t/data/grpc_peer.py";
 my $sr = "$root/t/servroot-grpc-$gw";
 my $prefix = "grpc:$$:";
 
