@@ -125,31 +125,31 @@ test: deps
 endif
 
 # wrk, side by side: plain, plain with the same headers, idem, records,
-# dedupe and an OpenResty peer (util/bench.sh says how)
+# dedupe and an OpenResty peer (bench/bench.sh says how)
 bench: deps $(MODULE)
-	@util/bench.sh
-	@util/redis-cost.sh
-	@util/bench-cluster.sh
-	@util/bench-wait.pl
+	@bench/bench.sh
+	@bench/redis-cost.sh
+	@bench/bench-cluster.sh
+	@bench/bench-wait.pl
 
 # idem_dedupe_wait: a waiting duplicate's answer after its owner's, on the
 # same gateway and another one, and its Redis commands
 bench-wait: deps $(MODULE)
-	@util/bench-wait.pl
+	@bench/bench-wait.pl
 
 # what a recorded and a dedupe call cost an idle Redis: their commands,
 # taken with MONITOR, replayed for new call ids
 redis-cost: deps $(MODULE)
-	@util/redis-cost.sh
+	@bench/redis-cost.sh
 
 # an upstream that answers 503 to all: what the budget and the breaker save
 storm: deps $(MODULE)
-	@util/storm.sh
+	@bench/storm.sh
 
 # Sentinel failovers, paused and restarted Redis, a killed worker, under
-# load: no call id of a durable route may run twice (util/chaos.pl)
+# load: no call id of a durable route may run twice (bench/chaos.pl)
 chaos: deps $(MODULE)
-	@util/chaos.pl
+	@bench/chaos.pl
 
 # the suite again, with the module built with AddressSanitizer and UBSan
 asan: deps

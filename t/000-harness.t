@@ -7,6 +7,8 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+repeat_each(2);
+
 run_tests();
 
 __DATA__

@@ -3,6 +3,9 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): 41 of its 43 blocks are configurations nginx must
+# refuse (no request, no worker); running each twice only doubles the time.
+
 no_long_string();
 run_tests();
 

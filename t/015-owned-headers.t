@@ -9,6 +9,8 @@ use lib 't/lib';
 use FastCGIParams;
 use Test::Nginx::Socket 'no_plan';
 
+repeat_each(2);
+
 no_long_string();
 no_shuffle();
 run_tests();

@@ -3,6 +3,9 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): TEST 11 claims a fixed Idempotency-Key, and --- init
+# flushes Redis once per block, not before the second run (a replay then).
+
 no_long_string();
 no_shuffle();
 run_tests();

@@ -4,6 +4,8 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+repeat_each(2);
+
 no_long_string();
 run_tests();
 
@@ -335,8 +337,6 @@ second
     }
 --- request
 GET /t
---- more_headers
-X-Call-Id: dl-per-try-1
 --- timeout: 1.5
 --- response_body_like chomp
 ^n=1 attempt=1 deadline=(\d+) [^\n]*\nn=2 attempt=2 deadline=(?!\1 )\d+ 

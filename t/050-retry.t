@@ -5,6 +5,9 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): util/backend.pl fails the first N attempts of each call
+# id; with fixed ids a second run finds them spent and is not retried.
+
 no_long_string();
 run_tests();
 

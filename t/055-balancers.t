@@ -15,6 +15,9 @@ use lib 't/lib';
 use IdemDns;
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): util/backend.pl counts the attempts of each call id; the
+# blocks expect the log of a first run of their fixed ids.
+
 no_long_string();
 run_tests();
 

@@ -7,6 +7,9 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): the retry budget is the upstream's, kept across requests:
+# a second run finds it spent by the first.
+
 no_long_string();
 no_shuffle();
 run_tests();

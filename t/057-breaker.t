@@ -8,6 +8,9 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): the breaker is the upstream's, kept across requests: a
+# second run finds it open.
+
 no_long_string();
 no_shuffle();
 run_tests();

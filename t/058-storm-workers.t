@@ -10,42 +10,20 @@ use strict;
 use warnings;
 use Test::More;
 use IO::Socket::INET;
-use File::Path qw(make_path remove_tree);
 use Time::HiRes qw(sleep);
-use Cwd qw(abs_path);
 
-my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
-my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
-my $port = ($ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984)
-           + 120;
-my $sr = "$root/t/servroot-storm-$port";
-my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
+use lib 't/lib';
+use IdemNginx;
 
-remove_tree($sr);
-make_path("$sr/conf", "$sr/logs");
+my $port = IdemNginx::base_port() + 120;
+my $ng = IdemNginx->new(name => 'storm', port => $port, workers => 2,
+                        worker_connections => 256);
 
 sub write_conf {
     my ($extra, $locations) = @_;
     $locations //= '';
 
-    my $load = join '', map { "load_module $_;\n" } @modules;
-    my $user = $> == 0 ? "user root;\n" : '';
-
-    open my $fh, '>', "$sr/conf/nginx.conf" or die $!;
-    print $fh <<"CONF";
-${load}${user}worker_processes 2;
-master_process on;
-daemon on;
-error_log $sr/logs/error.log info;
-pid $sr/logs/nginx.pid;
-events { worker_connections 256; }
-http {
-    access_log off;
-    client_body_temp_path $sr/client_body_temp;
-    proxy_temp_path $sr/proxy_temp;
-    fastcgi_temp_path $sr/fastcgi_temp;
-    uwsgi_temp_path $sr/uwsgi_temp;
-    scgi_temp_path $sr/scgi_temp;
+    $ng->write_conf(<<"HTTP");
     upstream budget {
         server 127.0.0.1:$port;
     }
@@ -86,9 +64,7 @@ http {
         }
         $locations
     }
-}
-CONF
-    close $fh;
+HTTP
 }
 
 sub call {
@@ -116,16 +92,8 @@ sub metric {
 
 write_conf('');
 
-is(system("$nginx -p $sr/ -c $sr/conf/nginx.conf -e $sr/logs/error.log"), 0,
-   'nginx starts') or BAIL_OUT('nginx does not start');
-
-for (1 .. 50) {
-    last if IO::Socket::INET->new("127.0.0.1:$port");
-    sleep 0.1;
-}
-
-my $master = do { local (@ARGV, $/) = "$sr/logs/nginx.pid"; <> };
-chomp $master;
+ok($ng->start, 'nginx starts')
+    or BAIL_OUT('nginx does not start: ' . $ng->out);
 
 # one budget: 1 retry per second x 30 s = 30 retries, for both workers
 
@@ -166,7 +134,7 @@ cmp_ok(scalar keys %refusing, '>=', 2, 'both workers refused calls')
 my %old = (%workers, %refusing);
 
 sub reload {
-    ok(kill('HUP', $master), 'reload');
+    ok($ng->reload, 'reload');
 
     # until only new workers answer
     for (1 .. 100) {
@@ -227,13 +195,9 @@ like(call('/rn/ok')->{body}, qr/upstream-unavailable/,
      '... which answers the next call itself');
 is(metric('idem_breaker_state{upstream="r10x1"}'), 1, '... and shows open');
 
-kill 'QUIT', $master;
-for (1 .. 100) {
-    last unless kill 0, $master;
-    sleep 0.1;
-}
+$ng->stop;
 
-my $log = do { local (@ARGV, $/) = "$sr/logs/error.log"; <> };
+my $log = $ng->log_text;
 unlike($log, qr/\[(?:alert|crit|emerg)\]|exited on signal/,
        'no alert, no crash in the error log');
 unlike($log, qr/no room in the "idem_storm" zone/,

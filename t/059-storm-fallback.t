@@ -7,6 +7,9 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): the breakers are the upstreams', kept across requests: a
+# second run finds them open.
+
 no_long_string();
 no_shuffle();
 run_tests();

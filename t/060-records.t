@@ -2,6 +2,9 @@
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
+
+# No repeat_each(2): each block reads the record of a fixed call id, which a
+# second run would find with one execution more (--- init runs once).
 use IdemRecord;
 
 no_long_string();

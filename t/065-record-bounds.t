@@ -6,6 +6,9 @@
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
+
+# No repeat_each(2): the blocks count the executions kept in the record of a
+# fixed call id; a second run adds its own (--- init runs once).
 use IdemRecord;
 
 no_long_string();

@@ -8,6 +8,9 @@
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
+
+# No repeat_each(2): the blocks read records and counters of fixed call ids,
+# which a second run would find grown (--- init runs once).
 use IdemRecord;
 
 no_long_string();

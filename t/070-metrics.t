@@ -3,6 +3,9 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): the blocks read the counters exactly; a second run's
+# counters include the first run's calls.
+
 no_long_string();
 no_shuffle();
 run_tests();

@@ -17,23 +17,14 @@ use strict;
 use warnings;
 use Test::More;
 use IO::Socket::INET;
-use File::Path qw(make_path remove_tree);
 use Time::HiRes qw(sleep);
-use Cwd qw(abs_path);
 
-my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
-my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
-my $port = ($ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT} || 1984)
-           + 75;
+use lib 't/lib';
+use IdemNginx;
+
+my $port = IdemNginx::base_port() + 75;
 my $taken = $port + 1;
-my $sr = "$root/t/servroot-reload-$port";
-my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
-
-remove_tree($sr);
-make_path("$sr/conf", "$sr/logs");
-
-my $load = join '', map { "load_module $_;\n" } @modules;
-my $user = $> == 0 ? "user root;\n" : '';
+my $ng = IdemNginx->new(name => 'reload', port => $port);
 
 sub conf {
     my (%o) = @_;
@@ -41,21 +32,7 @@ sub conf {
     my $metrics = $o{metrics} ? "location /metrics { idem_metrics; }" : '';
     my $extra = $o{extra} || '';
 
-    open my $fh, '>', "$sr/conf/nginx.conf" or die $!;
-    print $fh <<"CONF";
-${load}${user}worker_processes 1;
-master_process on;
-daemon on;
-error_log $sr/logs/error.log info;
-pid $sr/logs/nginx.pid;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path $sr/client_body_temp;
-    proxy_temp_path $sr/proxy_temp;
-    fastcgi_temp_path $sr/fastcgi_temp;
-    uwsgi_temp_path $sr/uwsgi_temp;
-    scgi_temp_path $sr/scgi_temp;
+    $ng->write_conf(<<"HTTP");
     server {
         listen 127.0.0.1:$port;
         location /t {
@@ -66,9 +43,7 @@ http {
         $metrics
     }
     $extra
-}
-CONF
-    close $fh;
+HTTP
 }
 
 sub get {
@@ -82,32 +57,14 @@ sub get {
     return $res // '';
 }
 
-sub log_text {
-    return do { local (@ARGV, $/) = "$sr/logs/error.log"; <> } // '';
-}
+sub log_text { $ng->log_text }
 
-sub wait_log {
-    my ($re, $from) = @_;
-    for (1 .. 100) {
-        return 1 if substr(log_text(), $from) =~ $re;
-        sleep 0.1;
-    }
-    return 0;
-}
-
-sub master_pid {
-    my $pid = do { local (@ARGV, $/) = "$sr/logs/nginx.pid"; <> } // '';
-    chomp $pid;
-    return $pid;
-}
+sub wait_log { $ng->wait_log(@_) }
 
 # the worker: the master's only child
 sub worker_pid {
     my ($master) = @_;
-    my $children = do {
-        local (@ARGV, $/) = "/proc/$master/task/$master/children"; <>
-    } // '';
-    my ($pid) = $children =~ /(\d+)/;
+    my ($pid) = $ng->children($master);
     return $pid;
 }
 
@@ -134,34 +91,17 @@ sub respawn {
     }
     ok($new && $new != $old, "$what: the master forked worker "
                              . ($new // 'none'));
-    for (1 .. 50) {
-        last if IO::Socket::INET->new("127.0.0.1:$port");
-        sleep 0.1;
-    }
+    $ng->wait_port(undef, 5);
     return $new;
 }
 
 # 1. idem_metrics in use, a reload that fails after it was parsed
 
 conf(metrics => 1);
-is(system("$nginx -p $sr/ -c $sr/conf/nginx.conf -e $sr/logs/error.log"), 0,
-   'nginx starts') or BAIL_OUT('nginx does not start');
+ok($ng->start, 'nginx starts')
+    or BAIL_OUT('nginx does not start: ' . $ng->out);
 
-for (1 .. 50) {
-    last if IO::Socket::INET->new("127.0.0.1:$port");
-    sleep 0.1;
-}
-
-my $master = master_pid();
-
-END {
-    # a BAIL_OUT or a die leaves no nginx behind
-    if ($master && kill 0, $master) {
-        kill 'QUIT', $master;
-        for (1 .. 50) { last unless kill 0, $master; sleep 0.1 }
-        kill 'KILL', $master if kill 0, $master;
-    }
-}
+my $master = $ng->master;
 
 like(get('/t', "X-Call-Id: r-1\r\n"), qr{^HTTP/1\.1 200 .*id=r-1}s,
      'a call');
@@ -220,11 +160,7 @@ like(get('/t'), qr{^HTTP/1\.1 400 .*missing-call-id}s,
      'port taken: a rejection (counted where counters exist) answered');
 ok(kill(0, $worker), 'port taken: the worker is alive');
 
-kill 'QUIT', $master;
-for (1 .. 100) {
-    last unless kill 0, $master;
-    sleep 0.1;
-}
+$ng->stop;
 
 my $log = log_text();
 unlike($log, qr/exited on signal|\[alert\]|\[crit\]/,

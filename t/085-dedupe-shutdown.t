@@ -13,9 +13,7 @@ use strict;
 use warnings;
 use Test::More;
 use IO::Socket::INET;
-use File::Path qw(make_path remove_tree);
 use Time::HiRes qw(sleep);
-use Cwd qw(abs_path);
 
 BEGIN {
     plan skip_all => 'TEST_NGINX_REDIS_FAULT_PORT is not set (use make test)'
@@ -25,14 +23,11 @@ BEGIN {
 
 use lib 't/lib';
 use RedisFault;
+use IdemNginx;
 
-my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
-my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
 my $redis = $ENV{TEST_NGINX_REDIS_FAULT_PORT};
 my $backend = $ENV{TEST_NGINX_BACKEND_PORT};
 my $port = ($ENV{TEST_NGINX_SERVER_PORT} || 1984) + 85;
-my $sr = "$root/t/servroot-shutdown-$port";
-my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
 my $id = "shut-$$-" . int(rand(1e9));
 
 END {
@@ -42,28 +37,10 @@ END {
 
 RedisFault::start();
 
-remove_tree($sr);
-make_path("$sr/conf", "$sr/logs");
+my $ng = IdemNginx->new(name => 'shutdown', port => $port,
+                        main => 'worker_shutdown_timeout 300ms;');
 
-my $load = join '', map { "load_module $_;\n" } @modules;
-my $user = $> == 0 ? "user root;\n" : '';
-
-open my $fh, '>', "$sr/conf/nginx.conf" or die $!;
-print $fh <<"CONF";
-${load}${user}worker_processes 1;
-master_process on;
-daemon on;
-error_log $sr/logs/error.log info;
-pid $sr/logs/nginx.pid;
-worker_shutdown_timeout 300ms;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path $sr/client_body_temp;
-    proxy_temp_path $sr/proxy_temp;
-    fastcgi_temp_path $sr/fastcgi_temp;
-    uwsgi_temp_path $sr/uwsgi_temp;
-    scgi_temp_path $sr/scgi_temp;
+$ng->write_conf(<<"HTTP");
     idem_redis 127.0.0.1:$redis timeout=5s;
     server {
         listen 127.0.0.1:$port;
@@ -75,35 +52,11 @@ http {
             proxy_pass http://127.0.0.1:$backend/ok;
         }
     }
-}
-CONF
-close $fh;
+HTTP
 
 sub start_nginx {
-    is(system("$nginx -p $sr/ -c $sr/conf/nginx.conf -e $sr/logs/error.log"),
-       0, 'nginx starts') or BAIL_OUT('nginx does not start');
-
-    for (1 .. 50) {
-        last if IO::Socket::INET->new("127.0.0.1:$port");
-        sleep 0.1;
-    }
-}
-
-sub master {
-    open my $f, '<', "$sr/logs/nginx.pid" or return;
-    my $pid = <$f>;
-    chomp $pid;
-    return $pid;
-}
-
-sub stop_nginx {
-    my $pid = master() or return;
-    kill 'QUIT', $pid;
-    for (1 .. 150) {
-        return 1 unless kill 0, $pid;
-        sleep 0.1;
-    }
-    return 0;
+    ok($ng->start, 'nginx starts')
+        or BAIL_OUT('nginx does not start: ' . $ng->out);
 }
 
 sub post {
@@ -122,18 +75,13 @@ print $s "POST /d HTTP/1.0\r\nHost: localhost\r\nX-Call-Id: $id\r\n"
          . "Content-Length: 1\r\n\r\nx";
 sleep 0.5;
 
-my $master = master();
-kill 'QUIT', $master;
+my $master = $ng->master;
+$ng->quit;
 sleep 1;                        # worker_shutdown_timeout ends the request
 
 RedisFault::resume();           # the claim, then its release, run now
 
-my $gone = 0;
-for (1 .. 150) {
-    $gone = 1, last unless kill 0, $master;
-    sleep 0.1;
-}
-ok($gone, 'the old master and worker exit');
+ok($ng->gone(15, $master), 'the old master and worker exit');
 
 {
     local $/;
@@ -159,9 +107,9 @@ like($res, qr{^HTTP/1\.1 200 }, 'the call sent again is forwarded');
 unlike($res, qr/call-in-flight/, 'not a 409 in flight');
 like($res, qr/^n=1 /m, 'the backend runs it for the first time');
 
-ok(stop_nginx(), 'nginx exits');
+ok($ng->stop(15), 'nginx exits');
 
-my $log = do { local (@ARGV, $/) = "$sr/logs/error.log"; <> } // '';
+my $log = $ng->log_text;
 unlike($log, qr/\[(?:alert|crit|emerg)\]|exited on signal/,
        'no alert, no crash in the error log');
 

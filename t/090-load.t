@@ -10,43 +10,23 @@ use strict;
 use warnings;
 use Test::More;
 use IO::Socket::INET;
-use File::Path qw(make_path remove_tree);
 use Time::HiRes qw(sleep time);
-use Cwd qw(abs_path);
 
-my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
-my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
+use lib 't/lib';
+use IdemNginx;
+
 my $redis = $ENV{TEST_NGINX_REDIS_PORT}
     or plan skip_all => 'TEST_NGINX_REDIS_PORT is not set (use make test)';
 my $port = ($ENV{TEST_NGINX_SERVER_PORT} || 1984) + 100;
-my $sr = "$root/t/servroot-load-$port";
-my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
 
 my $clients = 30;
 my $per_client = 10;
 my $calls = $clients * $per_client;
 
-remove_tree($sr);
-make_path("$sr/conf", "$sr/logs");
+my $ng = IdemNginx->new(name => 'load', port => $port, workers => 2,
+                        worker_connections => 1024);
 
-my $load = join '', map { "load_module $_;\n" } @modules;
-my $user = $> == 0 ? "user root;\n" : '';
-
-open my $fh, '>', "$sr/conf/nginx.conf" or die $!;
-print $fh <<"CONF";
-${load}${user}worker_processes 2;
-master_process on;
-daemon on;
-error_log $sr/logs/error.log info;
-pid $sr/logs/nginx.pid;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $sr/client_body_temp;
-    proxy_temp_path $sr/proxy_temp;
-    fastcgi_temp_path $sr/fastcgi_temp;
-    uwsgi_temp_path $sr/uwsgi_temp;
-    scgi_temp_path $sr/scgi_temp;
+$ng->write_conf(<<"HTTP");
     idem_redis 127.0.0.1:$redis;
     idem_key_prefix load:;
     server {
@@ -64,20 +44,13 @@ http {
             idem_status;
         }
     }
-}
-CONF
-close $fh;
+HTTP
 
 system("redis-cli -p $redis --scan --pattern 'load:*' "
        . "| xargs -r redis-cli -p $redis del >/dev/null");
 
-is(system("$nginx -p $sr/ -c $sr/conf/nginx.conf -e $sr/logs/error.log"), 0,
-   'nginx starts') or BAIL_OUT('nginx does not start');
-
-for (1 .. 50) {
-    last if IO::Socket::INET->new("127.0.0.1:$port");
-    sleep 0.1;
-}
+ok($ng->start, 'nginx starts')
+    or BAIL_OUT('nginx does not start: ' . $ng->out);
 
 sub call {
     my ($id) = @_;
@@ -103,9 +76,7 @@ for my $c (1 .. $clients) {
 
 # reload while calls are in flight: old workers must finish their writes
 sleep 0.5;
-my $master = do { local (@ARGV, $/) = "$sr/logs/nginx.pid"; <> };
-chomp $master;
-ok($master =~ /^\d+$/ && kill("HUP", $master), "reload in the middle of the run");
+ok($ng->reload, "reload in the middle of the run");
 
 my $failed = 0;
 for my $pid (@pids) {
@@ -140,13 +111,9 @@ is($success, $calls, 'every record is SUCCESS');
 is($one_exec, $calls, 'every record has one execution');
 is($one_attempt, $calls, 'every record has one attempt, ok, sent, 200');
 
-kill "QUIT", $master if $master =~ /^\d+$/;
-for (1 .. 100) {
-    last unless kill 0, $master;
-    sleep 0.1;
-}
+$ng->stop;
 
-my $log = do { local (@ARGV, $/) = "$sr/logs/error.log"; <> };
+my $log = $ng->log_text;
 unlike($log, qr/\[(?:alert|crit|emerg)\]|exited on signal/,
        'no alert, no crash in the error log');
 unlike($log, qr/dropped/, 'no write was dropped');

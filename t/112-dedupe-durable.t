@@ -7,6 +7,9 @@
 # Sentinel: t/196-redis-sentinel-durable.t.
 
 use Test::Nginx::Socket 'no_plan';
+
+# No repeat_each(2): claims of fixed call ids and counters that the blocks
+# read exactly; a second run finds both from the first.
 use lib 't/lib';
 use RedisSentinel ();
 

@@ -26,6 +26,9 @@ use IdemGateway ();
 use Time::HiRes ();
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): dedupe of fixed call ids and exact counters: the second
+# run's calls are replays of the first run's.
+
 our %bg;
 
 # sends a request in the background: its answer (headers and body) goes

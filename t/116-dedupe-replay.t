@@ -7,6 +7,9 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): dedupe of fixed call ids: the second run's first call is
+# a replay of the first run's (--- init flushes Redis once per block).
+
 no_long_string();
 no_shuffle();
 run_tests();

@@ -5,6 +5,9 @@
 # the record's own expiry (its PTTL, read by the claim).
 
 use Test::Nginx::Socket 'no_plan';
+
+# No repeat_each(2): TEST 3's fixed call id ends UNKNOWN in the first run, so
+# the second run's first call is a 409, not a 504.
 use HTTP::Date ();
 
 our %at;

@@ -7,6 +7,9 @@ use lib 't/lib';
 use IdemTls;
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): the worker keeps the upstream's TLS session (TEST 1
+# expects a new one first) and util/backend.pl counts attempts per fixed id.
+
 no_long_string();
 run_tests();
 

@@ -5,6 +5,9 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): TESTs 10 and 15 read the backend's log and the claim of
+# fixed call ids, which the first run has already written.
+
 no_long_string();
 no_shuffle();
 run_tests();

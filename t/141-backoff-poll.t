@@ -32,6 +32,8 @@ BEGIN {
 
 use Test::Nginx::Socket 'no_plan';
 
+repeat_each(2);
+
 no_long_string();
 run_tests();
 
@@ -49,8 +51,6 @@ __DATA__
 --- request
 POST /t
 x=1
---- more_headers
-X-Call-Id: poll-1
 --- timeout: 5
 --- response_body_like chomp
 \An=1 attempt=1 [^\n]*\nn=2 attempt=2 [^\n]*\nn=3 attempt=3 [^\n]*body=x=1\n\z

@@ -15,49 +15,27 @@ use strict;
 use warnings;
 use Test::More;
 use IO::Socket::INET;
-use File::Path qw(make_path remove_tree);
 use Time::HiRes qw(sleep time);
-use Cwd qw(abs_path);
+
+use lib 't/lib';
+use IdemNginx;
 
 BEGIN {
     plan skip_all => 'TEST_NGINX_BACKEND_PORT is not set (use make test)'
         unless $ENV{TEST_NGINX_BACKEND_PORT};
 }
 
-my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
-my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
 my $backend = $ENV{TEST_NGINX_BACKEND_PORT};
 my $port = ($ENV{TEST_NGINX_SERVER_PORT} || 1984) + 150;
-my $sr = "$root/t/servroot-lifecycle-$port";
-my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
 my $tag = "$$-" . int(rand(1e9));
 
-remove_tree($sr);
-make_path("$sr/conf", "$sr/logs");
-
-my $load = join '', map { "load_module $_;\n" } @modules;
-my $user = $> == 0 ? "user root;\n" : '';
+my $ng = IdemNginx->new(name => 'lifecycle', port => $port);
 
 # the first attempt gets a 503 asking for 2 s; max_backoff lets it wait
 sub write_conf {
     my ($shutdown) = @_;
 
-    open my $fh, '>', "$sr/conf/nginx.conf" or die $!;
-    print $fh <<"CONF";
-${load}${user}worker_processes 1;
-master_process on;
-daemon on;
-error_log $sr/logs/error.log info;
-pid $sr/logs/nginx.pid;
-$shutdown
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path $sr/client_body_temp;
-    proxy_temp_path $sr/proxy_temp;
-    fastcgi_temp_path $sr/fastcgi_temp;
-    uwsgi_temp_path $sr/uwsgi_temp;
-    scgi_temp_path $sr/scgi_temp;
+    $ng->write_conf(<<"HTTP", main => $shutdown);
     server {
         listen 127.0.0.1:$port;
         location /t {
@@ -67,35 +45,12 @@ http {
             proxy_pass http://127.0.0.1:$backend/status/503/1/2;
         }
     }
-}
-CONF
-    close $fh;
+HTTP
 }
 
 sub start_nginx {
-    is(system("$nginx -p $sr/ -c $sr/conf/nginx.conf -e $sr/logs/error.log"),
-       0, 'nginx starts') or BAIL_OUT('nginx does not start');
-
-    for (1 .. 50) {
-        last if IO::Socket::INET->new("127.0.0.1:$port");
-        sleep 0.1;
-    }
-}
-
-sub master {
-    open my $f, '<', "$sr/logs/nginx.pid" or return;
-    my $pid = <$f>;
-    chomp $pid;
-    return $pid;
-}
-
-sub gone {
-    my ($pid, $secs) = @_;
-    for (1 .. $secs * 10) {
-        return 1 unless kill 0, $pid;
-        sleep 0.1;
-    }
-    return 0;
+    ok($ng->start, 'nginx starts')
+        or BAIL_OUT('nginx does not start: ' . $ng->out);
 }
 
 sub call {
@@ -126,10 +81,7 @@ my $id = "shut-$tag";
 my $s = call($id);
 sleep 0.5;                      # the first attempt is over, the wait runs
 
-my $master = master();
-kill 'QUIT', $master;
-
-ok(gone($master, 5), 'the worker exits at worker_shutdown_timeout');
+ok($ng->stop(5), 'the worker exits at worker_shutdown_timeout');
 
 my $res = do { local $/; <$s> } // '';
 unlike($res, qr{^HTTP/1\.\d 200 }, 'the call got no answer from a retry');
@@ -147,8 +99,7 @@ $id = "reload-$tag";
 $s = call($id);
 sleep 0.5;
 
-$master = master();
-kill 'HUP', $master;
+$ng->reload;
 
 $res = do { local $/; <$s> } // '';
 like($res, qr{^HTTP/1\.\d 200 }, 'the call is answered after the reload');
@@ -166,11 +117,9 @@ sleep 2.5;                      # past the end of the 2 s wait
 like(backend_log($id), qr/\An=1 [^\n]*\n\z/,
      'no attempt after the client left');
 
-$master = master();
-kill 'QUIT', $master;
-ok(gone($master, 5), 'nginx exits');
+ok($ng->stop(5), 'nginx exits');
 
-my $log = do { local (@ARGV, $/) = "$sr/logs/error.log"; <> } // '';
+my $log = $ng->log_text;
 unlike($log, qr/\[(?:alert|crit|emerg)\]|exited on signal/,
        'no alert, no crash in the error log');
 

@@ -8,6 +8,9 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): dedupe and retries of fixed call ids: the backend counts
+# attempts per id (util/backend.pl) and Redis keeps the first run's claims.
+
 no_long_string();
 no_shuffle();
 check_accum_error_log();

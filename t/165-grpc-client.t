@@ -1,5 +1,5 @@
 # gRPC end to end, with a real gRPC client and service (Debian's
-# python3-grpcio, t/lib/grpc_peer.py) on either side of the gateway:
+# python3-grpcio, t/data/grpc_peer.py) on either side of the gateway:
 # ids in metadata, the budget shrinking the client's deadline, the status
 # code the client library reports for each module answer, a replay the
 # library accepts, UNAVAILABLE retried on an idempotent route.
@@ -9,15 +9,14 @@
 use strict;
 use warnings;
 use Test::More;
-use IO::Socket::INET;
-use File::Path qw(make_path remove_tree);
 use Time::HiRes qw(sleep);
-use Cwd qw(abs_path);
 use JSON::PP;
 use POSIX ();
 
-my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
-my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
+use lib 't/lib';
+use IdemNginx;
+
+my $root = IdemNginx::root();
 my $python = '/usr/bin/python3';   # Debian's, with python3-grpcio
 my $redis = $ENV{TEST_NGINX_REDIS_PORT}
     or plan skip_all => 'TEST_NGINX_REDIS_PORT is not set (use make test)';
@@ -27,28 +26,23 @@ system("$python -c 'import grpc' 2>/dev/null") == 0
 my $base = $ENV{TEST_NGINX_SERVER_PORT} || 1984;
 my $gw = $base + 165;
 my $svc = $base + 166;
-my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
-my $peer = "$root/t/lib/grpc_peer.py";
-my $sr = "$root/t/servroot-grpc-$gw";
+my $peer = "$root/t/data/grpc_peer.py";
 my $prefix = "grpc:$$:";
+my $ng = IdemNginx->new(name => 'grpc', port => $gw,
+                        worker_connections => 1024);
 
-
-my ($svc_pid, $svc_out, $master);   # $svc_out open: closing it waits
+my ($svc_pid, $svc_out, $started);   # $svc_out open: closing it waits
 
 END {
     local $?;
-    if ($master) {
-        kill 'QUIT', $master;
-        for (1 .. 50) { last unless kill 0, $master; sleep 0.1 }
-        kill 'KILL', $master if kill 0, $master;
-    }
+    $ng->stop_hard if $started;
     if ($svc_pid) {
         kill 'TERM', $svc_pid;
         waitpid $svc_pid, 0;
     }
     system("redis-cli -p $redis --scan --pattern '$prefix*' "
            . "| xargs -r redis-cli -p $redis del >/dev/null 2>&1")
-        if $master;
+        if $started;
 }
 
 start_service();
@@ -158,7 +152,7 @@ like($st, qr/"state":"FAILED"/, 'INTERNAL is recorded FAILED');
 $st = `curl -s --http2-prior-knowledge http://127.0.0.1:$gw/calls/gc-1`;
 like($st, qr/"state":"SUCCESS"/, 'OK is recorded SUCCESS');
 
-my $log = do { local (@ARGV, $/) = "$sr/logs/error.log"; <> } // '';
+my $log = $ng->log_text;
 unlike($log, qr/\[(?:alert|crit|emerg)\]|exited on signal/,
        'no alert or crash in the error log');
 
@@ -174,27 +168,7 @@ sub start_service {
 }
 
 sub start_gateway {
-    remove_tree($sr);
-    make_path("$sr/conf", "$sr/logs");
-
-    my $load = join '', map { "load_module $_;\n" } @modules;
-    my $user = $> == 0 ? "user root;\n" : '';
-
-    open my $fh, '>', "$sr/conf/nginx.conf" or die "$sr/conf/nginx.conf: $!";
-    print $fh <<"CONF";
-${load}${user}worker_processes 1;
-master_process on;
-daemon on;
-error_log $sr/logs/error.log info;
-pid $sr/logs/nginx.pid;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $sr/client_body_temp;
-    proxy_temp_path $sr/proxy_temp;
-    fastcgi_temp_path $sr/fastcgi_temp;
-    uwsgi_temp_path $sr/uwsgi_temp;
-    scgi_temp_path $sr/scgi_temp;
+    $ng->write_conf(<<"HTTP");
     idem_redis 127.0.0.1:$redis;
     idem_key_prefix $prefix;
 
@@ -227,18 +201,9 @@ http {
             idem_status;
         }
     }
+HTTP
+
+    $started = $ng->start;
+    BAIL_OUT('nginx does not start: ' . $ng->out) unless $started;
 }
-CONF
-    close $fh;
 
-    my $out = `$nginx -p $sr/ -c $sr/conf/nginx.conf -e $sr/logs/error.log 2>&1`;
-    BAIL_OUT("nginx does not start: $out") if $?;
-
-    for (1 .. 100) {
-        last if IO::Socket::INET->new("127.0.0.1:$gw");
-        sleep 0.1;
-    }
-
-    $master = do { local (@ARGV, $/) = "$sr/logs/nginx.pid"; <> };
-    chomp $master;
-}

@@ -7,6 +7,9 @@
 use lib 't/lib';
 use RedisFault;
 use Test::Nginx::Socket 'no_plan';
+
+# No repeat_each(2): fixed call ids that end UNKNOWN once, and counters read
+# exactly; a second run finds both from the first.
 use JSON::PP;
 
 # valgrind mode stops nginx after each block: its counters start again

@@ -23,6 +23,9 @@ BEGIN {
 
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): the consumer resolves each UNKNOWN call once; a second
+# run finds the fixed ids resolved.
+
 no_long_string();
 no_shuffle();
 run_tests();

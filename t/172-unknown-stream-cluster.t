@@ -10,6 +10,9 @@ use IdemRecord;
 use Cwd qw(abs_path);
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): the blocks read the stream entries and records of fixed
+# call ids; a second run finds the first run's too.
+
 $ENV{TEST_NGINX_REDIS_CLUSTER_PORT} = RedisCluster::base();
 
 our $python = '/usr/bin/python3';

@@ -3,6 +3,8 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+repeat_each(2);
+
 no_long_string();
 no_shuffle();
 run_tests();

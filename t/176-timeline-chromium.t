@@ -13,9 +13,11 @@ use strict;
 use warnings;
 use Test::More;
 use IO::Socket::INET;
-use File::Path qw(make_path remove_tree);
+use File::Path qw(make_path);
 use Time::HiRes qw(sleep);
-use Cwd qw(abs_path);
+
+use lib 't/lib';
+use IdemNginx;
 
 my $chromium;
 
@@ -30,35 +32,16 @@ BEGIN {
         unless $chromium;
 }
 
-my $root = abs_path(__FILE__ =~ m{^(.*)/t/} ? $1 : '.');
-my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
 my $redis = $ENV{TEST_NGINX_REDIS_PORT};
 my $backend = $ENV{TEST_NGINX_BACKEND_PORT};
 my $port = ($ENV{TEST_NGINX_SERVER_PORT} || 1984) + 176;
-my $sr = "$root/t/servroot-chromium-$port";
-my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
 my $id = "tl-chromium-$$";
 
-remove_tree($sr);
-make_path("$sr/conf", "$sr/logs", "$sr/profile");
+my $ng = IdemNginx->new(name => 'chromium', port => $port);
+my $sr = $ng->servroot;
+make_path("$sr/profile");
 
-my $load = join '', map { "load_module $_;\n" } @modules;
-my $user = $> == 0 ? "user root;\n" : '';
-
-open my $fh, '>', "$sr/conf/nginx.conf" or die $!;
-print $fh <<"CONF";
-${load}${user}worker_processes 1;
-daemon on;
-error_log $sr/logs/error.log info;
-pid $sr/logs/nginx.pid;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path $sr/client_body_temp;
-    proxy_temp_path $sr/proxy_temp;
-    fastcgi_temp_path $sr/fastcgi_temp;
-    uwsgi_temp_path $sr/uwsgi_temp;
-    scgi_temp_path $sr/scgi_temp;
+$ng->write_conf(<<"HTTP");
     idem_redis 127.0.0.1:$redis;
     idem_node_id gw-chromium;
     server {
@@ -75,21 +58,9 @@ http {
             idem_status;
         }
     }
-}
-CONF
-close $fh;
+HTTP
 
-system($nginx, '-p', $sr, '-c', "$sr/conf/nginx.conf", '-e',
-       "$sr/logs/error.log") == 0
-    or BAIL_OUT("nginx did not start");
-
-END {
-    local $?;
-    if (open my $pid, '<', "$sr/logs/nginx.pid") {
-        my $p = <$pid>;
-        kill 'QUIT', $p if $p && $p =~ /^(\d+)$/;
-    }
-}
+$ng->start or BAIL_OUT('nginx did not start: ' . $ng->out);
 
 sub request {
     my ($req) = @_;

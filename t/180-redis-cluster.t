@@ -8,6 +8,9 @@ use lib 't/lib';
 use RedisCluster;
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): the blocks count executions in the records of fixed call
+# ids and resolve them once; a second run finds them grown or resolved.
+
 $ENV{TEST_NGINX_REDIS_CLUSTER_PORT} = RedisCluster::base();
 $ENV{TEST_NGINX_REDIS_CLUSTER_PORT1} = RedisCluster::base() + 1;
 $ENV{TEST_NGINX_REDIS_CLUSTER_PORT2} = RedisCluster::base() + 2;

@@ -9,6 +9,9 @@ use lib 't/lib';
 use FakeRedisCluster;
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): a Redis failure is reported once a period ("since the
+# last report"): the second run's identical failure is not logged again.
+
 $ENV{TEST_NGINX_FAKE_CLUSTER_PORT} = ($ENV{TEST_NGINX_REDIS_PORT} || 16379)
                                      + 350;
 FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_CLUSTER_PORT});

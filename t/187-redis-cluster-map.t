@@ -7,6 +7,8 @@ use lib 't/lib';
 use FakeRedisCluster;
 use Test::Nginx::Socket 'no_plan';
 
+repeat_each(2);
+
 $ENV{TEST_NGINX_FAKE_CLUSTER_PORT} = ($ENV{TEST_NGINX_REDIS_PORT} || 16379)
                                      + 360;
 

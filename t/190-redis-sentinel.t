@@ -10,6 +10,9 @@ use RedisSentinel;
 use FakeRedisCluster;
 use Test::Nginx::Socket 'no_plan';
 
+# No repeat_each(2): dedupe of fixed call ids, and a Redis failure reported
+# once a period (the second run's is not logged again).
+
 RedisSentinel::start();
 $ENV{TEST_NGINX_SENTINEL_PORTS} = join ' ',
     map { "127.0.0.1:$_" } RedisSentinel::sentinels();

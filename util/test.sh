@@ -35,7 +35,7 @@ export TEST_NGINX_BINARY=${TEST_NGINX_BINARY:-/usr/sbin/nginx}
 export TEST_NGINX_LOAD_MODULES=${TEST_NGINX_LOAD_MODULES:-"\
 $root/build/ngx_http_idem_module.so \
 /usr/lib/nginx/modules/ngx_http_echo_module.so"}
-# the plain Test::More files (t/075, t/085, t/090, t/110, t/165) take
+# the plain Test::More files (their nginx run by t/lib/IdemNginx.pm) take
 # their ports from the server port too
 export TEST_NGINX_SERVER_PORT=${TEST_NGINX_SERVER_PORT:-${TEST_NGINX_PORT:-1984}}
 export TEST_NGINX_REDIS_PORT=${TEST_NGINX_REDIS_PORT:-16379}

@@ -2,29 +2,25 @@ package IdemGateway;
 
 # Gateways of the tests that need real nginx masters (t/110, t/185,
 # t/195): nginx with a master process and two workers on a port of their
-# own, with the idem_redis line given, and plain-socket clients that send
-# many requests at once.
+# own (run by t/lib/IdemNginx.pm), with the idem_redis line given, and
+# plain-socket clients that send many requests at once.
 
 use strict;
 use warnings;
 use IO::Socket::INET;
 use IO::Select;
-use File::Path qw(make_path remove_tree);
 use Time::HiRes qw(sleep time);
-use Cwd qw(abs_path);
 use Exporter qw(import);
+use IdemNginx;
 
 # what a test may import; t/185 and t/195 call them by their full names
 our @EXPORT_OK = qw(send_all post get is_original is_duplicate summary);
 
 our $Timeout = 10;
 
-my $root = abs_path(__FILE__ =~ m{^(.*)/t/lib/} ? $1 : '.');
-my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
-my @modules = split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
-my %master;
+my %running;        # port: its IdemNginx
 
-sub servroot { "$root/t/servroot-store-$_[0]" }
+sub servroot { IdemNginx::root() . "/t/servroot-store-$_[0]" }
 
 # start($port, $idem_redis_line, $backend_port, %opt): the gateway's
 # locations
@@ -40,7 +36,6 @@ sub servroot { "$root/t/servroot-store-$_[0]" }
 # parameters (a location /w).  Dies if nginx does not start.
 sub start {
     my ($port, $redis, $backend, %opt) = @_;
-    my $sr = servroot($port);
     my $sleep = $opt{sleep} // 300;
     my $level = $opt{log} // 'debug';
     my $wait = $opt{wait} ? "idem_dedupe_wait $opt{wait};" : '';
@@ -55,27 +50,11 @@ sub start {
         }
 LOC
 
-    remove_tree($sr);
-    make_path("$sr/conf", "$sr/logs");
+    my $ng = IdemNginx->new(name => 'store', port => $port, workers => 2,
+                            log_level => $level,
+                            worker_connections => 1024);
 
-    my $load = join '', map { "load_module $_;\n" } @modules;
-    my $user = $> == 0 ? "user root;\n" : '';
-
-    open my $fh, '>', "$sr/conf/nginx.conf" or die "$sr/conf/nginx.conf: $!";
-    print $fh <<"CONF";
-${load}${user}worker_processes 2;
-master_process on;
-daemon on;
-error_log $sr/logs/error.log $level;
-pid $sr/logs/nginx.pid;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $sr/client_body_temp;
-    proxy_temp_path $sr/proxy_temp;
-    fastcgi_temp_path $sr/fastcgi_temp;
-    uwsgi_temp_path $sr/uwsgi_temp;
-    scgi_temp_path $sr/scgi_temp;
+    $ng->write_conf(<<"HTTP");
     $redis;
     server {
         listen 127.0.0.1:$port;
@@ -112,51 +91,31 @@ ${durable}        location /_idem/calls/ {
             idem_status;
         }
     }
-}
-CONF
-    close $fh;
+HTTP
 
-    my $out = `$nginx -p $sr/ -c $sr/conf/nginx.conf -e $sr/logs/error.log 2>&1`;
-    die "nginx on :$port does not start: $out\n" if $?;
+    $ng->start or die "nginx on :$port does not start: " . $ng->out . "\n";
 
-    for (1 .. 100) {
-        last if IO::Socket::INET->new("127.0.0.1:$port");
-        sleep 0.1;
-    }
-
-    my $pid = slurp("$sr/logs/nginx.pid");
-    chomp $pid;
-    die "no master pid for :$port\n" unless $pid =~ /^\d+$/;
-    $master{$port} = $pid;
+    my $pid = $ng->master;
+    die "no master pid for :$port\n" unless defined $pid;
+    $running{$port} = $ng;
     return $pid;
 }
 
 # QUIT every master still running and wait for it (then TERM, then KILL)
 sub stop_all {
-    for my $port (sort keys %master) {
-        my $pid = delete $master{$port};
-        kill 'QUIT', $pid;
-        for my $sig ('TERM', 'KILL', undef) {
-            for (1 .. 100) {
-                last unless kill 0, $pid;
-                sleep 0.1;
-            }
-            last unless kill 0, $pid;
-            kill $sig, $pid if defined $sig;
-        }
+    for my $port (sort keys %running) {
+        delete($running{$port})->stop_hard;
     }
 }
 
 # the lines of a gateway's log that say something went wrong
 sub bad_lines {
     my ($port, $allow) = @_;
-    my $log = slurp(servroot($port) . '/logs/error.log');
-    return grep { !($allow && /$allow/) }
-           grep { /\[(?:alert|crit|emerg|error)\]|exited on signal/ }
-           split /\n/, $log;
+    return IdemNginx::bad_lines_in(log_text($port), with_error => 1,
+                                   allow => $allow);
 }
 
-sub log_text { slurp(servroot($_[0]) . '/logs/error.log') }
+sub log_text { IdemNginx::slurp(servroot($_[0]) . '/logs/error.log') }
 
 sub post {
     my ($id, $body, $uri) = @_;
@@ -282,13 +241,6 @@ sub slot {
         }
     }
     return $crc & 16383;
-}
-
-sub slurp {
-    my ($f) = @_;
-    open my $fh, '<', $f or return '';
-    local $/;
-    return scalar <$fh>;
 }
 
 1;

@@ -21,7 +21,7 @@ my $root = abs_path(__FILE__ =~ m{^(.*)/lib/} ? $1 : 't');
 sub base      { $base }
 sub master    { $base }
 sub replica   { $base + 1 }
-# a second replica, started by start(replicas => 2) only (util/chaos.pl)
+# a second replica, started by start(replicas => 2) only (bench/chaos.pl)
 sub replica2  { $base + 2 }
 sub sentinels { map { $base + 10 + $_ } 0 .. 2 }
 sub dir       { "$root/servroot-sentinel-$_[0]" }

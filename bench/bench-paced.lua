@@ -3,7 +3,7 @@
 -- the latencies compare at that load, not at saturation.  With PREFIX,
 -- every call carries a call id never sent before, from bench-newid.lua,
 -- whose request() this script takes over.
---   wrk ... -s util/bench-paced.lua -- <delay ms> [<prefix>]
+--   wrk ... -s bench/bench-paced.lua -- <delay ms> [<prefix>]
 
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or ""
 dofile(here .. "bench-newid.lua")

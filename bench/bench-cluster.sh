@@ -2,7 +2,7 @@
 # Dedupe throughput with one Redis and with a 3-master Redis Cluster, side
 # by side in one run, and the Redis CPU each call costs on each master.
 #
-#   util/bench-cluster.sh     (make bench runs it after util/bench.sh)
+#   bench/bench-cluster.sh     (make bench runs it after bench/bench.sh)
 #
 # It starts, under build/bench-cluster/run/: a backend (nginx without the
 # module, return 200), one redis-server, a 3-master cluster (redis-server
@@ -45,7 +45,7 @@ done
 
 mkdir -p "$bench"
 exec 9>"$bench/.lock"
-flock -n 9 || die "another util/bench-cluster.sh is running on this tree"
+flock -n 9 || die "another bench/bench-cluster.sh is running on this tree"
 rm -rf "$run" "$result"
 mkdir -p "$run"
 

@@ -3,7 +3,7 @@
 # cannot give on two CPUs, where Redis shares its CPU with wrk and
 # INFO commandstats (wall time) counts the preemptions too.
 #
-#   util/redis-cost.sh        (make redis-cost: builds the module first)
+#   bench/redis-cost.sh        (make redis-cost: builds the module first)
 #
 # It starts a redis-server and a gateway (one worker, the module, a
 # keepalive upstream to a return 200 in the same nginx) under
@@ -256,12 +256,12 @@ PY
             rcli flushall >/dev/null
             rcli config resetstat >/dev/null
             if [ $load = one ]; then
-                args=(-c1 -s "$root/util/bench-newid.lua"
+                args=(-c1 -s "$root/bench/bench-newid.lua"
                       "http://127.0.0.1:$gateway_port/$variant"
                       -- "gw-$variant")
                 what="one call at a time"
             else
-                args=(-c32 -s "$root/util/bench-paced.lua"
+                args=(-c32 -s "$root/bench/bench-paced.lua"
                       "http://127.0.0.1:$gateway_port/$variant"
                       -- 4 "gwp-$variant")
                 what="32 connections, 4 ms apart"

@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # make chaos: exactly once through Redis failovers, under load (issue 27).
 #
-#   util/chaos.pl            (CHAOS_SECONDS=90 by default, at most 280:
+#   bench/chaos.pl            (CHAOS_SECONDS=90 by default, at most 280:
 #                             with its set-up and last duplicates, the
 #                             run ends within 5 minutes)
 #
@@ -93,7 +93,7 @@ remove_tree($state);
 make_path($state);
 $backend_pid = fork // die "fork: $!";
 if ($backend_pid == 0) {
-    exec 'perl', "$FindBin::Bin/backend.pl", $backend, $state;
+    exec 'perl', "$FindBin::Bin/../util/backend.pl", $backend, $state;
     die "backend.pl: $!";
 }
 

@@ -3,7 +3,7 @@
 # duplicate gets its own, on the owner's gateway and on another one, and
 # what a waiting duplicate costs Redis.
 #
-#   util/bench-wait.pl       (make bench runs it; make bench-wait alone)
+#   bench/bench-wait.pl       (make bench runs it; make bench-wait alone)
 #
 # Starts a redis-server, the test backend (util/backend.pl) and two
 # gateways (t/lib/IdemGateway.pm: a master and two workers each, /d with

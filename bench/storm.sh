@@ -60,7 +60,7 @@ command -v curl >/dev/null || die "no curl (make deps)"
 
 mkdir -p "$storm"
 exec 9>"$storm/.lock"
-flock -n 9 || die "another util/storm.sh is running on this tree"
+flock -n 9 || die "another bench/storm.sh is running on this tree"
 rm -rf "$run" "$result"
 mkdir -p "$run"
 

@@ -1,6 +1,6 @@
 -- wrk script: every request carries a call id never sent before, so that
 -- records and duplicate suppression do the work of a fresh call each time.
---   wrk ... -s util/bench-newid.lua -- <run prefix>
+--   wrk ... -s bench/bench-newid.lua -- <run prefix>
 --
 -- The request is formatted once, around a mark where the id goes: a
 -- request() that calls wrk.format for each call costs wrk's thread more

@@ -1,7 +1,7 @@
 #!/bin/bash
 # What the module costs a gateway, measured side by side in one run.
 #
-#   util/bench.sh          (make bench: builds the module first)
+#   bench/bench.sh          (make bench: builds the module first)
 #
 # Under build/bench/run/ it starts a backend (nginx without the module,
 # return 200 "ok"), a redis-server, the gateway (nginx with the module,
@@ -23,7 +23,7 @@
 #            runs: every variant's writes then go to it too)
 #                                                    (a new call id per call)
 #   peer     the OpenResty peer: the claim in Lua with SET NX / GET, the
-#            answer stored from a timer (util/bench-peer.lua)
+#            answer stored from a timer (bench/bench-peer.lua)
 #                                                    (a new call id per call)
 #
 # CPUs: the gateway's and the peer's worker run alone on the last CPU;
@@ -116,7 +116,7 @@ fi
 # one bench at a time on this tree
 mkdir -p "$bench"
 exec 9>"$bench/.lock"
-flock -n 9 || die "another util/bench.sh is running on this tree"
+flock -n 9 || die "another bench/bench.sh is running on this tree"
 rm -rf "$run" "$result"
 mkdir -p "$run"
 
@@ -445,7 +445,7 @@ events {
 http {
 $(common_http "$run/peer")
 
-    lua_package_path  "$root/util/?.lua;;";
+    lua_package_path  "$root/bench/?.lua;;";
 
     server {
         listen  127.0.0.1:$peer_port;
@@ -556,9 +556,9 @@ mkdir -p "$run/wrk"
 wrk_run() {    # variant seconds outfile tag [pace]: pace, ms between calls
     local v=$1 args=() p url
     url=$(url_of "$v")
-    newid "$v" && args=(-s "$root/util/bench-newid.lua" -- "$4")
+    newid "$v" && args=(-s "$root/bench/bench-newid.lua" -- "$4")
     if [ -n "${5:-}" ]; then
-        args=(-s "$root/util/bench-paced.lua" -- "$5")
+        args=(-s "$root/bench/bench-paced.lua" -- "$5")
         newid "$v" && args+=("$4")
         url=http://127.0.0.1:$gateway_port/paced/$v
     fi
