@@ -118,7 +118,8 @@ sub replica_back {
 $steps = IdemFailover->new(gw => $gw, backend => $backend, tag => 't197',
                            where => 'the promoted replica',
                            cut => \&cut_link, fail_over => \&fail_over,
-                           replica_back => \&replica_back);
+                           replica_back => \&replica_back,
+                           fresh => sub { victim_id('again') });
 
 
 # without the directive: two executions

@@ -9,10 +9,11 @@ package IdemFailover;
 #
 # new(gw => port, backend => port, tag => id prefix, where => what the
 # promoted replica is called, cut => sub, fail_over => sub, replica_back
-# => sub): the test says how to do steps 1 and 3, and how to give the
-# promoted replica a replica of its own.  The gateway is one of
-# IdemGateway::start with durable => 'replicas=1 timeout=500ms': /q is a
-# plain dedupe route, /w a durable one.
+# => sub, fresh => sub): the test says how to do steps 1 and 3, how to
+# give the promoted replica a replica of its own, and (fresh, optional)
+# how to make a new call id on the part of the store that failed over.
+# The gateway is one of IdemGateway::start with durable => 'replicas=1
+# timeout=500ms': /q is a plain dedupe route, /w a durable one.
 
 use strict;
 use warnings;
@@ -20,6 +21,7 @@ use Test::More;
 use Time::HiRes qw(sleep time);
 use POSIX ();
 use IdemGateway;
+use RedisSentinel ();
 
 sub new {
     my ($class, %s) = @_;
@@ -82,6 +84,7 @@ sub once {
 
     $s->{fail_over}->();
     $s->{replica_back}->($id);
+    $s->durable_again();
 
     $r = $s->call('/w', $id);
     ok(IdemGateway::is_original($r), 'step 4: the refused id is served')
@@ -97,6 +100,33 @@ sub once {
        "the call confirmed before the cut is known on $s->{where}")
         or diag(IdemGateway::summary($r));
     is($s->runs($before), 1, 'and ran once');
+}
+
+# After a failover each worker finds the new master on its own (its map,
+# its connection for durable claims): until then its first durable call
+# is refused (503, nothing forwarded).  Step 4 waits until the durable
+# route serves again, as a client would retry: two rounds of eight calls
+# at once (both workers), all served.
+sub durable_again {
+    my ($s) = @_;
+    my $rounds = 0;
+
+    ok(RedisSentinel::wait_until(15, sub {
+           my @r = IdemGateway::send_all(map {
+               [$s->{gw}, IdemGateway::post($s->fresh_id, 'amount=10',
+                                            '/w')]
+           } 1 .. 8);
+           $rounds = (8 == grep { IdemGateway::is_original($_) } @r)
+                     ? $rounds + 1 : 0;
+           return $rounds == 2;
+       }), 'the durable route serves calls again');
+}
+
+# an id of the store's part that failed over (the test's own, or any)
+sub fresh_id {
+    my ($s) = @_;
+    return $s->{fresh}->() if $s->{fresh};
+    return "$s->{tag}-again-$$-" . $s->{n}++;
 }
 
 # step 2 on the durable route, from a child: its status, how long it took
