@@ -75,6 +75,7 @@ fi
 lua_newer=$(find ngx_idem_module -name '*.lua' -newer "$objs/Makefile" \
             2>/dev/null | head -1)
 if [ ! -f "$objs/Makefile" ] || [ config -nt "$objs/Makefile" ] \
+   || [ util/build-nginx.sh -nt "$objs/Makefile" ] \
    || [ -n "$lua_newer" ]; then
     echo "configuring nginx $version (log: build/nginx-$version/build.log)" >&2
 
@@ -87,6 +88,7 @@ if [ ! -f "$objs/Makefile" ] || [ config -nt "$objs/Makefile" ] \
         --with-http_dav_module --with-http_gunzip_module \
         --with-http_sub_module --with-http_addition_module \
         --with-stream --with-stream_ssl_module \
+        --with-poll_module \
         --with-cc-opt="$cflags" --with-ld-opt="-Wl,-z,relro -Wl,-z,now" \
         --add-dynamic-module="$dir/echo" \
         --add-dynamic-module="$root") > "$log" 2>&1 \
