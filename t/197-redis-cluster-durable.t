@@ -61,9 +61,16 @@ sub fresh {
     $map = RedisCluster::slot_map();
     $victim = $nodes[0];
     my $id = RedisCluster::node_id($victim);
-    ($replica) = map { /:(\d+)@/ ? $1 : () }
-                 grep { /\bslave $id\b/ }
-                 split /\n/, RedisCluster::cli($victim, 'cluster', 'nodes');
+
+    # the victim's replica, once the victim's view of the cluster has it
+    # (a new cluster's nodes learn of each other by gossip)
+    $replica = RedisSentinel::wait_until(10, sub {
+        my ($port) = map { /:(\d+)@/ ? $1 : () }
+                     grep { /\bslave $id\b/ }
+                     split /\n/, RedisCluster::cli($victim, 'cluster',
+                                                   'nodes');
+        return $port;
+    });
     die "no replica of :$victim\n" unless $replica;
 
     IdemGateway::start($gw, "idem_redis cluster 127.0.0.1:$nodes[0] "
