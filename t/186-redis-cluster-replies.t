@@ -3,7 +3,9 @@
 # with a redirect loop, or a MOVED/ASK that is malformed, names a host
 # name, a slot out of range, port 0, or a node that is down.  Each read
 # ends in 503 UNKNOWN (never a hang past its timeout, never a crash); a
-# loop stops after 5 redirects.
+# loop stops after 5 redirects.  A redirect to a node the worker has no
+# connection to yet (as to a replica just promoted) is followed: the read
+# waits for that connection and is answered there.
 
 use lib 't/lib';
 use FakeRedisCluster;
@@ -15,6 +17,29 @@ use Test::Nginx::Socket 'no_plan';
 $ENV{TEST_NGINX_FAKE_CLUSTER_PORT} = ($ENV{TEST_NGINX_REDIS_PORT} || 16379)
                                      + 350;
 FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_CLUSTER_PORT});
+
+# the node after it: it claims every slot too, and answers every read as
+# an empty record (Redis's time alone: 404); a read of an id with "auth"
+# in it before AUTH on its connection is answered NOAUTH (each connection
+# is a process of its own)
+my $authed;
+FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_CLUSTER_PORT} + 1, sub {
+    my ($args, $port) = @_;
+    my $cmd = uc $args->[0];
+    if ($cmd eq 'AUTH') {
+        $authed = 1;
+        return "+OK\r\n";
+    }
+    return "+OK\r\n" if $cmd eq 'ASKING';
+    if ($cmd eq 'CLUSTER') {
+        return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n\$9\r\n127.0.0.1\r\n"
+               . ":$port\r\n\$40\r\n" . ('e' x 40) . "\r\n";
+    }
+    return "-NOAUTH Authentication required.\r\n"
+        if $cmd =~ /^EVAL/ && ($args->[3] // '') =~ /auth/ && !$authed;
+    return "*1\r\n\$13\r\n1733200000000\r\n" if $cmd =~ /^EVAL/;
+    return "-ERR fake\r\n";
+});
 
 END { local $?; FakeRedisCluster::stop() }
 
@@ -104,3 +129,61 @@ select(undef, undef, undef, 0.5);
 [alert]
 [crit]
 exited on signal
+
+
+
+=== TEST 6: MOVED to a node not connected yet: the read waits for the connection, answered there
+--- http_config
+    idem_redis cluster 127.0.0.1:$TEST_NGINX_FAKE_CLUSTER_PORT timeout=500ms;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+select(undef, undef, undef, 0.5);
+--- request
+GET /calls/moved-next-1
+--- error_code: 404
+--- no_error_log
+[error]
+[alert]
+[crit]
+
+
+
+=== TEST 7: ASK to a node not connected yet: the same, after ASKING there
+--- http_config
+    idem_redis cluster 127.0.0.1:$TEST_NGINX_FAKE_CLUSTER_PORT timeout=500ms;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+select(undef, undef, undef, 0.5);
+--- request
+GET /calls/ask-next-1
+--- error_code: 404
+--- no_error_log
+[error]
+[alert]
+[crit]
+
+
+
+=== TEST 8: a password: the handshake goes first on the new connection, the read after it
+--- http_config
+    idem_redis cluster 127.0.0.1:$TEST_NGINX_FAKE_CLUSTER_PORT timeout=500ms
+               password=secret;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+select(undef, undef, undef, 0.5);
+--- request
+GET /calls/moved-next-auth-1
+--- error_code: 404
+--- no_error_log
+[error]
+[alert]
+[crit]

@@ -13,16 +13,19 @@ package FakeRedisCluster;
 #   ...{colons...}       -MOVED 12 ::::
 #   ...{space...}        -MOVED 12<space>
 #   ...{down...}         -MOVED 12 127.0.0.1:1 (nothing listens there)
+#   ...{moved-next...}   -MOVED 12 127.0.0.1:<its own port + 1>
+#   ...{ask-next...}     -ASK 12 127.0.0.1:<its own port + 1>
 #   anything else        -ERR fake
 #
-# One process per connection, like util/backend.pl.
+# One process per connection, like util/backend.pl; start() may run
+# several nodes, stop() ends them all.
 
 use strict;
 use warnings;
 use IO::Socket::INET;
 use POSIX ();
 
-my $pid;
+my @pids;
 
 # start($port [, $reply]): $reply(\@args, $port) answers each command
 sub start {
@@ -32,10 +35,11 @@ sub start {
                                        LocalPort => $port, Listen => 64,
                                        ReuseAddr => 1)
         or die "fake redis: listen on $port: $!\n";
-    $pid = fork;
+    my $pid = fork;
     die "fork: $!\n" unless defined $pid;
     if ($pid) {
         close $server;
+        push @pids, $pid;
         return $pid;
     }
     $SIG{CHLD} = 'IGNORE';
@@ -54,9 +58,9 @@ sub start {
 }
 
 sub stop {
-    kill 'TERM', $pid if $pid;
-    waitpid $pid, 0 if $pid;
-    $pid = undef;
+    kill 'TERM', @pids if @pids;
+    waitpid $_, 0 for @pids;
+    @pids = ();
 }
 
 sub serve {
@@ -109,6 +113,10 @@ sub reply {
     return "-MOVED 12 ::::\r\n"            if $key =~ /colons/;
     return "-MOVED 12 \r\n"                if $key =~ /space/;
     return "-MOVED 12 127.0.0.1:1\r\n"     if $key =~ /down/;
+    return "-MOVED 12 127.0.0.1:" . ($port + 1) . "\r\n"
+        if $key =~ /moved-next/;
+    return "-ASK 12 127.0.0.1:" . ($port + 1) . "\r\n"
+        if $key =~ /ask-next/;
     return "-ERR fake\r\n";
 }
 

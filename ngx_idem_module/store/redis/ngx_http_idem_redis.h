@@ -26,6 +26,14 @@
 #define NGX_HTTP_IDEM_REDIS_CONNECTING       1
 #define NGX_HTTP_IDEM_REDIS_UP               2
 
+/*
+ * A connection takes commands while it is being made too: hiredis keeps
+ * them, behind the handshake, until it is up, and answers them with NULL
+ * if it never is.
+ */
+#define ngx_http_idem_redis_node_takes(node)                                  \
+    ((node) != NULL && (node)->state != NGX_HTTP_IDEM_REDIS_DOWN)
+
 /* node roles */
 #define NGX_HTTP_IDEM_REDIS_DATA             0
 #define NGX_HTTP_IDEM_REDIS_SENTINEL         1

@@ -289,9 +289,17 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
         ngx_http_idem_redis_cluster_refresh_later(rd, 0);
     }
 
-    if (node->state != NGX_HTTP_IDEM_REDIS_UP) {
+    /*
+     * A node not connected yet (a replica just promoted): the op waits in
+     * its connection, being made now, under its own timeout.
+     */
+
+    if (node->state == NGX_HTTP_IDEM_REDIS_DOWN) {
         ngx_http_idem_redis_node_connect(node);
-        return NGX_ERROR;
+
+        if (node->state == NGX_HTTP_IDEM_REDIS_DOWN) {
+            return NGX_ERROR;
+        }
     }
 
     /* a durable claim goes on that node's connection for them */
@@ -299,7 +307,7 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
     if (op->wait) {
         node = ngx_http_idem_redis_durable_node(rd, node);
 
-        if (node == NULL || node->state != NGX_HTTP_IDEM_REDIS_UP) {
+        if (!ngx_http_idem_redis_node_takes(node)) {
             return NGX_ERROR;
         }
     }

@@ -18,6 +18,8 @@
 static ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_alloc(
     ngx_http_idem_redis_t *rd, ngx_uint_t role);
 static void ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node);
+static void ngx_http_idem_redis_node_handshake(
+    ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_connect_failed(
     ngx_http_idem_redis_node_t *node, const char *err);
 static void ngx_http_idem_redis_retry(ngx_http_idem_redis_node_t *node);
@@ -204,7 +206,47 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
     node->ac = ac;
     node->state = NGX_HTTP_IDEM_REDIS_CONNECTING;
 
+    ngx_http_idem_redis_node_handshake(node);
+
     ngx_add_timer(&node->connect_ev, rd->conf->connect_timeout);
+}
+
+
+/*
+ * AUTH and SELECT, queued first: commands sent while the connection is
+ * being made follow them, and Redis runs them in that order.
+ */
+
+static void
+ngx_http_idem_redis_node_handshake(ngx_http_idem_redis_node_t *node)
+{
+    u_char       db[NGX_INT_T_LEN];
+    size_t       lens[2];
+    const char  *argv[2];
+
+    if (node->password.len) {
+        argv[0] = "AUTH";
+        lens[0] = sizeof("AUTH") - 1;
+        argv[1] = (const char *) node->password.data;
+        lens[1] = node->password.len;
+
+        (void) ngx_http_idem_redis_node_command(node,
+                              ngx_http_idem_redis_handshake_done,
+                              (void *) NGX_HTTP_IDEM_REDIS_AUTH, 2, argv, lens,
+                              1);
+    }
+
+    if (node->db) {
+        argv[0] = "SELECT";
+        lens[0] = sizeof("SELECT") - 1;
+        argv[1] = (const char *) db;
+        lens[1] = ngx_sprintf(db, "%i", node->db) - db;
+
+        (void) ngx_http_idem_redis_node_command(node,
+                            ngx_http_idem_redis_handshake_done,
+                            (void *) NGX_HTTP_IDEM_REDIS_SELECT, 2, argv, lens,
+                            1);
+    }
 }
 
 
@@ -226,7 +268,7 @@ ngx_http_idem_redis_durable_node(ngx_http_idem_redis_t *rd,
     durable = node->durable;
 
     if (durable->ac == NULL && !durable->reconnect_ev.timer_set
-        && node->state == NGX_HTTP_IDEM_REDIS_UP && !rd->closing)
+        && ngx_http_idem_redis_node_takes(node) && !rd->closing)
     {
         ngx_http_idem_redis_node_follow(durable);
     }
@@ -339,10 +381,7 @@ ngx_http_idem_redis_conn_level(ngx_http_idem_redis_node_t *node)
 static void
 ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
 {
-    u_char                       db[NGX_INT_T_LEN];
-    size_t                       lens[2];
     ngx_uint_t                   level;
-    const char                  *argv[2];
     redisAsyncContext           *ac;
     ngx_http_idem_redis_t       *rd;
     ngx_http_idem_redis_node_t  *node;
@@ -376,32 +415,6 @@ ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
                   &node->name, node->failing ? " again" : "");
 
     node->failing = 0;
-
-    /* pipelined: Redis runs them before anything sent after them */
-
-    if (node->password.len) {
-        argv[0] = "AUTH";
-        lens[0] = sizeof("AUTH") - 1;
-        argv[1] = (const char *) node->password.data;
-        lens[1] = node->password.len;
-
-        (void) ngx_http_idem_redis_node_command(node,
-                              ngx_http_idem_redis_handshake_done,
-                              (void *) NGX_HTTP_IDEM_REDIS_AUTH, 2, argv, lens,
-                              1);
-    }
-
-    if (node->db) {
-        argv[0] = "SELECT";
-        lens[0] = sizeof("SELECT") - 1;
-        argv[1] = (const char *) db;
-        lens[1] = ngx_sprintf(db, "%i", node->db) - db;
-
-        (void) ngx_http_idem_redis_node_command(node,
-                            ngx_http_idem_redis_handshake_done,
-                            (void *) NGX_HTTP_IDEM_REDIS_SELECT, 2, argv, lens,
-                            1);
-    }
 
     if (node->up) {
         node->up(node);
@@ -615,7 +628,7 @@ ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
 
     rd = node->rd;
 
-    if (node->state != NGX_HTTP_IDEM_REDIS_UP || node->ac == NULL) {
+    if (!ngx_http_idem_redis_node_takes(node) || node->ac == NULL) {
         return NGX_DECLINED;
     }
 

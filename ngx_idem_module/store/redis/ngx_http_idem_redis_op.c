@@ -218,7 +218,7 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
 
     node = ngx_http_idem_redis_cluster_route(rd, op);
 
-    if (node == NULL || node->state != NGX_HTTP_IDEM_REDIS_UP) {
+    if (!ngx_http_idem_redis_node_takes(node)) {
 
         /* a failover may have given the slot to another node by now */
 

@@ -146,7 +146,7 @@ ngx_int_t
 ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
     ngx_http_idem_redis_node_t *node, ngx_uint_t n)
 {
-    if (node == NULL || node->state != NGX_HTTP_IDEM_REDIS_UP) {
+    if (!ngx_http_idem_redis_node_takes(node)) {
         return ngx_http_idem_redis_drop(rd, &rd->down);
     }
 
