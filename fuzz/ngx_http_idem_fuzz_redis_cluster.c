@@ -40,7 +40,9 @@ typedef struct {
 
 /* what the stand-ins were asked */
 typedef struct {
-    ngx_uint_t                      up;        /* connects succeed */
+    ngx_uint_t                      up;        /* connects: made at once */
+    ngx_uint_t                      connecting; /* else being made, or
+                                                   failed at once (0) */
     ngx_uint_t                      commands;
     ngx_http_idem_redis_node_t     *command_node[2];
     const char                     *command[2];
@@ -87,6 +89,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     ngx_memzero(&ngx_http_idem_fuzz_store, sizeof(ngx_http_idem_fuzz_store_t));
     ngx_http_idem_fuzz_store.up = (flags & 8) ? 1 : 0;
+    ngx_http_idem_fuzz_store.connecting = (flags & 128) ? 1 : 0;
 
     if (ngx_http_idem_fuzz_resp_too_large(input.pos, input.last)) {
         ngx_http_idem_fuzz_done(&fz);
@@ -349,7 +352,7 @@ ngx_http_idem_fuzz_redirect(ngx_http_idem_redis_t *rd, redisReply *reply,
     u_char                      *p, *last, *sp, *colon;
     size_t                       lens[1];
     ngx_int_t                    rc, slot, port;
-    ngx_uint_t                   ask, valid, known, nnodes, was_up;
+    ngx_uint_t                   ask, valid, known, nnodes, took, connects;
     const char                  *argv[1];
     ngx_http_idem_redis_node_t  *node, *before, *to;
     ngx_http_idem_store_op_t     op;
@@ -408,12 +411,12 @@ ngx_http_idem_fuzz_redirect(ngx_http_idem_redis_t *rd, redisReply *reply,
 
     before = NULL;
     known = 0;
-    was_up = 0;
+    took = 0;
 
     if (valid) {
         before = ngx_http_idem_fuzz_find(rd, sp + 1, colon - sp - 1, port);
         known = before != NULL;
-        was_up = known && before->state == NGX_HTTP_IDEM_REDIS_UP;
+        took = known && before->state != NGX_HTTP_IDEM_REDIS_DOWN;
         valid = known
                 || (colon - sp - 1 <= NGX_SOCKADDR_STRLEN
                     && ngx_http_idem_fuzz_ip(sp + 1, colon - sp - 1)
@@ -431,6 +434,7 @@ ngx_http_idem_fuzz_redirect(ngx_http_idem_redis_t *rd, redisReply *reply,
     op.redirects = redirects;
 
     nnodes = rd->nnodes;
+    connects = ngx_http_idem_fuzz_store.connects;
     ngx_http_idem_fuzz_store.commands = 0;
 
     to = NULL;
@@ -454,11 +458,19 @@ ngx_http_idem_fuzz_redirect(ngx_http_idem_redis_t *rd, redisReply *reply,
                                   && node->serving);
     }
 
+    /* a node that took no commands was connected to, and only then */
+
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_store.connects
+                              == connects + !took);
+
     if (rc == NGX_OK) {
 
-        /* to be sent again, to that node: ASKING sent first for an ASK */
+        /*
+         * To be sent again, to that node, up or being connected to: ASKING
+         * sent first for an ASK.
+         */
 
-        ngx_http_idem_fuzz_assert(was_up);
+        ngx_http_idem_fuzz_assert(node->state != NGX_HTTP_IDEM_REDIS_DOWN);
         ngx_http_idem_fuzz_assert(to == node);
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_store.commands == ask);
 
@@ -470,9 +482,12 @@ ngx_http_idem_fuzz_redirect(ngx_http_idem_redis_t *rd, redisReply *reply,
         }
 
     } else {
+        /* its connect failed at once */
+
         ngx_http_idem_fuzz_assert(rc == NGX_ERROR);
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_store.commands == 0);
-        ngx_http_idem_fuzz_assert(!was_up);
+        ngx_http_idem_fuzz_assert(!took
+                                  && node->state == NGX_HTTP_IDEM_REDIS_DOWN);
     }
 }
 
@@ -735,7 +750,8 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
     ngx_http_idem_fuzz_store.connects++;
 
     node->state = ngx_http_idem_fuzz_store.up ? NGX_HTTP_IDEM_REDIS_UP
-                                              : NGX_HTTP_IDEM_REDIS_CONNECTING;
+                  : ngx_http_idem_fuzz_store.connecting
+                    ? NGX_HTTP_IDEM_REDIS_CONNECTING : NGX_HTTP_IDEM_REDIS_DOWN;
 }
 
 
@@ -767,8 +783,8 @@ ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
 {
     ngx_uint_t  n;
 
-    if (node->state != NGX_HTTP_IDEM_REDIS_UP) {
-        return NGX_ERROR;
+    if (node->state == NGX_HTTP_IDEM_REDIS_DOWN) {
+        return NGX_DECLINED;
     }
 
     n = ngx_http_idem_fuzz_store.commands++;
