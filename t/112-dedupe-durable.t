@@ -3,8 +3,10 @@
 # a replica on + 451 that the blocks start, pause and resume): without a
 # replica that confirms the claim the call is refused (503, nothing
 # reaches the backend, util/backend.pl's /log/<id> stays empty), and the
-# same id goes through once the replica is back.  A failover through
-# Sentinel: t/196-redis-sentinel-durable.t.
+# same id goes through once the replica is back; each refusal stays in
+# the record as an execution that failed.  A failover through Sentinel:
+# t/196-redis-sentinel-durable.t; a durable claim through ASK and MOVED:
+# t/185-redis-cluster-faults.t.
 
 use Test::Nginx::Socket 'no_plan';
 
@@ -35,6 +37,13 @@ sub signal {
     my ($port, $sig) = @_;
     my $pid = RedisSentinel::pid($port) or return;
     kill $sig, $pid;
+}
+
+# the record's count of executions after the first, as Redis holds it
+sub counted {
+    my ($id, $want) = @_;
+    Test::More::is(RedisSentinel::cli($Master, 'hget', "idem:c:{$id}", 'n'),
+                   $want, "$id: \"n\" is $want in Redis");
 }
 
 END {
@@ -267,5 +276,23 @@ main::signal($main::Replica, 'CONT');
 ["!Idempotent-Replayed", "Idempotent-Replayed: true", ""]
 --- response_body_like eval
 ['\An=1 attempt=1 ', '\An=1 attempt=1 ', '\An=1 [^\n]*\n\z']
+--- no_error_log
+[error]
+
+
+
+=== TEST 13: the records: each refused claim is an execution that failed (503), the one that ran is the last; "n" counts the executions after the first
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_DURABLE_MASTER timeout=300ms;
+--- config
+    location /s/ { idem_status; }
+--- init
+main::counted('dur-1', 2);
+main::counted('dur-2', 1);
+--- request eval
+["GET /s/dur-1", "GET /s/dur-2"]
+--- response_body_like eval
+['\A\{"call_id":"dur-1",[^\n]*"state":"SUCCESS",[^\n]*"final_status":200,"executions":3,"attempts":\[\{"execution":3,"n":1,',
+ '\A\{"call_id":"dur-2",[^\n]*"state":"SUCCESS",[^\n]*"final_status":200,"executions":2,"attempts":\[\{"execution":2,"n":1,']
 --- no_error_log
 [error]

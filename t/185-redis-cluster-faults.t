@@ -5,7 +5,8 @@
 #     are written on the target through ASK (+ ASKING), old ones read on
 #     the source, then on the target once moved; after SETSLOT NODE the
 #     source answers MOVED and the gateways read the new map; no call
-#     fails at any step;
+#     fails at any step, durable claims (idem_dedupe_durable, their WAIT
+#     on the node that took the claim) included;
 #  2. two gateways, 50 concurrent duplicates of each of 6 ids (spread over
 #     the 3 masters): one execution per id, every other answer a 409 or a
 #     replay; a reload with calls in flight loses none of their records; a
@@ -43,8 +44,10 @@ my @masters = @nodes[0 .. 2];
 my $redis = "idem_redis cluster 127.0.0.1:$masters[0] 127.0.0.1:$masters[1]"
             . " connect_timeout=300ms timeout=500ms";
 
-my %master_pid = map { $_ => IdemGateway::start($_, $redis, $backend) }
-                 $gw_a, $gw_b;
+my %master_pid = map {
+    $_ => IdemGateway::start($_, $redis, $backend,
+                             durable => 'replicas=1 timeout=1s')
+} $gw_a, $gw_b;
 sleep 0.5;
 
 my $n = 0;
@@ -81,10 +84,10 @@ sub call {
 # owner's final write (it leaves within 1 ms, here through an ASK too):
 # 409, in flight.  Sent again until it is not, for up to 3 s.
 sub duplicate {
-    my ($gw, $id) = @_;
+    my ($gw, $id, $uri) = @_;
     my $end = time + 3;
     while (1) {
-        my $r = call($gw, $id);
+        my $r = call($gw, $id, undef, $uri);
         return $r unless defined $r && $r->{status} == 409 && time < $end;
         sleep 0.05;
     }
@@ -149,6 +152,18 @@ sub replayed {
     like(status_of($gw_a, $old)->{body}, qr/"state":"SUCCESS"/,
          'the old id is still read on the source');
 
+    # a durable claim through ASK: WAIT goes where the claim was taken
+    my $dur = id_in_slot($slot, 'durable');
+    @r = (call($gw_a, $dur, undef, '/w'), duplicate($gw_b, $dur, '/w'));
+    ok(IdemGateway::is_original($r[0]) && replayed($r[1]),
+       'migrating: a durable claim is made on the target and confirmed, '
+       . 'its duplicate replayed') or diag(IdemGateway::summary(@r));
+    ok(has_key($dst, $dur) && !has_key($src, $dur),
+       'its record is on the target');
+    like(IdemGateway::log_text($gw_a),
+         qr/idem redis: WAIT 1 1000 on "127\.0\.0\.1:$dst"/,
+         'its WAIT was sent to the target');
+
     # the old keys move: the source answers ASK for them too
     my @keys = split /\n/, RedisCluster::cli($src, 'cluster',
                                              'getkeysinslot', $slot, 100);
@@ -167,6 +182,14 @@ sub replayed {
     RedisCluster::wait_ok(\@nodes);
     is(RedisCluster::slot_owner($slot), $dst, "slot $slot is on :$dst");
     $map = RedisCluster::slot_map();
+
+    # durable claims first, so that a stale map meets MOVED with them
+    my @dur = map { id_in_slot($slot, "durable-$_") } 0 .. 3;
+    @r = map { call($_ % 2 ? $gw_b : $gw_a, $dur[$_], undef, '/w') } 0 .. 3;
+    is(scalar(grep { IdemGateway::is_original($_) } @r), 4,
+       'after the move: durable claims are made and confirmed on both '
+       . 'gateways') or diag(IdemGateway::summary(@r));
+    is(scalar(grep { has_key($dst, $_) } @dur), 4, 'on the target');
 
     my $after = id_in_slot($slot, 'after');
     ok(IdemGateway::is_original(call($gw_a, $after))
