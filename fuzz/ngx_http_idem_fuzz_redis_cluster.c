@@ -150,6 +150,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rd->log = cycle.log;
     ngx_str_set(&rd->name, "fuzz");
 
+    /* as ngx_http_idem_store_init_process(): no op waits for the map */
+
+    ngx_queue_init(&rd->parked);
+
     if (which <= 1) {
         ngx_http_idem_fuzz_assert(ngx_http_idem_redis_cluster_init(rd, &cycle)
                                   == NGX_OK);
@@ -298,6 +302,7 @@ ngx_http_idem_fuzz_slots(ngx_http_idem_redis_t *rd, redisReply *reply)
     ngx_http_idem_redis_cluster_slots_done(&ac, reply, asked);
 
     ngx_http_idem_fuzz_assert(rd->stats.pending == 0);
+    ngx_http_idem_fuzz_assert(!rd->parked_ev.posted);
     ngx_http_idem_fuzz_assert(rd->nnodes == naddrs);
 
     if (reply->type != REDIS_REPLY_ARRAY) {

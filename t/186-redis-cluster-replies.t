@@ -5,7 +5,10 @@
 # ends in 503 UNKNOWN (never a hang past its timeout, never a crash); a
 # loop stops after 5 redirects.  A redirect to a node the worker has no
 # connection to yet (as to a replica just promoted) is followed: the read
-# waits for that connection and is answered there.
+# waits for that connection and is answered there.  A read whose map
+# names a master that is down waits for one more read of the map (TEST
+# 9-11): it goes to the master the new map names, or fails after that
+# read, or at its own timeout when the map comes late.
 
 use lib 't/lib';
 use FakeRedisCluster;
@@ -16,6 +19,7 @@ use Test::Nginx::Socket 'no_plan';
 
 $ENV{TEST_NGINX_FAKE_CLUSTER_PORT} = ($ENV{TEST_NGINX_REDIS_PORT} || 16379)
                                      + 350;
+$ENV{TEST_NGINX_STALE_CLUSTER_PORT} = $ENV{TEST_NGINX_FAKE_CLUSTER_PORT} + 2;
 FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_CLUSTER_PORT});
 
 # the node after it: it claims every slot too, and answers every read as
@@ -40,6 +44,41 @@ FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_CLUSTER_PORT} + 1, sub {
     return "*1\r\n\$13\r\n1733200000000\r\n" if $cmd =~ /^EVAL/;
     return "-ERR fake\r\n";
 });
+
+# A third node: its map names a master that is down (the port after it,
+# where nothing listens) until $Fresh exists, then itself; it answers
+# every read as an empty record (404).  As a worker's map after a
+# failover that it has not read yet.
+use File::Temp ();
+our $Fresh = File::Temp::tempdir(CLEANUP => 1) . '/fresh';
+FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_CLUSTER_PORT} + 2, sub {
+    my ($args, $port) = @_;
+    my $cmd = uc $args->[0];
+    return "+OK\r\n" if $cmd eq 'AUTH' || $cmd eq 'ASKING';
+    if ($cmd eq 'CLUSTER') {
+        my $master = -e $Fresh ? $port : $port + 1;
+        return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n\$9\r\n127.0.0.1\r\n"
+               . ":$master\r\n\$40\r\n" . ('d' x 40) . "\r\n";
+    }
+    return "*1\r\n\$13\r\n1733200000000\r\n" if $cmd =~ /^EVAL/;
+    return "-ERR fake\r\n";
+});
+
+# A fourth: its map names a master that is down (the port after it),
+# and each read of the map after a connection's first is answered 1.5 s
+# late: a read that waits for the map runs out of time first.
+FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_CLUSTER_PORT} + 4, sub {
+    my ($args, $port) = @_;
+    my $cmd = uc $args->[0];
+    return "+OK\r\n" if $cmd eq 'AUTH' || $cmd eq 'ASKING';
+    if ($cmd eq 'CLUSTER') {
+        select(undef, undef, undef, 1.5) if $main::SlowMaps++;
+        return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n\$9\r\n127.0.0.1\r\n"
+               . ':' . ($port + 1) . "\r\n\$40\r\n" . ('c' x 40) . "\r\n";
+    }
+    return "-ERR fake\r\n";
+});
+$ENV{TEST_NGINX_SLOW_CLUSTER_PORT} = $ENV{TEST_NGINX_FAKE_CLUSTER_PORT} + 4;
 
 END { local $?; FakeRedisCluster::stop() }
 
@@ -185,5 +224,68 @@ GET /calls/moved-next-auth-1
 --- error_code: 404
 --- no_error_log
 [error]
+[alert]
+[crit]
+
+
+
+=== TEST 9: the map names a master that is down, and reading it again says so too: the read waits for that one read of the map, then 503 (not its 3 s timeout)
+--- http_config
+    idem_redis cluster 127.0.0.1:$TEST_NGINX_STALE_CLUSTER_PORT timeout=3s;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+select(undef, undef, undef, 0.5);
+--- request
+GET /calls/stale-1
+--- error_code: 503
+--- timeout: 2
+--- error_log
+waits for the map
+sent again after the map
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 10: the cluster failed over: the next read of the map names the new master, and the read that met the old one goes there (404), not 503
+--- init
+open my $fh, '>', $main::Fresh or die "$main::Fresh: $!";
+close $fh;
+--- request
+GET /calls/stale-2
+--- error_code: 404
+--- timeout: 2
+--- error_log
+waits for the map
+sent again after the map
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 11: the map's next read is late: the read that waits for it runs out of its own time (503 after 300 ms), and the late map finds nothing left to send
+--- http_config
+    idem_redis cluster 127.0.0.1:$TEST_NGINX_SLOW_CLUSTER_PORT timeout=300ms;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+select(undef, undef, undef, 0.5);
+--- request
+GET /calls/slow-1
+--- error_code: 503
+--- timeout: 2
+--- wait: 2
+--- error_log
+waits for the map
+no reply within the timeout
+--- no_error_log
+sent again after the map
 [alert]
 [crit]

@@ -91,6 +91,12 @@ ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
     rd->report_ev.log = cycle->log;
     rd->report_ev.cancelable = 1;
 
+    ngx_queue_init(&rd->parked);
+
+    rd->parked_ev.handler = ngx_http_idem_redis_unpark;
+    rd->parked_ev.data = rd;
+    rd->parked_ev.log = cycle->log;
+
     switch (conf->mode) {
 
     case NGX_HTTP_IDEM_STORE_CLUSTER:
@@ -160,6 +166,7 @@ ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
 
     if (rd->cluster) {
         ngx_http_idem_redis_cluster_exit(rd);
+        ngx_http_idem_redis_parked_free(rd);
     }
 
     /* a sentinel's connection is one of the nodes */

@@ -121,9 +121,14 @@ struct ngx_http_idem_store_op_s {
     ngx_msec_t                       wait;       /* 0: not durable */
     ngx_http_idem_redis_node_t      *node;       /* the one that answered */
 
+    /* a cluster's: in rd->parked until the map is read again */
+    ngx_queue_t                      queue;
+
     unsigned                         done:1;     /* answered or cancelled */
     unsigned                         resent:1;   /* as EVAL, after NOSCRIPT */
     unsigned                         again:1;    /* re-armed by its handler */
+    unsigned                         parked:1;   /* in rd->parked now */
+    unsigned                         mapped:1;   /* waited for a map once */
 };
 
 
@@ -187,6 +192,14 @@ struct ngx_http_idem_redis_s {
     ngx_msec_t                       drain_start;
     ngx_event_t                      pending_ev;
     ngx_event_t                      report_ev;
+
+    /*
+     * Ops whose slot's master was down, waiting for the next read of the
+     * cluster's map (redis_op.c); that read posts parked_ev.
+     */
+    ngx_queue_t                      parked;
+    ngx_uint_t                       nparked;
+    ngx_event_t                      parked_ev;
 
     /* counted since the last report line */
     ngx_msec_t                       reported;
@@ -313,6 +326,8 @@ void ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op);
 ngx_uint_t ngx_http_idem_redis_op_key(ngx_http_idem_store_op_t *op);
 ngx_int_t ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op);
+void ngx_http_idem_redis_unpark(ngx_event_t *ev);
+void ngx_http_idem_redis_parked_free(ngx_http_idem_redis_t *rd);
 
 
 #endif /* _NGX_HTTP_IDEM_REDIS_H_INCLUDED_ */

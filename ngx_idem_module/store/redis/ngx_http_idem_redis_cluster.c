@@ -69,6 +69,7 @@ static ngx_int_t ngx_http_idem_redis_cluster_map(ngx_http_idem_redis_t *rd,
 static void ngx_http_idem_redis_cluster_asking_done(redisAsyncContext *ac,
     void *r, void *privdata);
 static ngx_int_t ngx_http_idem_redis_cluster_ip(u_char *host, size_t len);
+static void ngx_http_idem_redis_cluster_read(ngx_http_idem_redis_t *rd);
 
 
 static uint16_t  ngx_http_idem_redis_crc16_table[256];
@@ -123,6 +124,21 @@ ngx_http_idem_redis_cluster_init(ngx_http_idem_redis_t *rd,
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * A read of the map is over (or none can be made now): the ops parked
+ * until then (redis_op.c) are sent again, after the events at hand, so
+ * after the new map is in.
+ */
+
+static void
+ngx_http_idem_redis_cluster_read(ngx_http_idem_redis_t *rd)
+{
+    if (!ngx_queue_empty(&rd->parked) && !rd->parked_ev.posted) {
+        ngx_post_event(&rd->parked_ev, &ngx_posted_events);
+    }
 }
 
 
@@ -550,6 +566,8 @@ ngx_http_idem_redis_cluster_refresh(ngx_http_idem_redis_t *rd)
     ngx_log_debug0(NGX_LOG_DEBUG_EVENT, rd->log, 0,
                    "idem redis cluster: no node up to read the map from");
 
+    ngx_http_idem_redis_cluster_read(rd);
+
     for (i = 0; i < rd->nnodes; i++) {
         node = rd->nodes[i];
 
@@ -581,6 +599,10 @@ ngx_http_idem_redis_cluster_slots_done(redisAsyncContext *ac, void *r,
     if (rd->closing) {
         return;
     }
+
+    /* the commands waiting for this read go after it, read or not */
+
+    ngx_http_idem_redis_cluster_read(rd);
 
     if (reply == NULL || reply->type != REDIS_REPLY_ARRAY) {
         ngx_log_error(NGX_LOG_ERR, rd->log, 0,

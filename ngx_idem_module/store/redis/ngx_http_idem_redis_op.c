@@ -32,6 +32,10 @@ static ngx_int_t ngx_http_idem_redis_again_send(ngx_http_idem_redis_t *rd,
 static void ngx_http_idem_redis_answer(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op, redisReply *reply);
 static void ngx_http_idem_redis_read_timeout(ngx_event_t *ev);
+static ngx_int_t ngx_http_idem_redis_park(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op);
+static void ngx_http_idem_redis_op_failed(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op);
 
 
 /*
@@ -220,9 +224,16 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
 
     if (!ngx_http_idem_redis_node_takes(node)) {
 
-        /* a failover may have given the slot to another node by now */
+        /*
+         * A failover may have given the slot to another node by now: the
+         * map is read again, and the op waits for that read, once
+         */
 
         ngx_http_idem_redis_cluster_stale(rd);
+
+        if (ngx_http_idem_redis_park(rd, op) == NGX_OK) {
+            return NGX_OK;
+        }
     }
 
     if (op->wait) {
@@ -760,13 +771,165 @@ ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
                    "idem redis: no reply within the timeout, %ui redirects",
                    op->redirects);
 
-    /* the late reply, or the disconnect, frees the op */
-
-    op->done = 1;
-
     rd->stats.failed++;
     rd->timedout++;
     ngx_http_idem_redis_report_later(rd);
 
+    if (op->parked) {
+
+        /* no reply will come: it goes now */
+
+        ngx_queue_remove(&op->queue);
+        op->parked = 0;
+        rd->nparked--;
+
+        ngx_http_idem_redis_op_failed(rd, op);
+        return;
+    }
+
+    /* the late reply, or the disconnect, frees the op */
+
+    op->done = 1;
+
     op->handler(op->data, NGX_ERROR, NULL, 0);
+}
+
+
+/*
+ * An op whose slot's master is down waits for the map read that this
+ * started (a worker whose map still names a master that failed over
+ * learns of its replica there), once: still down then, it is dropped as
+ * it would have been at once.  It keeps its timeout, and goes with a
+ * map read that fails too, so it waits for one round trip to a node at
+ * most, or until that node's timeout; an exiting worker reads no map.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_park(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op)
+{
+    if (op->mapped || rd->closing || ngx_exiting
+        || rd->nparked >= rd->conf->max_pending)
+    {
+        return NGX_DECLINED;
+    }
+
+    op->parked = 1;
+    op->mapped = 1;
+
+    ngx_queue_insert_tail(&rd->parked, &op->queue);
+    rd->nparked++;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: %*s for slot %ui waits for the map",
+                   op->lens[0], op->argv[0], op->slot);
+
+    return NGX_OK;
+}
+
+
+/* posted by a read of the map (redis_cluster.c): the parked ops go again */
+
+void
+ngx_http_idem_redis_unpark(ngx_event_t *ev)
+{
+    ngx_http_idem_redis_t *rd = ev->data;
+
+    ngx_queue_t                q, *qe;
+    ngx_http_idem_store_op_t  *op;
+
+    if (rd->closing || ngx_queue_empty(&rd->parked)) {
+        return;
+    }
+
+    /* the ones parked from here on wait for the next read */
+
+    ngx_queue_init(&q);
+    ngx_queue_add(&q, &rd->parked);
+    ngx_queue_init(&rd->parked);
+
+    while (!ngx_queue_empty(&q)) {
+        qe = ngx_queue_head(&q);
+        ngx_queue_remove(qe);
+
+        op = ngx_queue_data(qe, ngx_http_idem_store_op_t, queue);
+        op->parked = 0;
+        rd->nparked--;
+
+        if (op->done) {
+
+            /* cancelled while it waited */
+
+            ngx_http_idem_redis_op_free(op);
+            continue;
+        }
+
+        ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                       "idem redis: %*s for slot %ui sent again after "
+                       "the map", op->lens[0], op->argv[0], op->slot);
+
+        if (ngx_http_idem_redis_op_send(rd, op) != NGX_OK) {
+            ngx_http_idem_redis_op_failed(rd, op);
+        }
+    }
+}
+
+
+/*
+ * A parked op that found no node, or whose time ran out: answered as one
+ * that is not taken, and freed unless its handler sent it again.
+ */
+
+static void
+ngx_http_idem_redis_op_failed(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op)
+{
+    if (op->timeout.timer_set) {
+        ngx_del_timer(&op->timeout);
+    }
+
+    op->done = 1;
+
+    if (op->handler) {
+        op->handler(op->data, NGX_ERROR, NULL, 0);
+    }
+
+    if (op->again) {
+
+        /* its handler asked again (ngx_http_idem_redis_again) */
+
+        op->again = 0;
+        return;
+    }
+
+    ngx_http_idem_redis_op_free(op);
+}
+
+
+/* the worker exits: nobody waits for a parked op any more */
+
+void
+ngx_http_idem_redis_parked_free(ngx_http_idem_redis_t *rd)
+{
+    ngx_queue_t               *qe;
+    ngx_http_idem_store_op_t  *op;
+
+    if (rd->parked_ev.posted) {
+        ngx_delete_posted_event(&rd->parked_ev);
+    }
+
+    while (!ngx_queue_empty(&rd->parked)) {
+        qe = ngx_queue_head(&rd->parked);
+        ngx_queue_remove(qe);
+
+        op = ngx_queue_data(qe, ngx_http_idem_store_op_t, queue);
+
+        if (op->timeout.timer_set) {
+            ngx_del_timer(&op->timeout);
+        }
+
+        ngx_http_idem_redis_op_free(op);
+    }
+
+    rd->nparked = 0;
 }
