@@ -67,12 +67,13 @@ FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_CLUSTER_PORT} + 2, sub {
 # A fourth: its map names a master that is down (the port after it),
 # and each read of the map after a connection's first is answered 1.5 s
 # late: a read that waits for the map runs out of time first.
+our $SlowMaps = 0;      # reads of the map on a connection (a process)
 FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_CLUSTER_PORT} + 4, sub {
     my ($args, $port) = @_;
     my $cmd = uc $args->[0];
     return "+OK\r\n" if $cmd eq 'AUTH' || $cmd eq 'ASKING';
     if ($cmd eq 'CLUSTER') {
-        select(undef, undef, undef, 1.5) if $main::SlowMaps++;
+        select(undef, undef, undef, 1.5) if $SlowMaps++;
         return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n\$9\r\n127.0.0.1\r\n"
                . ':' . ($port + 1) . "\r\n\$40\r\n" . ('c' x 40) . "\r\n";
     }
