@@ -35,10 +35,7 @@ FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_CLUSTER_PORT} + 1, sub {
         return "+OK\r\n";
     }
     return "+OK\r\n" if $cmd eq 'ASKING';
-    if ($cmd eq 'CLUSTER') {
-        return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n\$9\r\n127.0.0.1\r\n"
-               . ":$port\r\n\$40\r\n" . ('e' x 40) . "\r\n";
-    }
+    return FakeRedisCluster::slots($port, 'e') if $cmd eq 'CLUSTER';
     return "-NOAUTH Authentication required.\r\n"
         if $cmd =~ /^EVAL/ && ($args->[3] // '') =~ /auth/ && !$authed;
     return "*1\r\n\$13\r\n1733200000000\r\n" if $cmd =~ /^EVAL/;
@@ -55,11 +52,8 @@ FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_CLUSTER_PORT} + 2, sub {
     my ($args, $port) = @_;
     my $cmd = uc $args->[0];
     return "+OK\r\n" if $cmd eq 'AUTH' || $cmd eq 'ASKING';
-    if ($cmd eq 'CLUSTER') {
-        my $master = -e $Fresh ? $port : $port + 1;
-        return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n\$9\r\n127.0.0.1\r\n"
-               . ":$master\r\n\$40\r\n" . ('d' x 40) . "\r\n";
-    }
+    return FakeRedisCluster::slots(-e $Fresh ? $port : $port + 1, 'd')
+        if $cmd eq 'CLUSTER';
     return "*1\r\n\$13\r\n1733200000000\r\n" if $cmd =~ /^EVAL/;
     return "-ERR fake\r\n";
 });
@@ -74,8 +68,7 @@ FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_CLUSTER_PORT} + 4, sub {
     return "+OK\r\n" if $cmd eq 'AUTH' || $cmd eq 'ASKING';
     if ($cmd eq 'CLUSTER') {
         select(undef, undef, undef, 1.5) if $SlowMaps++;
-        return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n\$9\r\n127.0.0.1\r\n"
-               . ':' . ($port + 1) . "\r\n\$40\r\n" . ('c' x 40) . "\r\n";
+        return FakeRedisCluster::slots($port + 1, 'c');
     }
     return "-ERR fake\r\n";
 });

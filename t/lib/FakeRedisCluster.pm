@@ -94,15 +94,18 @@ sub parse {
     return \@args;
 }
 
+# CLUSTER SLOTS: every slot on 127.0.0.1:$port, whose node id is 40 of $c
+sub slots {
+    my ($port, $c) = @_;
+    return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n\$9\r\n127.0.0.1\r\n"
+           . ":$port\r\n\$40\r\n" . ($c x 40) . "\r\n";
+}
+
 sub reply {
     my ($args, $port) = @_;
     my $cmd = uc $args->[0];
     return "+OK\r\n" if $cmd eq 'AUTH' || $cmd eq 'ASKING';
-    if ($cmd eq 'CLUSTER') {
-        my $id = 'f' x 40;
-        return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n\$9\r\n127.0.0.1\r\n"
-               . ":$port\r\n\$40\r\n$id\r\n";
-    }
+    return slots($port, 'f') if $cmd eq 'CLUSTER';
     my $key = ($cmd =~ /^EVAL/ ? $args->[3] : $args->[1]) // '';
     return "-MOVED 12 127.0.0.1:$port\r\n" if $key =~ /moved-self/;
     return "-ASK 12 127.0.0.1:$port\r\n"   if $key =~ /ask-self/;
