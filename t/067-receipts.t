@@ -12,6 +12,7 @@ use Test::Nginx::Socket 'no_plan';
 # No repeat_each(2): the blocks read records and counters of fixed call ids,
 # which a second run would find grown (--- init runs once).
 use IdemRecord;
+use IdemTls;
 
 no_long_string();
 no_shuffle();
@@ -388,6 +389,56 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 X-Call-Id: rcpt-var
 --- response_body_like eval
 ["ok", '"final_status":200,"receipt":"pay_var","executions":1,"attempts":\[\]\}$']
+--- no_error_log
+[error]
+
+
+
+=== TEST 10b: an https upstream{} with keepalive: each call keeps its own receipt, the later attempt's, on a reused TLS connection
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    upstream tls {
+        server 127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+        keepalive 4;
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 ssl;
+        ssl_certificate $TEST_NGINX_CERT_DIR/cert.pem;
+        ssl_certificate_key $TEST_NGINX_CERT_DIR/key.pem;
+        location / {
+            add_header Payment-Receipt "r-$http_x_call_id-$http_x_call_attempt" always;
+            if ($http_x_call_attempt = 1) {
+                return 503;
+            }
+            return 200 "ok\n";
+        }
+    }
+--- config
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    location /pay {
+        idem on;
+        idem_record on;
+        idem_idempotent on;
+        idem_retry 3 backoff=1ms;
+        idem_receipt_header Payment-Receipt;
+        proxy_pass https://tls;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["GET /pay", "GET /pay", "GET /calls/rcpt-ka1", "GET /calls/rcpt-ka2"]
+--- more_headers eval
+["X-Call-Id: rcpt-ka1", "X-Call-Id: rcpt-ka2", "", ""]
+--- response_headers eval
+["Payment-Receipt: r-rcpt-ka1-2", "Payment-Receipt: r-rcpt-ka2-2", "", ""]
+--- response_body_like eval
+["ok", "ok",
+ '"receipt":"r-rcpt-ka1-2","executions":1,"attempts":\[\{"execution":1,"n":1,[^}]*"status":503,"span_id":"[0-9a-f]{16}"\},\{"execution":1,"n":2,[^}]*"status":200,"span_id":"[0-9a-f]{16}","receipt":"r-rcpt-ka1-2"\}\]\}$',
+ '"receipt":"r-rcpt-ka2-2","executions":1,"attempts":\[\{"execution":1,"n":1,[^}]*"status":503,"span_id":"[0-9a-f]{16}"\},\{"execution":1,"n":2,[^}]*"status":200,"span_id":"[0-9a-f]{16}","receipt":"r-rcpt-ka2-2"\}\]\}$']
 --- no_error_log
 [error]
 

@@ -591,6 +591,103 @@ Time::HiRes::sleep(0.15);
 
 
 
+=== TEST 18b: HTTP/2: a duplicate on an h2 stream waits for its owner's stream and gets the answer replayed (nginx's grpc_pass is the h2 client of both)
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location /h2/pay {
+            idem on;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            idem_call_id_missing reject;
+            idem_dedupe_wait 5s;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/600/1;
+        }
+        location /h2/metrics {
+            idem_metrics;
+        }
+    }
+--- config
+    location /h2/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- init
+main::bg('owner18b', 'w-18b', '/h2/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.15);
+--- request eval
+["POST /h2/pay\nx=1", "GET /h2/metrics"]
+--- more_headers eval
+["X-Call-Id: w-18b", ""]
+--- error_code eval
+[200, 200]
+--- response_headers_like eval
+["Idempotent-Replayed: true", ""]
+--- response_body_like eval
+["^n=1 attempt=1 ", qr/^idem_dedupe_waits_total\{result="answered"\} 1\n^idem_dedupe_waits_total\{result="timed_out"\} 0\n/m]
+--- no_error_log
+[error]
+
+
+
+=== TEST 18c: ... the owner's stream got the original (the backend ran once)
+--- config
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+my $owner = main::done('owner18b');
+Test::More::like($owner, qr{^HTTP/1\.1 200 }, 'the owner: 200');
+Test::More::unlike($owner, qr/Idempotent-Replayed/i, '... not a replay');
+--- request
+GET /log/w-18b
+--- response_body_like chomp
+^n=1 [^\n]*\n$
+--- no_error_log
+[error]
+
+
+
+=== TEST 18d: HTTP/2: a waiting stream whose client goes is let go at once; the waiter's place is free again
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_dedupe_wait_max 1;
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location /h2/pay {
+            idem on;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            idem_call_id_missing reject;
+            idem_dedupe_wait 5s;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+        }
+    }
+--- config
+    location /h2/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- init
+main::bg('owner18d', 'w-18d', '/h2/pay', '--data', 'x=1');
+Time::HiRes::sleep(0.15);
+main::bg('gone18d', 'w-18d', '/h2/pay', '--data', 'x=1', '--max-time', '0.2');
+main::done('gone18d');
+Time::HiRes::sleep(0.1);
+--- request
+POST /h2/pay
+x=1
+--- more_headers
+X-Call-Id: w-18d
+--- error_code: 200
+--- response_headers
+Idempotent-Replayed: true
+--- error_log eval
+qr/client prematurely closed connection[^\n]*request: "POST \/h2\/pay HTTP\/2\.0"/
+--- no_error_log
+[error]
+
+
+
 === TEST 19: idem_dedupe_wait: a bad time is refused; off is accepted
 --- config
     location /pay {
