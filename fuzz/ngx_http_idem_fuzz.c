@@ -16,7 +16,7 @@
 
 
 #include "ngx_http_idem_fuzz.h"
-#include "ngx_http_idem_redis.h"
+#include "ngx_http_idem_redis_common.h"
 #include "ngx_http_idem_util.h"
 
 

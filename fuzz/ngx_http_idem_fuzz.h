@@ -15,7 +15,7 @@
 #define _NGX_HTTP_IDEM_FUZZ_H_INCLUDED_
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_common.h"
 #include "ngx_http_idem_record_parse.h"
 #include "ngx_http_idem_round.h"
 

@@ -8,7 +8,7 @@
  * master gives.
  *
  * ngx_http_idem_redis_cluster.c and ngx_http_idem_redis_sentinel.c are
- * the module's own; the connections they use (ngx_http_idem_redis.h's
+ * the module's own; the connections they use (ngx_http_idem_redis_common.h's
  * node functions, ngx_http_idem_redis.c) are stand-ins here that record
  * what was asked of them.  Beyond the sanitizers: the slot map is the
  * reply's, entry by entry, read independently; a redirect goes where its

@@ -8,7 +8,7 @@
 #define _NGX_HTTP_IDEM_CONF_H_INCLUDED_
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_common.h"
 
 
 void *ngx_http_idem_create_main_conf(ngx_conf_t *cf);

@@ -8,7 +8,7 @@
 #define _NGX_HTTP_IDEM_DEDUPE_H_INCLUDED_
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_common.h"
 
 
 ngx_int_t ngx_http_idem_dedupe_expires(ngx_http_request_t *r,

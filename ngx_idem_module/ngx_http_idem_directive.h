@@ -9,7 +9,7 @@
 #define _NGX_HTTP_IDEM_DIRECTIVE_H_INCLUDED_
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_common.h"
 
 
 /* cmd->post of ngx_http_idem_set_time() and ngx_http_idem_set_header() */

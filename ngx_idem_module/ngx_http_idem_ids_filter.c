@@ -9,7 +9,7 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_common.h"
 #include "ngx_http_idem_ctx.h"
 #include "ngx_http_idem_headers.h"
 

@@ -8,7 +8,7 @@
  */
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_common.h"
 #include "ngx_http_idem_conf.h"
 #include "ngx_http_idem_directive.h"
 #include "ngx_http_idem_filter.h"

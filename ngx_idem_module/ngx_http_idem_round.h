@@ -8,7 +8,7 @@
 #define _NGX_HTTP_IDEM_ROUND_H_INCLUDED_
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_common.h"
 
 
 /*

@@ -9,7 +9,7 @@
 #define _NGX_HTTP_IDEM_STORM_H_INCLUDED_
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_common.h"
 
 
 char *ngx_http_idem_storm_set_budget(ngx_conf_t *cf, ngx_command_t *cmd,

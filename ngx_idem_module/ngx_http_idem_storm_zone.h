@@ -9,7 +9,7 @@
 #define _NGX_HTTP_IDEM_STORM_ZONE_H_INCLUDED_
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_common.h"
 
 
 #define NGX_HTTP_IDEM_STORM_ZONE_NAME  "idem_storm"

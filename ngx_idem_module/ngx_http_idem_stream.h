@@ -8,7 +8,7 @@
 #define _NGX_HTTP_IDEM_STREAM_H_INCLUDED_
 
 
-#include "ngx_http_idem_module.h"
+#include "ngx_http_idem_common.h"
 
 
 char *ngx_http_idem_unknown_stream(ngx_conf_t *cf, ngx_command_t *cmd,

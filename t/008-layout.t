@@ -12,7 +12,7 @@
 # A file may use its own layer and the ones above it in this list.  Beside
 # the order: the HTTP side reaches the store only through the functions of
 # store/ngx_http_idem_store.h and never includes a Redis header; hiredis,
-# Redis commands and Lua live only under store/redis/; ngx_http_idem_module.h
+# Redis commands and Lua live only under store/redis/; ngx_http_idem_common.h
 # holds types, no function prototypes; a header declares only functions of
 # its own .c (or its family's: storm*.c for storm.h, store/redis/ for the
 # store's interface), and each .c includes its own header; the files of
@@ -330,7 +330,7 @@ ok(!@wrong, 'hiredis, Redis commands and Lua only under store/redis/')
 
 # 5. headers: the module's holds types; each declares its own file's
 
-my $module_h = 'ngx_idem_module/ngx_http_idem_module.h';
+my $module_h = 'ngx_idem_module/ngx_http_idem_common.h';
 my @protos = sort keys %{ $declares{$module_h} || {} };
 ok(!@protos, "$module_h declares no function") or diag("declares: @protos");
 
@@ -338,7 +338,7 @@ ok(!@protos, "$module_h declares no function") or diag("declares: @protos");
 
 for my $h (sort keys %declares) {
     next if side($h) eq 'fuzz';
-    my ($stem) = $h =~ m{ngx_http_idem_(\w+)\.h$};
+    my ($stem) = $h =~ m{ngx_http_idem_(\w+?)(?:_common)?\.h$};
 
     for my $name (sort keys %{ $declares{$h} }) {
         my @at = @{ $defined_in{module}{$name} || [] };
@@ -363,7 +363,8 @@ for my $c (sort grep { /\.c$/ && side($_) ne 'fuzz' } keys %file) {
     my ($dir, $stem) = $c =~ m{^(.*)/ngx_http_idem_(\w+)\.c$};
     (my $family = $stem) =~ s/_.*//;
     my @own = grep { $header_file{$_} } ("ngx_http_idem_$stem.h",
-                                          "ngx_http_idem_$family.h");
+                                          "ngx_http_idem_$family.h",
+                                          "ngx_http_idem_${family}_common.h");
     push @wrong, "$c includes no header of its own (@own)"
         unless grep { my $o = $_; grep { $_ eq $o } @{ $file{$c}{includes} } }
                @own;

@@ -30,7 +30,7 @@
 #include <ngx_event.h>
 
 #include "ngx_http_idem_store.h"
-#include "ngx_http_idem_redis.h"
+#include "ngx_http_idem_redis_common.h"
 
 
 #define NGX_HTTP_IDEM_CLUSTER_SLOTS      16384

@@ -11,7 +11,7 @@
 
 #include "ngx_http_idem_util.h"
 #include "ngx_http_idem_store.h"
-#include "ngx_http_idem_redis.h"
+#include "ngx_http_idem_redis_common.h"
 #include "ngx_http_idem_redis_adapter.h"
 
 

@@ -1,12 +1,13 @@
 
 /*
  * ngx_http_idem_module: call ids, trace/call pairs, deadlines, retries and
- * call records for an nginx gateway.
+ * call records for an nginx gateway.  The module's types, no functions
+ * (t/008-layout.t checks): every part that names one includes this.
  */
 
 
-#ifndef _NGX_HTTP_IDEM_MODULE_H_INCLUDED_
-#define _NGX_HTTP_IDEM_MODULE_H_INCLUDED_
+#ifndef _NGX_HTTP_IDEM_COMMON_H_INCLUDED_
+#define _NGX_HTTP_IDEM_COMMON_H_INCLUDED_
 
 
 #include <ngx_config.h>
@@ -531,4 +532,4 @@ typedef struct {
 extern ngx_module_t  ngx_http_idem_module;
 
 
-#endif /* _NGX_HTTP_IDEM_MODULE_H_INCLUDED_ */
+#endif /* _NGX_HTTP_IDEM_COMMON_H_INCLUDED_ */

@@ -8,8 +8,8 @@
  */
 
 
-#ifndef _NGX_HTTP_IDEM_REDIS_H_INCLUDED_
-#define _NGX_HTTP_IDEM_REDIS_H_INCLUDED_
+#ifndef _NGX_HTTP_IDEM_REDIS_COMMON_H_INCLUDED_
+#define _NGX_HTTP_IDEM_REDIS_COMMON_H_INCLUDED_
 
 
 #include <ngx_config.h>
@@ -330,4 +330,4 @@ void ngx_http_idem_redis_unpark(ngx_event_t *ev);
 void ngx_http_idem_redis_parked_free(ngx_http_idem_redis_t *rd);
 
 
-#endif /* _NGX_HTTP_IDEM_REDIS_H_INCLUDED_ */
+#endif /* _NGX_HTTP_IDEM_REDIS_COMMON_H_INCLUDED_ */
