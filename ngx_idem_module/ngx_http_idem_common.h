@@ -271,7 +271,8 @@ typedef enum {
     NGX_HTTP_IDEM_P_CALL_APPLIED,
     NGX_HTTP_IDEM_P_INVALID_RESOLUTION,
     NGX_HTTP_IDEM_P_RESOLUTION_CONFLICT,
-    NGX_HTTP_IDEM_P_CLAIM_NOT_DURABLE
+    NGX_HTTP_IDEM_P_CLAIM_NOT_DURABLE,
+    NGX_HTTP_IDEM_P_RESOLUTION_EARLY
 } ngx_http_idem_problem_e;
 
 
@@ -422,6 +423,8 @@ typedef struct {
     ngx_http_idem_store_op_t *claim_op;
     ngx_str_t                 digest;       /* the claim's, hex */
     ngx_msec_t                lease;        /* how long the claim holds */
+    ngx_msec_t                bound;        /* how long the owner may
+                                               answer, 0: no bound */
     ngx_event_t               resume_ev;
     ngx_str_t                 found;        /* an answer, or a record */
     void                     *md;           /* EVP_MD_CTX: the digest */
@@ -523,6 +526,7 @@ typedef struct {
     ngx_atomic_t              resolve_conflict;
     ngx_atomic_t              resolve_not_found;
     ngx_atomic_t              resolve_unavailable;
+    ngx_atomic_t              resolve_early;
     ngx_atomic_t              dedupe_not_durable;
 } ngx_http_idem_counters_t;
 

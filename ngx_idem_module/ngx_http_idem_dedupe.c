@@ -319,6 +319,19 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         lease = NGX_HTTP_IDEM_LEASE_DEFAULT;
     }
 
+    /*
+     * How long its owner may answer: the budget ends its wait for the
+     * upstream, and its final write follows; the slack covers that write.
+     * Without a budget nothing bounds it (0), whatever the lease says: a
+     * lapsed lease is when duplicates stop waiting, not proof that the
+     * owner has gone, so a resolution waits for the bound.
+     */
+
+    claim.bound = ctx->deadline.set
+                  ? (ngx_msec_t) ngx_max(ngx_http_idem_remaining(ctx), 0)
+                    + NGX_HTTP_IDEM_LEASE_SLACK
+                  : 0;
+
     claim.key = ctx->record.key;
     claim.token = ctx->record.token;
     claim.lease = (ngx_msec_t) lease;
@@ -338,6 +351,7 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ctx->dedupe.digest = claim.digest;
     ctx->dedupe.lease = claim.lease;
+    ctx->dedupe.bound = claim.bound;
 
     p += NGX_HTTP_IDEM_SHA256_HEX_LEN;
 
@@ -358,10 +372,10 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_ERROR;
     }
 
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem dedupe: claim of \"%V\" sent, lease %M, "
-                   "%ui replicas", &ctx->record.key, claim.lease,
-                   claim.replicas);
+                   "bound %M, %ui replicas", &ctx->record.key, claim.lease,
+                   claim.bound, claim.replicas);
 
     return NGX_OK;
 }

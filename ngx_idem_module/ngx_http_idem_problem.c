@@ -82,7 +82,12 @@ static ngx_http_idem_problem_def_t  ngx_http_idem_problems[] = {
       ngx_http_idem_counter(resolve_conflict) },
 
     { NGX_HTTP_SERVICE_UNAVAILABLE, "claim-not-durable",
-      "Claim not durable", ngx_http_idem_counter(dedupe_not_durable) }
+      "Claim not durable", ngx_http_idem_counter(dedupe_not_durable) },
+
+    /* a resolution of a lapsed claim whose owner may still answer */
+
+    { NGX_HTTP_CONFLICT, "resolution-too-early", "Owner may still answer",
+      ngx_http_idem_counter(resolve_early) }
 };
 
 

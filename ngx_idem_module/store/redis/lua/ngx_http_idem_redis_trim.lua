@@ -16,6 +16,7 @@ local o = redis.call('HGET', k, 'o')
 if o then
   claim['l:' .. o] = true
   claim['k:' .. o] = true
+  claim['b:' .. o] = true
 end
 local function drop(e)
   for _, f in ipairs(e.fields) do
@@ -24,7 +25,7 @@ local function drop(e)
 end
 for i = 1, #h, 2 do
   local f, v = h[i], h[i + 1]
-  local c, t = string.match(f, '^([epflkarz]):([^:]+)')
+  local c, t = string.match(f, '^([epflkarzb]):([^:]+)')
   if c then
     local e = ex[t]
     if not e then
