@@ -10,7 +10,10 @@
 -- so that gateways need not agree on the time; its owner's final write
 -- applies whenever it comes.  An owner's execution resolved (resolve.lua)
 -- is what its resolution says: applied, never run again; not applied,
--- released.
+-- released, unless its owner's final write, come after the resolution,
+-- says the upstream answered (kept "R" or "L": that wins, the call is
+-- never run twice), or it has none yet and its owner may still answer
+-- (a resolver of the version before does not wait for the bound).
 local k = KEYS[1]
 -- the record went and came back short since the HSETNX: a rare race
 hash()
@@ -30,7 +33,7 @@ if o then
   local s = w[1]
   if w[3] then
     if string.match(w[3], '^applied ') then return record('applied') end
-    s = 'F'
+    if s ~= 'R' and s ~= 'L' and (s or not answers(w[4])) then s = 'F' end
   end
   if not s then
     local left = 0
