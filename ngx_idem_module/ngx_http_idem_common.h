@@ -425,6 +425,8 @@ typedef struct {
     ngx_msec_t                lease;        /* how long the claim holds */
     ngx_msec_t                bound;        /* how long the owner may
                                                answer, 0: no bound */
+    ngx_msec_t                claimed;      /* ngx_current_msec, sent */
+    ngx_event_t               bound_ev;     /* still running near it */
     ngx_event_t               resume_ev;
     ngx_str_t                 found;        /* an answer, or a record */
     void                     *md;           /* EVP_MD_CTX: the digest */

@@ -639,8 +639,9 @@ ngx_http_idem_status_refuse(ngx_http_request_t *r, ngx_http_idem_problem_e id,
 /*
  * 409 resolution-too-early: the latest execution's claim lapsed, but its
  * owner may still answer (store: "left", the ms until its bound passes,
- * or "-": it had no deadline, nothing bounds it).  Not settled: a
- * resolver asks again later (Retry-After, where the bound is known).
+ * or "-": nothing bounds it, it had no deadline or still ran at it).
+ * Not settled: a resolver asks again later (Retry-After, where the bound
+ * is known).
  */
 
 static ngx_int_t
@@ -667,8 +668,9 @@ ngx_http_idem_status_early(ngx_http_request_t *r, ngx_str_t *left)
         p = ngx_snprintf(p, NGX_HTTP_IDEM_EARLY_DETAIL,
                          "the call's latest execution has no final state "
                          "and its owner may still answer: its claim lapsed, "
-                         "but a call without a deadline has no bound; only "
-                         "its final write settles it");
+                         "but nothing bounds its owner (no deadline, or "
+                         "still running at it); only its final write "
+                         "settles it");
 
     } else {
         p = ngx_snprintf(p, NGX_HTTP_IDEM_EARLY_DETAIL,
