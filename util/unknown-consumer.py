@@ -33,8 +33,9 @@ check printed, when it is a receipt>, "by": "unknown-consumer:<consumer>"},
 so that the record, the status endpoint and, on a dedupe route, a resend
 learn the truth (not_applied: the resend runs; applied: it gets 409
 call-applied).  A 409 (resolved by someone else first) or 404 (the record
-is gone) is taken as done; no answer keeps the entry pending, a round
-used.  A call under a dedupe scope is resolved only where the status
+is gone) is taken as done, but for a 409 resolution-too-early (the latest
+execution's claim lapsed, but its owner may still answer): that, like no
+answer, keeps the entry pending, a round used.  A call under a dedupe scope is resolved only where the status
 location's scope gives the same value for this consumer's requests, which
 it cannot know: such entries say so and stay for a person.
 
@@ -185,6 +186,11 @@ def resolve(args, f, applied, receipt):
         with urllib.request.urlopen(req, timeout=10) as rsp:
             return True, "resolved in the record (%d)" % rsp.status
     except urllib.error.HTTPError as e:
+        if e.code == 409 and too_early(e):
+            # a lapsed claim whose owner may still answer: not settled, the
+            # upstream's answer may yet come; asked again in a later round
+            return False, ("its owner may still answer (409 "
+                           "resolution-too-early): asked again later")
         if e.code == 409:
             return True, "already resolved, or no longer UNKNOWN (409)"
         if e.code == 404:
@@ -192,6 +198,15 @@ def resolve(args, f, applied, receipt):
         return False, "the gateway answered %d" % e.code
     except (urllib.error.URLError, OSError) as e:
         return False, "the gateway did not answer (%s)" % e
+
+
+def too_early(e):
+    """Whether a 409 is resolution-too-early (problem+json "type")."""
+    try:
+        return json.loads(e.read().decode() or "{}").get(
+            "type", "").endswith(":resolution-too-early")
+    except (ValueError, OSError, AttributeError):
+        return False
 
 
 def escalate(r, args, entry_id, f, why):
