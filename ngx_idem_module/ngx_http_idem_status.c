@@ -639,7 +639,8 @@ ngx_http_idem_status_refuse(ngx_http_request_t *r, ngx_http_idem_problem_e id,
 /*
  * 409 resolution-too-early: the latest execution's claim lapsed, but its
  * owner may still answer (store: "left", the ms until its bound passes,
- * or "-": nothing bounds it, it had no deadline or still ran at it).
+ * or "-": nothing bounds it: no deadline, still running at it, or a
+ * claim that does not say, as 0.6.0's).
  * Not settled: a resolver asks again later (Retry-After, where the bound
  * is known).
  */
@@ -668,9 +669,9 @@ ngx_http_idem_status_early(ngx_http_request_t *r, ngx_str_t *left)
         p = ngx_snprintf(p, NGX_HTTP_IDEM_EARLY_DETAIL,
                          "the call's latest execution has no final state "
                          "and its owner may still answer: its claim lapsed, "
-                         "but nothing bounds its owner (no deadline, or "
-                         "still running at it); only its final write "
-                         "settles it");
+                         "but nothing bounds its owner (no deadline, still "
+                         "running at it, or a claim that does not say); "
+                         "only its final write settles it");
 
     } else {
         p = ngx_snprintf(p, NGX_HTTP_IDEM_EARLY_DETAIL,

@@ -21,12 +21,11 @@ local function lease_at(v)
 end
 -- answers(v): whether the owner of an execution whose claim carries
 -- the bound v ("b:", written with its lease, in the lease's forms) may
--- still answer: "-" (it had no deadline: nothing bounds it) always, else
--- until the bound passes.  A claim written before bounds existed has
--- none (nil): its lapsed lease stands, as it did then.
+-- still answer: until the bound passes; always for "-" (no deadline, or
+-- still running at it) and for none (nil: a claim of 0.6.0, or one whose
+-- rest never landed: nothing tells how long its owner runs).
 local function answers(v)
-  if not v then return false end
-  if v == '-' then return true end
+  if not v or v == '-' then return true end
   return lease_at(v) > now
 end
 local function fields(out)

@@ -8,8 +8,8 @@
 -- once, and the reply is {"resolved", now, the record's fields}; else
 -- {"none"} (no record, or no execution in it), {"conflict", its state
 -- or "RESOLVED"}, or {"early", ms left or "-"}: a lapsed claim whose
--- owner may still answer (its bound "b:" has not passed, or it had no
--- deadline: "-"), which only its final write or its bound settles.  A
+-- owner may still answer (its bound "b:" has not passed, or there is
+-- none to pass: "-"), which only its final write or its bound settles.  A
 -- lapsed lease is no proof that the owner has gone: it may be waiting
 -- for the upstream, whose answer would then come after the resolution.
 -- One script: a second resolver, or the owner's late final write, comes
@@ -55,7 +55,7 @@ else
 end
 if state ~= 'UNKNOWN' then return {'conflict', state} end
 if not last.f and answers(last.b) then
-  if last.b == '-' then return {'early', '-'} end
+  if not last.b or last.b == '-' then return {'early', '-'} end
   return {'early', string.format('%.0f', lease_at(last.b) - now)}
 end
 redis.call('HSET', k, 'z:' .. last.t, string.format('%s %.0f %s %s',
