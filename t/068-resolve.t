@@ -695,9 +695,9 @@ X-Call-Id: late-2
         idem_dedupe on;
         idem_dedupe_scope off;
         idem_dedupe_lease 200ms;
-        idem_deadline 300ms;
+        idem_deadline 2s;
         idem_call_id_missing reject;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/drip/8000/1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/drip/10000/1;
     }
     location /calls/ {
         idem_status resolve=on;
@@ -712,18 +712,18 @@ main::bg('owner19', 'late-3', '/pay', '--data', 'x=1');
 Test::More::like(main::status_until('late-3', qr/"state":"UNKNOWN"/),
                  qr/"state":"UNKNOWN"/, 'the lease lapsed: UNKNOWN');
 my $r = main::resolve('late-3', '{"outcome":"not_applied"}');
-Test::More::like($r, qr{^HTTP/1.1 409 .*\r\nRetry-After: [1-6]\r\n}s,
+Test::More::like($r, qr{^HTTP/1.1 409 .*\r\nRetry-After: [1-8]\r\n}s,
                  'refused while the deadline may not have passed');
 Test::More::like($r, qr{"type":"urn:ngx-idem:problem:resolution-too-early",.*"detail":"the call's latest execution has no final state and its owner may still answer: its claim lapsed, but its deadline passes for certain in \d+ ms; resolve it after that"}s,
                  'its body');
 # asked again, as a resolver told Retry-After would, until it is not
-# too early: past the bound (300 ms and 5 s) the owner is still sending
-# its answer's body (8 s), and has said so
+# too early: past the bound (2 s and 5 s) the owner is still sending its
+# answer's body (10 s), and has said so
 my ($late, $taken);
-while ($r =~ /resolution-too-early/ && Time::HiRes::time() < $t0 + 20) {
+while ($r =~ /resolution-too-early/ && Time::HiRes::time() < $t0 + 25) {
     Time::HiRes::sleep(0.1);
     $r = main::resolve('late-3', '{"outcome":"not_applied"}');
-    $late //= $r if Time::HiRes::time() > $t0 + 6 && $r =~ /too-early/;
+    $late //= $r if Time::HiRes::time() > $t0 + 8 && $r =~ /too-early/;
 }
 Test::More::like($late // '', qr{^HTTP/1.1 409 .*"detail":"the call's latest execution has no final state and its owner may still answer: its claim lapsed, but nothing bounds its owner}s,
                  'past its bound, the owner still running: refused');
@@ -806,9 +806,9 @@ X-Call-Id: late-4
         idem_dedupe on;
         idem_dedupe_scope off;
         idem_dedupe_lease 200ms;
-        idem_deadline 300ms;
+        idem_deadline 2s;
         idem_call_id_missing reject;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/drip/6000/1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/drip/4000/1;
     }
     location /calls/ {
         idem_status resolve=on;
