@@ -15,7 +15,8 @@ use Exporter 'import';
 use IO::Socket::INET ();
 use Time::HiRes qw(sleep time);
 
-our @EXPORT_OK = qw(wait_for backend_runs release log_count metric get);
+our @EXPORT_OK = qw(wait_for backend_runs release log_count log_ok log_after
+                    metric get);
 
 # how long wait_for() polls unless told: only a test that is failing
 # waits this long
@@ -76,6 +77,26 @@ sub log_count {
         $n++ if $_ =~ $re;
     }
     return $n;
+}
+
+# waits until a line of the Test::Nginx server's error log matches $re: a
+# passing test named $what if one came, a failing one if not
+sub log_ok {
+    my ($what, $re) = @_;
+    require Test::More;
+    return Test::More::ok(wait_for($what, sub { log_count($re) }), $what);
+}
+
+# runs $change (a sub), then waits for one more line matching $re in the
+# Test::Nginx server's error log than there was before: true if it came
+# (a failing test, named $what, if not)
+sub log_after {
+    my ($what, $re, $change) = @_;
+    my $n = log_count($re);
+    $change->();
+    require Test::More;
+    return Test::More::ok(wait_for($what, sub { log_count($re) > $n }),
+                          $what);
 }
 
 # a metric's value (name with its labels, as written) from an idem_metrics
