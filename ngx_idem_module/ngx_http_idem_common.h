@@ -249,6 +249,7 @@ struct ngx_http_idem_loc_conf_s {
     ngx_uint_t                status;       /* idem_status here */
     ngx_http_complex_value_t *status_id;    /* its ID, NULL: last segment */
     ngx_flag_t                status_resolve;   /* resolve=on: POST */
+    ngx_uint_t                metrics;      /* idem_metrics here */
 
     ngx_flag_t                variable_upstream_logged;
 };

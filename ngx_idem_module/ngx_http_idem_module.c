@@ -333,7 +333,7 @@ static ngx_command_t  ngx_http_idem_commands[] = {
     { ngx_string("idem_metrics"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_idem_metrics,
-      0,
+      NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
 
