@@ -249,6 +249,7 @@ struct ngx_http_idem_loc_conf_s {
     ngx_uint_t                status;       /* idem_status here */
     ngx_http_complex_value_t *status_id;    /* its ID, NULL: last segment */
     ngx_flag_t                status_resolve;   /* resolve=on: POST */
+    ngx_flag_t                status_digest;    /* scope_digest=on */
     ngx_uint_t                metrics;      /* idem_metrics here */
 
     ngx_flag_t                variable_upstream_logged;
@@ -272,7 +273,8 @@ typedef enum {
     NGX_HTTP_IDEM_P_CALL_APPLIED,
     NGX_HTTP_IDEM_P_INVALID_RESOLUTION,
     NGX_HTTP_IDEM_P_RESOLUTION_CONFLICT,
-    NGX_HTTP_IDEM_P_CLAIM_NOT_DURABLE
+    NGX_HTTP_IDEM_P_CLAIM_NOT_DURABLE,
+    NGX_HTTP_IDEM_P_INVALID_SCOPE_DIGEST
 } ngx_http_idem_problem_e;
 
 

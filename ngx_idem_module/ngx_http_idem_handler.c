@@ -200,10 +200,9 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
         }
 
         if (rc == NGX_DECLINED && ilcf->dedupe) {
-            ngx_http_idem_problem_set(r, &problem,
-                                      NGX_HTTP_IDEM_P_EMPTY_SCOPE, NULL,
-                                      "the call's scope (who owns "
-                                      "its id) is empty");
+            ngx_http_idem_problem_empty_scope(r, &problem, ilcf,
+                                              "the call's scope (who owns "
+                                              "its id)");
             ngx_http_idem_problem_count(&problem);
             goto answer;
         }

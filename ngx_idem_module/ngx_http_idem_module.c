@@ -324,7 +324,7 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       NULL },
 
     { ngx_string("idem_status"),
-      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE12,
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE123,
       ngx_http_idem_status,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,

@@ -86,7 +86,12 @@ static ngx_http_idem_problem_def_t  ngx_http_idem_problems[] = {
       ngx_http_idem_counter(resolve_conflict) },
 
     { NGX_HTTP_SERVICE_UNAVAILABLE, "claim-not-durable",
-      "Claim not durable", ngx_http_idem_counter(dedupe_not_durable) }
+      "Claim not durable", ngx_http_idem_counter(dedupe_not_durable) },
+
+    /* a status read by a scope's digest (status.c): not a call */
+
+    { NGX_HTTP_BAD_REQUEST, "invalid-scope-digest", "Invalid scope digest",
+      -1 }
 };
 
 
@@ -390,6 +395,55 @@ ngx_http_idem_problem_set(ngx_http_request_t *r,
     problem->detail.len = ngx_sprintf(p, "header %V: %s", header, reason) - p;
 }
 
+
+/*
+ * 400 empty-dedupe-scope, naming what the scope is made of (the
+ * idem_dedupe_scope value as written, e.g. "$http_authorization"), so
+ * that the caller learns what to send: "<who> is empty: ...".
+ */
+
+void
+ngx_http_idem_problem_empty_scope(ngx_http_request_t *r,
+    ngx_http_idem_problem_t *problem, ngx_http_idem_loc_conf_t *ilcf,
+    char *who)
+{
+    size_t      len;
+    u_char     *p;
+    ngx_str_t  *source;
+
+    ngx_http_idem_problem_set(r, problem, NGX_HTTP_IDEM_P_EMPTY_SCOPE, NULL,
+                              who);
+
+    if (ilcf->dedupe_scope == NULL) {
+        return;
+    }
+
+    source = &ilcf->dedupe_scope->value;
+
+    len = ngx_strlen(who) + sizeof(" is empty: idem_dedupe_scope \"\" has "
+                                   "no value in this request") - 1
+          + source->len
+          + (ilcf->status_digest ? sizeof(" (or name the scope by its "
+                                          "digest: ?scope_digest=<hex "
+                                          "SHA-256>)") - 1 : 0);
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return;
+    }
+
+    problem->detail.data = p;
+
+    p = ngx_sprintf(p, "%s is empty: idem_dedupe_scope \"%V\" has no value "
+                    "in this request", who, source);
+
+    if (ilcf->status_digest) {
+        p = ngx_sprintf(p, " (or name the scope by its digest: "
+                        "?scope_digest=<hex SHA-256>)");
+    }
+
+    problem->detail.len = p - problem->detail.data;
+}
 
 /* the counter a problem grows when a call is refused with it */
 

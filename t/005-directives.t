@@ -400,9 +400,9 @@ invalid value "my app" in "idem_key_prefix" directive
 
 
 
-=== TEST 41: idem_status takes at most an id and resolve=
+=== TEST 41: idem_status takes at most an id, resolve= and scope_digest=
 --- config
-    location /calls/ { idem_status $1 $2 resolve=on; }
+    location /calls/ { idem_status $1 $2 resolve=on scope_digest=on; }
 --- must_die
 --- error_log
 invalid number of arguments in "idem_status" directive
@@ -516,3 +516,14 @@ GET /t
 "idem_deadline 2s"
 "idem_deadline 5000ms"
 [error]
+
+
+
+=== TEST 47: idem_status scope_digest= takes on or off
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /calls/ { idem_status scope_digest=yes; }
+--- must_die
+--- error_log
+invalid value "scope_digest=yes" in "idem_status" directive, it must be "scope_digest=on" or "scope_digest=off"
