@@ -1,0 +1,207 @@
+# The configurations the docs show run as they say: every file of
+# conf-examples/ starts with "make run EXAMPLE=<name>" (util/run.sh, the
+# module already built) and serves the calls its header lists; a port
+# taken is one line naming it and its variable, and exit status 1; make
+# run installs no test tools.
+
+use strict;
+use warnings;
+use Test::More;
+use IO::Socket::INET;
+use POSIX qw(WNOHANG setpgid);
+use Time::HiRes qw(sleep time);
+use lib 't/lib';
+use IdemNginx;
+
+my $root = IdemNginx::root();
+my $base = IdemNginx::base_port();
+
+# ports of their own, above those the other files derive
+my $port = $base + 90;
+my $backend_port = $base + 91;
+my $redis_port = ($ENV{TEST_NGINX_REDIS_PORT} || 16379) + 500;
+
+my ($module) = grep { /ngx_http_idem_module\.so$/ }
+               split ' ', ($ENV{TEST_NGINX_LOAD_MODULES} || '');
+$module ||= "$root/build/ngx_http_idem_module.so";
+
+my %env = (
+    PORT => $port,
+    BACKEND_PORT => $backend_port,
+    REDIS_PORT => $redis_port,
+    IDEM_MODULE => $module,
+    NGINX_BIN => IdemNginx::binary() =~ m{/} ? IdemNginx::binary()
+                                             : '/usr/sbin/nginx',
+);
+
+# util/run.sh in a process group of its own, its output in a file
+sub run_example {
+    my ($example, %over) = @_;
+    my $out = "$root/t/servroot-run-$port.out";
+    unlink $out;
+    my $pid = fork // die "fork: $!\n";
+    if ($pid == 0) {
+        setpgid(0, 0);
+        %ENV = (%ENV, %env, EXAMPLE => $example,
+                RUN_DIR => "$root/t/servroot-run-$port", %over);
+        open STDOUT, '>', $out or die;
+        open STDERR, '>&', \*STDOUT or die;
+        exec "$root/util/run.sh" or die "exec: $!\n";
+    }
+    return ($pid, $out);
+}
+
+sub slurp {
+    open my $fh, '<', $_[0] or return '';
+    local $/;
+    return <$fh> // '';
+}
+
+# until the banner's last line or the script's end; its exit status then
+sub wait_banner {
+    my ($pid, $out, $secs) = @_;
+    my $until = time + $secs;
+    while (time < $until) {
+        return 'up' if slurp($out) =~ /^Ctrl-C stops it all\.$/m;
+        my $r = waitpid($pid, WNOHANG);
+        return "exit " . ($? >> 8) if $r == $pid;
+        sleep 0.2;
+    }
+    return 'timeout';
+}
+
+# TERM to the script (its trap stops nginx and redis), then the group
+sub stop_example {
+    my ($pid) = @_;
+    kill 'TERM', $pid;
+    for (1 .. 150) {
+        return 1 if waitpid($pid, WNOHANG) == $pid;
+        sleep 0.1;
+    }
+    kill 'KILL', -$pid;
+    waitpid($pid, 0);
+    return 0;
+}
+
+# the curl commands of an example's header: "#   curl ..." lines, with
+# their continuations
+sub header_calls {
+    my ($file) = @_;
+    my (@calls, $cur);
+    for (split /\n/, slurp($file)) {
+        last unless /^#/;
+        s/^#\s*//;
+        if (defined $cur) {
+            $cur .= " $_";
+        } elsif (/^curl /) {
+            $cur = $_;
+        } else {
+            next;
+        }
+        if ($cur =~ s/\s*\\$//) {
+            next;
+        }
+        push @calls, $cur;
+        undef $cur;
+    }
+    return @calls;
+}
+
+# a header's curl, on this run's port, with the status code appended
+sub curl {
+    my ($cmd) = @_;
+    $cmd =~ s/127\.0\.0\.1:8080\b/127.0.0.1:$port/g;
+    $cmd =~ s/^curl /curl -sS --max-time 10 -w '\\n%{http_code}' /;
+    my $text = `$cmd 2>&1`;
+    my ($code) = $text =~ /(\d{3})\s*\z/;
+    return ($code // 0, $text);
+}
+
+my @examples = map { m{/([^/]+)\.conf$} }
+               sort glob("$root/conf-examples/*.conf");
+ok(@examples >= 7, "conf-examples/ has its examples");
+
+for my $ex (@examples) {
+    my $file = "$root/conf-examples/$ex.conf";
+    my $cmd = $ex eq 'quickstart' ? 'make run' : "make run EXAMPLE=$ex";
+
+    like(slurp($file), qr/^# Run it from a clone: \Q$cmd\E$/m,
+         "$ex: its header states the command");
+
+    my @calls = header_calls($file);
+    ok(@calls >= 1, "$ex: its header lists a first call") or next;
+
+    my ($pid, $out) = run_example($ex);
+    my $up = wait_banner($pid, $out, $ex eq 'redis-cluster' ? 90 : 30);
+    is($up, 'up', "$ex: make run starts it") or do {
+        diag(slurp($out));
+        stop_example($pid);
+        next;
+    };
+
+    # the first call reaches the demo backend
+    my ($code, $text) = curl($calls[0]);
+    is($code, 200, "$ex: the first call is answered 200") or diag($text);
+    like($text, qr/"backend": "demo"/, "$ex: it reached the demo backend");
+
+    # the calls after it (status reads, metrics): the status endpoint may
+    # read before the first call's record is written (another worker):
+    # asked again while it is not found
+    for my $i (1 .. $#calls) {
+        my $until = time + 10;
+        do {
+            ($code, $text) = curl($calls[$i]);
+        } while ($code == 404 && time < $until && sleep 0.2);
+        is($code, 200, "$ex: call " . ($i + 1) . " of its header")
+            or diag("$calls[$i]\n$text");
+    }
+
+    ok(stop_example($pid), "$ex: stops on TERM");
+    my $log = slurp("$root/t/servroot-run-$port/logs/error.log");
+    unlike($log, qr/\[(?:error|crit|alert|emerg)\]/, "$ex: no error logged")
+        or diag($log);
+    ok(!IO::Socket::INET->new("127.0.0.1:$port"), "$ex: nginx is gone");
+}
+
+# a taken port: one line that names it and its variable, exit 1, and
+# nothing started (the banner never printed)
+for my $var (qw(PORT BACKEND_PORT REDIS_PORT)) {
+    my $taken = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                      LocalPort => $env{$var}, Listen => 1,
+                                      ReuseAddr => 1)
+        or BAIL_OUT("cannot listen on $env{$var}: $!");
+    my ($pid, $out) = run_example('quickstart');
+    my $end = wait_banner($pid, $out, 30);
+    is($end, 'exit 1', "$var taken: exit status 1") or stop_example($pid);
+    my $text = slurp($out);
+    my @lines = split /\n/, $text;
+    is(scalar @lines, 1, "$var taken: one line") or diag($text);
+    like($lines[0] // '', qr/\bport $env{$var}\b.*\b\Q$var\E=/,
+         "$var taken: the line names the port and $var");
+    close $taken;
+}
+
+# an example that is not there: one line listing those that are
+{
+    my ($pid, $out) = run_example('no-such-example');
+    is(wait_banner($pid, $out, 30), 'exit 1', 'unknown EXAMPLE: exit 1');
+    like(slurp($out),
+         qr/^make run: no example 'no-such-example'.*quickstart.*\n\z/,
+         'unknown EXAMPLE: one line naming the examples');
+}
+
+# make run installs what running needs; make test the rest
+{
+    my $run = `$root/util/deps.sh --list run`;
+    my $all = `$root/util/deps.sh --list`;
+    for my $p (qw(nginx nginx-dev libhiredis-dev uuid-dev redis-server)) {
+        like($run, qr/(?:^|\s)\Q$p\E(?:\s|$)/, "make run installs $p");
+    }
+    for my $p (qw(chromium python3-grpcio python3-redis
+                  libnginx-mod-http-echo libtest-base-perl)) {
+        unlike($run, qr/(?:^|\s)\Q$p\E(?:\s|$)/, "make run leaves $p out");
+        like($all, qr/(?:^|\s)\Q$p\E(?:\s|$)/, "make test installs $p");
+    }
+}
+
+done_testing();
