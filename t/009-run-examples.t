@@ -2,7 +2,8 @@
 # conf-examples/ starts with "make run EXAMPLE=<name>" (util/run.sh, the
 # module already built) and serves the calls its header lists; a port
 # taken is one line naming it and its variable, and exit status 1; make
-# run installs no test tools.
+# run installs no test tools; README's example configuration, as a
+# package's nginx would include it, passes nginx -t and serves a call.
 
 use strict;
 use warnings;
@@ -131,7 +132,11 @@ for my $ex (@examples) {
     my @calls = header_calls($file);
     ok(@calls >= 1, "$ex: its header lists a first call") or next;
 
-    my ($pid, $out) = run_example($ex);
+    # the cluster's own ports: those the single Redis used may be some
+    # closed connection's local port still (TIME_WAIT), not free to bind
+    my ($pid, $out) = run_example($ex, $ex eq 'redis-cluster'
+                                       ? (REDIS_PORT => $redis_port + 20)
+                                       : ());
     my $up = wait_banner($pid, $out, $ex eq 'redis-cluster' ? 90 : 30);
     is($up, 'up', "$ex: make run starts it") or do {
         diag(slurp($out));
@@ -202,6 +207,65 @@ for my $var (qw(PORT BACKEND_PORT REDIS_PORT)) {
         unlike($run, qr/(?:^|\s)\Q$p\E(?:\s|$)/, "make run leaves $p out");
         like($all, qr/(?:^|\s)\Q$p\E(?:\s|$)/, "make test installs $p");
     }
+}
+
+# README's example configuration as the package's nginx includes it
+# (inside http {}, the module loaded): only the ports and the log path
+# are this test's; a backend on the upstreams' port answers
+{
+    my ($block) = slurp("$root/README.md")
+                  =~ /^## Example configuration\n.*?^```nginx\n(.*?)^```$/ms;
+    ok(defined $block, "README has its example configuration") or last;
+    unlike($block, qr/^\s*load_module/m,
+           "README's example loads no module (the package did)");
+
+    my $ng = IdemNginx->new(name => 'readme', port => $port);
+    my $sr = $ng->servroot;
+    my $redis = $ENV{TEST_NGINX_REDIS_PORT} || 16379;
+    (my $conf = $block) =~ s/^(\s*listen\s+)8080;/${1}127.0.0.1:$port;/m;
+    $conf =~ s/127\.0\.0\.1:900\d/127.0.0.1:$backend_port/g;
+    $conf =~ s/127\.0\.0\.1:6379/127.0.0.1:$redis/g;
+    $conf =~ s{/var/log/nginx/}{$sr/logs/}g;
+    $ng->write_conf(<<"HTTP", workers => 2);
+$conf
+    server {
+        listen 127.0.0.1:$backend_port;
+        location / { return 200 'from $backend_port\\n'; }
+    }
+HTTP
+    my $cmd = IdemNginx::binary() . " -t -p $sr/ -c " . $ng->conf_file
+              . ' -e ' . $ng->error_log;
+    my $t = `$cmd 2>&1`;
+    is($?, 0, "README's example: nginx -t") or diag($t);
+    unlike($t, qr/\[(?:warn|emerg)\]/, "README's example: no warning");
+
+    $ng->start or BAIL_OUT('nginx does not start: ' . $ng->out);
+    my $id = "pay-readme-" . int(rand 1e9);
+    my $pay = "curl -si -H 'X-Call-Id: $id' -H 'Authorization: Bearer t9'"
+              . " -d 'amount=5' http://127.0.0.1:8080/payments";
+    my ($code, $text) = curl($pay);
+    is($code, 200, "README's example: POST /payments") or diag($text);
+    # the first call's answer is stored from its log phase: a resend may
+    # meet the claim still in flight (409) on the other worker
+    my $until = time + 10;
+    do {
+        ($code, $text) = curl($pay);
+    } while ($code == 409 && time < $until && sleep 0.2);
+    like($text, qr/^Idempotent-Replayed: true/mi,
+         "README's example: the same call again is replayed") or diag($text);
+    $until = time + 10;
+    do {
+        ($code, $text) = curl("curl -s -H 'Authorization: Bearer t9'"
+                              . " http://127.0.0.1:8080/calls/$id");
+    } while ($code == 404 && time < $until && sleep 0.2);
+    like($text, qr/"state":"SUCCESS"/, "README's example: its status")
+        or diag($text);
+    ($code, $text) = curl("curl -s http://127.0.0.1:8080/_idem/metrics");
+    like($text, qr/^idem_dedupe_total\{result="replayed"\} 1$/m,
+         "README's example: the metrics") or diag($text);
+    ok($ng->stop, "README's example: nginx stops");
+    unlike($ng->log_text, qr/\[(?:error|crit|alert|emerg)\]/,
+           "README's example: no error logged");
 }
 
 done_testing();
