@@ -71,12 +71,13 @@ sub wait_banner {
     return 'timeout';
 }
 
-# TERM to the script (its trap stops nginx and redis), then the group
+# TERM to the script (its trap stops nginx and redis, exit 0), then the
+# group
 sub stop_example {
     my ($pid) = @_;
     kill 'TERM', $pid;
     for (1 .. 150) {
-        return 1 if waitpid($pid, WNOHANG) == $pid;
+        return $? == 0 if waitpid($pid, WNOHANG) == $pid;
         sleep 0.1;
     }
     kill 'KILL', -$pid;
@@ -161,7 +162,7 @@ for my $ex (@examples) {
             or diag("$calls[$i]\n$text");
     }
 
-    ok(stop_example($pid), "$ex: stops on TERM");
+    ok(stop_example($pid), "$ex: stops on TERM, exit status 0");
     my $log = slurp("$root/t/servroot-run-$port/logs/error.log");
     unlike($log, qr/\[(?:error|crit|alert|emerg)\]/, "$ex: no error logged")
         or diag($log);

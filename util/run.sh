@@ -133,7 +133,9 @@ stop() {
     wait 2>/dev/null
     echo "stopped"
 }
-trap stop INT TERM EXIT
+# Ctrl-C or a TERM: a clean stop, exit 0; any other end: its own status
+trap 'stop; exit 0' INT TERM
+trap stop EXIT
 
 cli() {
     local p=$1
