@@ -119,6 +119,22 @@ sub curl {
     return ($code // 0, $text);
 }
 
+sub bindable {
+    return IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                 LocalPort => $_[0], Listen => 1,
+                                 ReuseAddr => 1);
+}
+
+# a REDIS_PORT whose 6 nodes and 6 bus ports (+100) are all free
+sub cluster_port {
+    for my $k (0 .. 30) {
+        my $p = $redis_port + 20 + 7 * $k;
+        return $p unless grep { !bindable($_) }
+                         map { ($p + $_, $p + 100 + $_) } 0 .. 5;
+    }
+    return $redis_port + 20;
+}
+
 my @examples = map { m{/([^/]+)\.conf$} }
                sort glob("$root/conf-examples/*.conf");
 ok(@examples >= 7, "conf-examples/ has its examples");
@@ -133,10 +149,11 @@ for my $ex (@examples) {
     my @calls = header_calls($file);
     ok(@calls >= 1, "$ex: its header lists a first call") or next;
 
-    # the cluster's own ports: those the single Redis used may be some
-    # closed connection's local port still (TIME_WAIT), not free to bind
+    # the cluster's own ports (nodes and their buses): those the single
+    # Redis or a run just before used may be some closed connection's
+    # local port still (TIME_WAIT), not free to bind
     my ($pid, $out) = run_example($ex, $ex eq 'redis-cluster'
-                                       ? (REDIS_PORT => $redis_port + 20)
+                                       ? (REDIS_PORT => cluster_port())
                                        : ());
     my $up = wait_banner($pid, $out, $ex eq 'redis-cluster' ? 90 : 30);
     is($up, 'up', "$ex: make run starts it") or do {

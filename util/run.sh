@@ -127,6 +127,8 @@ stop() {
     trap - INT TERM EXIT
     [ -n "$nginx_pid" ] && kill -QUIT "$nginx_pid" 2>/dev/null || true
     [ -n "$backend_pid" ] && kill -QUIT "$backend_pid" 2>/dev/null || true
+    # Redis last: the gateway's last writes land, and it logs no lost link
+    [ -n "$nginx_pid" ] && wait "$nginx_pid" 2>/dev/null || true
     for p in "${pids[@]}"; do
         kill "$p" 2>/dev/null || true
     done
