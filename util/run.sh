@@ -43,8 +43,8 @@ for v in PORT:$port BACKEND_PORT:$backend_port REDIS_PORT:$redis_port; do
     case ${v#*:} in
         ''|*[!0-9]*) die "${v%%:*}=${v#*:} is not a port number" ;;
     esac
-    [ "${v#*:}" -ge 1 ] && [ "${v#*:}" -le 65429 ] \
-        || die "${v%%:*}=${v#*:} is out of range (1-65429)"
+    [ "${v#*:}" -ge 1 ] && [ "${v#*:}" -le 65535 ] \
+        || die "${v%%:*}=${v#*:} is out of range (1-65535)"
 done
 
 [ -f "$module" ] || die "the module is not built ($module): run make"
@@ -71,6 +71,9 @@ case $redis in
 single)
     ports+=("$redis_port REDIS_PORT") ;;
 cluster)
+    [ $((redis_port + 105)) -le 65535 ] \
+        || die "REDIS_PORT=$redis_port leaves no room for the cluster's" \
+               "nodes and buses (REDIS_PORT+105 is over 65535)"
     for i in 0 1 2 3 4 5; do
         ports+=("$((redis_port + i)) REDIS_PORT (node REDIS_PORT+$i)")
         ports+=("$((redis_port + 100 + i)) REDIS_PORT (bus +$((100 + i)))")
@@ -123,6 +126,7 @@ sed -E \
 
 pids=()
 nginx_pid=
+backend_pid=
 stop() {
     trap - INT TERM EXIT
     [ -n "$nginx_pid" ] && kill -QUIT "$nginx_pid" 2>/dev/null || true
@@ -197,7 +201,6 @@ cluster)
     ;;
 esac
 
-backend_pid=
 if [ $own_backend = no ]; then
     mkdir -p "$prefix/backend/logs"
     sed -E "s/127\.0\.0\.1:8081\b/127.0.0.1:$backend_port/" \
