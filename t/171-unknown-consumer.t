@@ -3,9 +3,11 @@
 # gateway wrote in the test's redis-server: a consumer group, bounded
 # rounds per entry then a person, a resend that succeeded, a record gone,
 # a dedupe scope's record read by its key, a dead consumer's entries taken
-# over, a second group with a receipt check.
+# over, a second group with a receipt check, verdicts posted back (a
+# scoped call's with its scope's digest).
 
 use Cwd qw(abs_path);
+use Digest::SHA ();
 
 our $python;
 our $consumer;
@@ -318,40 +320,104 @@ Test::More::like(main::line_of($l, 'uc-6'),
 # cluster, where the two are on two masters)
 my ($s, $us) = split /\n/, main::redis("time");
 my $now = $s * 1000 + int($us / 1000);
-main::redis("hset 'idem:c:{uc-9}' o tok9 d x v 1 l:tok9 " . ($now - 1000)
+main::redis("hset 'idem:c:{uc-20}' o tok9 d x v 1 l:tok9 " . ($now - 1000)
             . " b:tok9 - e:tok9 'P " . ($now - 5000)
             . " client gw-busy POST 4bf92f3577b34da6a3ce929d0e0e4736 /t'");
-main::redis("xadd idem:comp '*' call_id uc-9 trace_id 4bf92f3577b34da6a3ce929d0e0e4736 key 'idem:c:{uc-9}' token tok9 method POST uri /t node gw-busy attempts 1 last_outcome timeout last_sent 1 final_status 504 created_ms "
+main::redis("xadd idem:comp '*' call_id uc-20 trace_id 4bf92f3577b34da6a3ce929d0e0e4736 key 'idem:c:{uc-20}' token tok9 method POST uri /t node gw-busy attempts 1 last_outcome timeout last_sent 1 final_status 504 created_ms "
             . ($now - 5000) . " ended_ms $now");
-my $check = q{'case $IDEM_CALL_ID in uc-9) exit 1;; *) exit 75;; esac'};
+my $check = q{'case $IDEM_CALL_ID in uc-20) exit 1;; *) exit 75;; esac'};
 my $url = "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/calls/";
 my $l = main::consume("--group late --check $check --resolve-url $url");
-my @l = grep { / uc-9: / } @$l;
+my @l = grep { / uc-20: / } @$l;
 Test::More::like($l[0] // '',
-    qr{ uc-9: round 1/3: did not take effect: its owner may still answer \(409 resolution-too-early\): asked again later$},
-    'uc-9: too early, said so');
+    qr{ uc-20: round 1/3: did not take effect: its owner may still answer \(409 resolution-too-early\): asked again later$},
+    'uc-20: too early, said so');
 Test::More::like($l[1] // '',
-    qr{ uc-9: round 1/3: still UNKNOWN \(the record has no final write for this execution yet\), the gateway was not told: would ask },
+    qr{ uc-20: round 1/3: still UNKNOWN \(the record has no final write for this execution yet\), the gateway was not told: would ask },
     '... not settled');
 my @p = split /\n/, main::redis("xpending idem:comp late - + 100");
 my %pending = map { $p[4 * $_] => 1 } 0 .. $#p / 4;
 my ($entry) = ($l[0] // '') =~ /^(\S+)/;
 Test::More::ok($entry && $pending{$entry}, 'its entry is still pending');
 # the owner's final write lands: UNKNOWN, its answer lost
-main::redis("hset 'idem:c:{uc-9}' f:tok9 'UNKNOWN 504 $now "
+main::redis("hset 'idem:c:{uc-20}' f:tok9 'UNKNOWN 504 $now "
             . ($now - 5000) . " client gw-busy POST 4bf92f3577b34da6a3ce929d0e0e4736 /t' k:tok9 U");
 $l = main::consume("--group late --check $check --resolve-url $url --retry-after 0");
-@l = grep { / uc-9: / } @$l;
+@l = grep { / uc-20: / } @$l;
 Test::More::like($l[0] // '',
-    qr{ uc-9: round 2/3: did not take effect: resolved in the record \(200\)$},
-    'uc-9: round 2, resolved');
+    qr{ uc-20: round 2/3: did not take effect: resolved in the record \(200\)$},
+    'uc-20: round 2, resolved');
 @p = split /\n/, main::redis("xpending idem:comp late - + 100");
 %pending = map { $p[4 * $_] => 1 } 0 .. $#p / 4;
 Test::More::ok(!$pending{$entry}, 'its entry acknowledged');
 --- request
-GET /calls/uc-9
+GET /calls/uc-20
 --- response_body_like chomp
 "state":"FAILED",.*"resolved":\{"execution":1,"outcome":"not_applied",
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 11: --resolve-url and a dedupe scope: a scoped call ends UNKNOWN, on a gateway whose operators' status location takes resolutions by the scope's digest
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream comp;
+--- config
+    location /scoped {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_x_tenant;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/9;
+    }
+    location /calls/ {
+        idem_dedupe_scope $http_x_tenant;
+        idem_status resolve=on;
+    }
+    location /ops/calls/ {
+        idem_dedupe_scope $http_x_tenant;
+        idem_status resolve=on scope_digest=on;
+    }
+--- request eval
+["POST /scoped\na=1", "POST /scoped\na=1"]
+--- more_headers eval
+["X-Call-Id: uc-8\nX-Tenant: tenant-secret-8",
+ "X-Call-Id: uc-9\nX-Tenant: tenant-secret-8"]
+--- error_code eval
+[502, 502]
+--- wait: 0.1
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 12: ... the verdict is posted with the scope's digest and lands in the scoped record; a client's status location refuses the digest (the entry stays pending)
+--- init
+my $check = q{'case $IDEM_CALL_ID in uc-8|uc-9) echo pay_s8; exit 0;; *) exit 75;; esac'};
+my $port = $ENV{TEST_NGINX_SERVER_PORT};
+my $l = main::consume("--group scoped --check $check --resolve-url http://127.0.0.1:$port/calls/");
+my $u8 = join("\n", grep { / uc-8: / } @$l);
+Test::More::like($u8,
+    qr{ uc-8: round 1/3: took effect \(receipt pay_s8\): the gateway answered 400\n.* uc-8: round 1/3: still UNKNOWN .*, the gateway was not told: }s,
+    'uc-8: a client location refuses the digest: not resolved, pending');
+$l = main::consume("--group scoped-ops --check $check --resolve-url http://127.0.0.1:$port/ops/calls/");
+Test::More::like(main::line_of($l, 'uc-8'),
+    qr{ uc-8: round 1/3: took effect \(receipt pay_s8\): resolved in the record \(200\)$},
+    'uc-8: resolved by its scope\'s digest');
+Test::More::unlike(join("\n", @$l), qr/tenant-secret/, 'no scope value');
+--- request eval
+my $d = Digest::SHA::sha256_hex("tenant-secret-8");
+["GET /ops/calls/uc-8?scope_digest=$d", "GET /calls/uc-8"]
+--- more_headers eval
+["", "X-Tenant: tenant-secret-8"]
+--- error_code eval
+[200, 200]
+--- response_body_like eval
+['"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":"pay_s8","by":"unknown-consumer:[^"]+"\}',
+ '"call_id":"uc-8",.*"state":"SUCCESS"']
 --- no_error_log
 [alert]
 [crit]
