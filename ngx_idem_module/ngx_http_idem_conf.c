@@ -203,6 +203,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->dedupe_lease = NGX_CONF_UNSET_MSEC;
     ilcf->dedupe_wait = NGX_CONF_UNSET_MSEC;
     ilcf->dedupe_replay = NGX_CONF_UNSET_PTR;
+    ilcf->dedupe_client_abort = NGX_CONF_UNSET_UINT;
     ilcf->dedupe_durable = NGX_CONF_UNSET_UINT;
 
     ngx_http_idem_storm_create_conf(&ilcf->storm);
@@ -338,6 +339,9 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_msec_value(conf->dedupe_lease, prev->dedupe_lease, 0);
     ngx_conf_merge_msec_value(conf->dedupe_wait, prev->dedupe_wait, 0);
     ngx_conf_merge_ptr_value(conf->dedupe_replay, prev->dedupe_replay, NULL);
+    ngx_conf_merge_uint_value(conf->dedupe_client_abort,
+                              prev->dedupe_client_abort,
+                              NGX_HTTP_IDEM_CLIENT_ABORT_RUN);
 
     /* idem_dedupe_durable is one directive: replicas and timeout together */
 

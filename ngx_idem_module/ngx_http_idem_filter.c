@@ -14,11 +14,13 @@
 #include "ngx_http_idem_ctx.h"
 #include "ngx_http_idem_dedupe.h"
 #include "ngx_http_idem_grpc.h"
+#include "ngx_http_idem_metrics.h"
 
 
 static ngx_int_t ngx_http_idem_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static void ngx_http_idem_sink(ngx_chain_t *in);
 static ngx_int_t ngx_http_idem_request_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 
@@ -80,6 +82,19 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
         return NGX_ERROR;
     }
 
+    /*
+     * An owner that runs on after its client left (idem_dedupe_client_
+     * abort run): the answer goes to the store, and nowhere else, so that
+     * nginx reads it to its end instead of giving up at the first write.
+     */
+
+    if (ctx->upstream.run_on && r->connection->error) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem: the client is gone, the answer is only kept");
+        ngx_http_idem_count(dedupe_client_gone);
+        return NGX_OK;
+    }
+
     u = r->upstream;
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
@@ -116,13 +131,18 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_idem_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
+    ngx_int_t             rc;
     ngx_http_idem_ctx_t  *ctx;
 
+    ctx = ngx_http_idem_get_ctx(r);
+
     if (in == NULL) {
+        if (ctx != NULL && ctx->upstream.run_on && r->connection->error) {
+            return NGX_OK;
+        }
+
         return ngx_http_next_body_filter(r, in);
     }
-
-    ctx = ngx_http_idem_get_ctx(r);
 
     if (ctx != NULL && ctx->answer.capture != NULL && !ctx->answer.capture_over
         && !ctx->answer.capture_done)
@@ -130,7 +150,43 @@ ngx_http_idem_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         ngx_http_idem_answer_body(r, ctx, in);
     }
 
-    return ngx_http_next_body_filter(r, in);
+    if (ctx == NULL || !ctx->upstream.run_on) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    /* an owner that runs on: a client gone takes nothing more (above) */
+
+    if (!r->connection->error) {
+        rc = ngx_http_next_body_filter(r, in);
+
+        if (rc != NGX_ERROR || !r->connection->error) {
+            return rc;
+        }
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem: the client went during the answer, "
+                       "the rest is only kept");
+        ngx_http_idem_count(dedupe_client_gone);
+    }
+
+    ngx_http_idem_sink(in);
+
+    return NGX_OK;
+}
+
+
+/* the buffers are taken, as a write would take them: nginx reads on */
+
+static void
+ngx_http_idem_sink(ngx_chain_t *in)
+{
+    for ( /* void */ ; in; in = in->next) {
+        in->buf->pos = in->buf->last;
+
+        if (in->buf->in_file) {
+            in->buf->file_pos = in->buf->file_last;
+        }
+    }
 }
 
 

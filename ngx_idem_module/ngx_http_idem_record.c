@@ -411,7 +411,7 @@ ngx_http_idem_attempt_end(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         a->outcome = (a->status < NGX_HTTP_BAD_REQUEST)
                      ? NGX_HTTP_IDEM_OUTCOME_OK : NGX_HTTP_IDEM_OUTCOME_HTTP;
 
-    } else if (r->connection->error) {
+    } else if (r->connection->error && !ctx->upstream.run_on) {
         a->outcome = NGX_HTTP_IDEM_OUTCOME_CLIENT_ABORT;
 
     } else if (c != NULL && (c->read->timedout || c->write->timedout)) {
