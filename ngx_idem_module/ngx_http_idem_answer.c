@@ -23,6 +23,7 @@
 
 
 #include "ngx_http_idem_answer.h"
+#include "ngx_http_idem_grpc.h"
 #include "ngx_http_idem_util.h"
 
 
@@ -422,6 +423,7 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 static ngx_uint_t
 ngx_http_idem_answer_replayed(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
+    ngx_int_t                  grpc;
     ngx_uint_t                 i, status, *code;
     ngx_http_idem_loc_conf_t  *ilcf;
 
@@ -435,15 +437,36 @@ ngx_http_idem_answer_replayed(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     status = r->err_status ? r->err_status : r->headers_out.status;
     code = ilcf->dedupe_replay->elts;
 
+    /* no code listed (grpc= alone): every HTTP status */
+
     for (i = 0; i < ilcf->dedupe_replay->nelts; i++) {
         if (code[i] == status || code[i] == status / 100) {
-            return 1;
+            break;
         }
     }
 
+    if (ilcf->dedupe_replay->nelts && i == ilcf->dedupe_replay->nelts) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem dedupe: a %ui answer is not kept "
+                       "(idem_dedupe_replay): the claim is released", status);
+        return 0;
+    }
+
+    /* grpc=: a gRPC call's grpc-status, in its trailers or Trailers-Only */
+
+    if (ilcf->dedupe_replay_grpc == 0 || !ctx->grpc.on) {
+        return 1;
+    }
+
+    grpc = ngx_http_idem_grpc_status(r);
+
+    if (grpc >= 0 && (ilcf->dedupe_replay_grpc & ((ngx_uint_t) 1 << grpc))) {
+        return 1;
+    }
+
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idem dedupe: a %ui answer is not kept "
-                   "(idem_dedupe_replay): the claim is released", status);
+                   "idem dedupe: an answer with grpc-status %i is not kept "
+                   "(idem_dedupe_replay grpc=): the claim is released", grpc);
 
     return 0;
 }

@@ -243,6 +243,8 @@ struct ngx_http_idem_loc_conf_s {
     ngx_flag_t                dedupe_scope_set;
     size_t                    dedupe_store_max;
     ngx_array_t              *dedupe_replay;    /* NULL: every answer */
+    ngx_uint_t                dedupe_replay_grpc;   /* bit per grpc-status,
+                                                       0: every one */
     ngx_uint_t                dedupe_client_abort;
     ngx_http_idem_header_t    dedupe_expires_header;  /* name.len 0: off */
     ngx_msec_t                dedupe_lease;  /* 0: budget + 5s, or 60s */

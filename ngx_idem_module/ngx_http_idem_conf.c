@@ -173,6 +173,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
      *     ilcf->receipt_header = { { 0, NULL }, NULL, 0 };
      *     ilcf->dedupe_expires_header = { { 0, NULL }, NULL, 0 };
      *     ilcf->dedupe_durable_timeout = 0;
+     *     ilcf->dedupe_replay_grpc = 0;
      *     ilcf->variable_upstream_logged = 0;
      */
 
@@ -338,6 +339,13 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               64 * 1024);
     ngx_conf_merge_msec_value(conf->dedupe_lease, prev->dedupe_lease, 0);
     ngx_conf_merge_msec_value(conf->dedupe_wait, prev->dedupe_wait, 0);
+
+    /* idem_dedupe_replay is one directive: its codes and grpc= together */
+
+    if (conf->dedupe_replay == NGX_CONF_UNSET_PTR) {
+        conf->dedupe_replay_grpc = prev->dedupe_replay_grpc;
+    }
+
     ngx_conf_merge_ptr_value(conf->dedupe_replay, prev->dedupe_replay, NULL);
     ngx_conf_merge_uint_value(conf->dedupe_client_abort,
                               prev->dedupe_client_abort,
