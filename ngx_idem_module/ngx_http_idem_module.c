@@ -289,7 +289,7 @@ static ngx_command_t  ngx_http_idem_commands[] = {
 
     { ngx_string("idem_dedupe_client_abort"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_enum_slot,
+      ngx_http_idem_set_enum,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idem_loc_conf_t, dedupe_client_abort),
       &ngx_http_idem_client_aborts },
