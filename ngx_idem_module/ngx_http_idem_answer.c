@@ -23,7 +23,6 @@
 
 
 #include "ngx_http_idem_answer.h"
-#include "ngx_http_idem_grpc.h"
 #include "ngx_http_idem_util.h"
 
 
@@ -43,7 +42,7 @@ static void ngx_http_idem_answer_content_type(ngx_http_request_t *r,
 static ngx_int_t ngx_http_idem_answer_trailers(ngx_http_request_t *r,
     ngx_str_t *answer);
 static ngx_uint_t ngx_http_idem_answer_replayed(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
+    ngx_http_idem_ctx_t *ctx, ngx_int_t grpc);
 
 
 /* not kept: hop-by-hop, computed again, this module's own, or a caller's */
@@ -373,12 +372,13 @@ ngx_http_idem_answer_append(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
 /*
  * What a finished owner leaves for the duplicates of its call, and the
- * answer to store with it; "sent": some attempt reached the upstream.
+ * answer to store with it; "sent": some attempt reached the upstream;
+ * "grpc": a gRPC call's grpc-status as the client got it, -1: none.
  */
 
 u_char
 ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
-    ngx_uint_t state, ngx_uint_t sent, ngx_str_t *answer)
+    ngx_uint_t state, ngx_uint_t sent, ngx_int_t grpc, ngx_str_t *answer)
 {
     if (state == NGX_HTTP_IDEM_UNKNOWN) {
         return NGX_HTTP_IDEM_KEEP_UNKNOWN;
@@ -392,7 +392,7 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     /* an answer idem_dedupe_replay leaves out: the next resend runs it */
 
-    if (!ngx_http_idem_answer_replayed(r, ctx)) {
+    if (!ngx_http_idem_answer_replayed(r, ctx, grpc)) {
         return NGX_HTTP_IDEM_KEEP_RELEASE;
     }
 
@@ -421,9 +421,9 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
  */
 
 static ngx_uint_t
-ngx_http_idem_answer_replayed(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+ngx_http_idem_answer_replayed(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_int_t grpc)
 {
-    ngx_int_t                  grpc;
     ngx_uint_t                 i, status, *code;
     ngx_http_idem_loc_conf_t  *ilcf;
 
@@ -457,8 +457,6 @@ ngx_http_idem_answer_replayed(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     if (ilcf->dedupe_replay_grpc == 0 || !ctx->grpc.on) {
         return 1;
     }
-
-    grpc = ngx_http_idem_grpc_status(r);
 
     if (grpc >= 0 && (ilcf->dedupe_replay_grpc & ((ngx_uint_t) 1 << grpc))) {
         return 1;

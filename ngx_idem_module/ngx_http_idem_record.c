@@ -719,6 +719,8 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         keep = ngx_http_idem_answer_keep(r, ctx, state,
                                          ngx_http_idem_sent(r, ctx,
                                                             &unanswered),
+                                         ctx->grpc.on
+                                         ? ngx_http_idem_grpc_status(r) : -1,
                                          &answer);
     }
 
