@@ -150,6 +150,49 @@ Test::More::like(main::settled('ca-1'),
 
 
 
+=== TEST 1b: ... an answer of 1 MB, written to the connection the client closed: the write that fails leaves the rest to be kept only, and the resend gets it whole
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_store_max 2m;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/slow;
+    }
+    location /slow {
+        echo_sleep 1.6;
+        echo_duplicate 100000 "0123456789";
+    }
+    location /status/ {
+        idem_status;
+    }
+--- init
+main::bg('gone1b', 'ca-1b', '--max-time', '1', '--data', 'x=1',
+         main::url('/pay'));
+Test::More::is(main::done('gone1b'), '', 'the client gave up');
+Test::More::like(main::settled('ca-1b'),
+                 qr/"state":"SUCCESS".*"outcome":"ok","sent":true,"status":200/,
+                 'the call ran on to its answer');
+--- request
+POST /pay
+x=1
+--- more_headers
+X-Call-Id: ca-1b
+--- response_headers
+Idempotent-Replayed: true
+Content-Length: 1000000
+--- response_body_like eval
+qr/\A(?:0123456789){50000}(?:0123456789){50000}\z/
+--- error_log
+the client went during the answer, the rest is only kept
+--- no_error_log
+[error]
+
+
+
 === TEST 2: idem_dedupe_client_abort abort: nginx closes the upstream call, UNKNOWN, the resend gets 409 call-outcome-unknown
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
