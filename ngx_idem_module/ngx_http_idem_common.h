@@ -158,11 +158,13 @@ typedef struct ngx_http_idem_storm_node_s  ngx_http_idem_storm_node_t;
  */
 struct ngx_http_idem_storm_ctx_s {
     ngx_http_idem_storm_node_t  *node;
+    uint64_t                     serial;    /* node's, in this configuration */
     ngx_str_t                   *name;      /* the upstream's */
     ngx_http_idem_storm_conf_t  *conf;      /* the proxying location's */
     ngx_uint_t                   retry_on;  /* its idem_retry on= */
     unsigned                     probe:1;   /* let through half-open */
     unsigned                     done:1;    /* its outcome was counted */
+    unsigned                     lost:1;    /* a reload freed its node */
 };
 
 
