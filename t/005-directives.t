@@ -3,7 +3,7 @@
 
 use Test::Nginx::Socket 'no_plan';
 
-# No repeat_each(2): 48 of its 52 blocks are configurations nginx must
+# No repeat_each(2): 49 of its 56 blocks are configurations nginx must
 # refuse (no request, no worker); running each twice only doubles the time.
 
 no_long_string();
@@ -400,9 +400,9 @@ invalid value "my app" in "idem_key_prefix" directive
 
 
 
-=== TEST 41: idem_status takes at most an id and resolve=
+=== TEST 41: idem_status takes at most an id, resolve= and scope_digest=
 --- config
-    location /calls/ { idem_status $1 $2 resolve=on; }
+    location /calls/ { idem_status $1 $2 resolve=on scope_digest=on; }
 --- must_die
 --- error_log
 invalid number of arguments in "idem_status" directive
@@ -427,7 +427,110 @@ invalid number of arguments in "idem_metrics" directive
 
 
 
-=== TEST 44: idem_dedupe_client_abort takes run or abort
+=== TEST 44: idem_retry where the route is not idempotent warns, naming the location; not where it is, nor at one attempt
+--- config
+    location /t {
+        idem on;
+        idem_retry 5;
+        return 204;
+    }
+    location /idempotent {
+        idem on;
+        idem_idempotent on;
+        idem_retry 5;
+        return 204;
+    }
+    location /once {
+        idem on;
+        idem_retry 1;
+        return 204;
+    }
+--- request
+GET /t
+--- error_code: 204
+--- error_log
+"idem_retry 5" in location "/t" where "idem_idempotent" is off: its calls get one attempt
+--- no_error_log
+location "/idempotent"
+location "/once"
+[error]
+
+
+
+=== TEST 45: idem_idempotent and idem_retry where idem is off warn; not at the server's level, whose locations turn idem on
+--- config
+    idem_idempotent on;
+    location /t {
+        idem on;
+        return 204;
+    }
+    location /off {
+        idem_idempotent on;
+        return 204;
+    }
+    location /off2 {
+        idem_retry 3;
+        return 204;
+    }
+--- request
+GET /t
+--- error_code: 204
+--- error_log
+"idem_idempotent" is set in location "/off" where "idem" is off: it has no effect there
+"idem_retry" is set in location "/off2" where "idem" is off: it has no effect there
+--- no_error_log
+location "/t"
+[error]
+
+
+
+=== TEST 46: a deadline that looks like milliseconds, or longer than 10 minutes, warns; 2s and 5000ms do not
+--- config
+    location /t {
+        idem on;
+        idem_deadline 2000;
+        return 204;
+    }
+    location /long {
+        idem on;
+        idem_deadline 15m;
+        return 204;
+    }
+    location /fine {
+        idem on;
+        idem_deadline 2s;
+        return 204;
+    }
+    location /fine-ms {
+        idem on;
+        idem_deadline 5000ms;
+        return 204;
+    }
+--- request
+GET /t
+--- error_code: 204
+--- error_log
+"idem_deadline 2000" is 2000 seconds: a number without a unit is seconds ("2000ms" for milliseconds)
+"idem_deadline 15m" is longer than 10 minutes
+--- no_error_log
+"idem_deadline 2s"
+"idem_deadline 5000ms"
+[error]
+
+
+
+=== TEST 47: idem_status scope_digest= takes on or off
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /calls/ { idem_status scope_digest=yes; }
+--- must_die
+--- error_log
+invalid value "scope_digest=yes" in "idem_status" directive, it must be "scope_digest=on" or "scope_digest=off"
+
+
+
+=== TEST 48: idem_dedupe_client_abort takes run or abort
 --- config
     location /t { idem_dedupe_client_abort stop; }
 --- must_die
@@ -436,7 +539,7 @@ invalid value "stop" in "idem_dedupe_client_abort" directive, it must be "run" o
 
 
 
-=== TEST 45: idem_dedupe_client_abort takes one value
+=== TEST 49: idem_dedupe_client_abort takes one value
 --- config
     location /t { idem_dedupe_client_abort run abort; }
 --- must_die
@@ -445,7 +548,7 @@ invalid number of arguments in "idem_dedupe_client_abort" directive
 
 
 
-=== TEST 46: idem_dedupe_client_abort run and abort are accepted in http, server and location
+=== TEST 50: idem_dedupe_client_abort run and abort are accepted in http, server and location
 --- http_config
     idem_dedupe_client_abort abort;
 --- config
@@ -463,7 +566,7 @@ ok
 
 
 
-=== TEST 47: idem_dedupe_replay grpc= refuses a status it does not know
+=== TEST 51: idem_dedupe_replay grpc= refuses a status it does not know
 --- config
     location /t { idem_dedupe_replay 2xx grpc=OK,GONE; }
 --- must_die
@@ -472,7 +575,7 @@ invalid gRPC status "GONE" in "idem_dedupe_replay" directive, it must be a name 
 
 
 
-=== TEST 48: ... a number past 16
+=== TEST 52: ... a number past 16
 --- config
     location /a { idem_dedupe_replay grpc=17; }
 --- must_die
@@ -481,7 +584,7 @@ invalid gRPC status "17" in "idem_dedupe_replay" directive
 
 
 
-=== TEST 49: ... an empty list
+=== TEST 53: ... an empty list
 --- config
     location /a { idem_dedupe_replay grpc=; }
 --- must_die
@@ -490,7 +593,7 @@ invalid gRPC status "" in "idem_dedupe_replay" directive
 
 
 
-=== TEST 50: ... an empty item
+=== TEST 54: ... an empty item
 --- config
     location /a { idem_dedupe_replay grpc=OK,,5; }
 --- must_die
@@ -499,7 +602,7 @@ invalid gRPC status "" in "idem_dedupe_replay" directive
 
 
 
-=== TEST 51: ... and a second grpc=
+=== TEST 55: ... and a second grpc=
 --- config
     location /a { idem_dedupe_replay grpc=OK grpc=5; }
 --- must_die
@@ -508,7 +611,7 @@ duplicate "grpc=" in "idem_dedupe_replay" directive
 
 
 
-=== TEST 52: idem_dedupe_replay with grpc= alone, with codes, by names in any case and by numbers
+=== TEST 56: idem_dedupe_replay with grpc= alone, with codes, by names in any case and by numbers
 --- config
     location /a {
         idem_dedupe_replay grpc=OK,not_found,Unavailable,16;
