@@ -36,14 +36,16 @@
 #     UNKNOWN and its "z:" left orphaned; every gateway then reads the
 #     record UNKNOWN without the resolution, a resend gets 409
 #     call-outcome-unknown on 72fcf72 and what the resolution said on
-#     this version (409 call-applied, or released and run again).
+#     this version (409 call-applied, or released and run again), also
+#     after a trim of its own, which keeps the claim's "z:".
 #
 # The backend counts each call id's executions (/log/ID): none ran twice.
 #
-# Plain Test::More: four nginx instances (0.6.0 of 1db18b0; this version
+# Plain Test::More: five nginx instances (0.6.0 of 1db18b0; this version
 # as the upgrade guide sets it, idem_record_short off; this version with
 # its defaults and a waiting route; 0.6.0 of 72fcf72 with its defaults
-# and idem_record_max_executions 2) run by t/lib/IdemNginx.pm; the clients
+# and idem_record_max_executions 2; this version with idem_record_short
+# off and the same cap) run by t/lib/IdemNginx.pm; the clients
 # and the backend's counter are t/lib/IdemGateway.pm's, the records read
 # with t/lib/IdemRecord.pm.  Skipped, with a message, where the
 # repository has no history to build the 0.6.0 builds from.
@@ -82,7 +84,7 @@ my ($old_so, $pre_so) = map {
 } [$commit, $release], [$pre_commit, $pre_release];
 
 my $base = IdemNginx::base_port();
-my ($old, $new, $new2, $pre) = map { $base + $_ } 200 .. 203;
+my ($old, $new, $new2, $pre, $new3) = map { $base + $_ } 200 .. 204;
 my $prefix = "ru:$$:";            # the Redis keys of this run only
 my $timeout = 10;                 # seconds, every wait
 my $n = 0;
@@ -119,7 +121,8 @@ END {
 my $v06 = "$release ($commit)";     # in the tests' names
 my %name = ($old => $v06, $new => 'this version',
             $new2 => 'this version (defaults)',
-            $pre => "0.6.0 ($pre_commit)");
+            $pre => "0.6.0 ($pre_commit)",
+            $new3 => 'this version (a cap of 2)');
 my %gw = (
     $old => start_gw('ru-old', $old, $old_so, 'old'),
     $new => start_gw('ru-new', $new, undef, 'new'),
@@ -127,6 +130,8 @@ my %gw = (
     # idem_record_max_executions 2: its trim runs at a record's third
     # execution
     $pre => start_gw('ru-pre', $pre, $pre_so, 'pre'),
+    # this version as 'new', with the same cap
+    $new3 => start_gw('ru-new3', $new3, undef, 'new3'),
 );
 
 
@@ -397,8 +402,9 @@ for my $o ($old, $pre) {
 #    the record UNKNOWN, with no resolution; a resend gets 409
 #    call-outcome-unknown on 0.6.0, and on this version what the
 #    resolution said (its claim script reads the "z:" of the claim's
-#    execution, which is still there); nothing ran twice that the
-#    resolution did not release.
+#    execution, which is still there, and which a trim of this version
+#    keeps: fails without it); nothing ran twice that the resolution did
+#    not release.
 
 for my $outcome ('applied', 'not_applied') {
     my $id = fresh_id();
@@ -440,6 +446,18 @@ for my $outcome ('applied', 'not_applied') {
          qr/problem:call-outcome-unknown"/, "a resend through $name{$pre}: "
          . '409 call-outcome-unknown');
     is(posts($id), 1, 'not run again');
+
+    # a trim by this version (same cap) keeps the claim's z:, orphaned
+    # or not (t/065)
+    is(code(send_all([$new3, get('/tf', $id)])), 409, 'this version '
+       . 'records another execution of the id: its own trim runs');
+    my $end = time + $timeout;
+    sleep 0.05 until (field($id, 'x') // '') =~ /^2 / || time > $end;
+    like(field($id, 'x'), qr/^2 0 1 /, 'its summary counts one more '
+         . 'dropped (FAILED), still one UNKNOWN');
+    ok(defined field($id, "z:$o"), 'the orphaned resolution is kept (the '
+       . "claim's)");
+
     if ($outcome eq 'applied') {
         like(body(send_all([$new, post($id, 'x', '/u')])),
              qr/problem:call-applied"/, 'through this version: 409 '
@@ -478,6 +496,8 @@ sub conf {
     # 'new2': a call is over before its arrival is written, so that its
     # one write makes a short record
     my $short = $kind eq 'new' ? 'idem_record_short off;'
+              : $kind eq 'new3' ? 'idem_record_short off; '
+                                  . 'idem_record_max_executions 2;'
               : $kind eq 'new2' ? 'idem_record_arrival_delay 5s;'
               : $kind eq 'pre' ? 'idem_record_max_executions 2; '
                                 . 'idem_record_arrival_delay 5s;' : '';
@@ -650,6 +670,9 @@ sub resolve {
 }
 
 sub runs { IdemGateway::backend_runs($backend, $_[0]) }
+
+# one field of the record (undef: none)
+sub field { my %f = IdemRecord::fields($redis, key($_[0])); $f{$_[1]} }
 
 # the backend's POSTs of an id (the calls of /u), its GETs left out
 sub posts {
