@@ -66,6 +66,17 @@ my $redis = $ENV{TEST_NGINX_REDIS_PORT}
 my $backend = $ENV{TEST_NGINX_BACKEND_PORT}
     or plan skip_all => 'TEST_NGINX_BACKEND_PORT is not set (use make test)';
 
+# the releases are built against Debian's nginx, as their packages were
+# (an upgrade of the package is what runs two of them side by side): with
+# another nginx (make test NGINX=...), their modules would not load
+{
+    my ($want, $have) = map { my $v = `$_ -v 2>&1`; chomp $v; $v }
+                        '/usr/sbin/nginx', IdemNginx::binary();
+    plan skip_all => "the previous releases are built for Debian's nginx "
+                     . "($want), not for this one ($have)"
+        if $want ne $have;
+}
+
 # the previous release: the commit of its first package (debian/changelog)
 my ($release, $commit) = ('0.6.0', '1db18b0');
 # and the last commit whose debian/changelog still read 0.6.0 before
