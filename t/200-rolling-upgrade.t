@@ -104,7 +104,7 @@ END {
     local $?;
     system("redis-cli -p $redis --scan --pattern '$prefix*' "
            . "| xargs -r redis-cli -p $redis del >/dev/null 2>&1")
-        if $redis;
+        if $redis && defined $prefix;
 }
 
 
