@@ -750,7 +750,7 @@ X-Call-Id: late-3
 
 
 
-=== TEST 20: ... a not_applied found while the owner may still answer (written by hand: resolutions are refused then): a resend is not run (409 call-outcome-unknown), then gets the owner's answer: one execution
+=== TEST 20: ... a not_applied found while the owner may still answer (as a 0.6.0 build with resolutions may write it; this version refuses it): a resend is not run (409 call-outcome-unknown), then gets the owner's answer: one execution
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config

@@ -13,7 +13,7 @@
 -- released, unless its owner's final write, come after the resolution,
 -- says the upstream answered (kept "R" or "L": that wins, the call is
 -- never run twice), or it has none yet and its owner may still answer
--- (resolve.lua takes no resolution so: this holds should one be there).
+-- (resolve.lua takes none so; a 0.6.0 build with resolutions may).
 local k = KEYS[1]
 -- the record went and came back short since the HSETNX: a rare race
 hash()
