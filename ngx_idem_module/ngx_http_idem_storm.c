@@ -15,7 +15,8 @@
  * again by upstream name, so the budget and the breaker carry on; a new
  * size gives a new zone, counted from zero.  The nodes of upstreams that
  * neither the running nor the new configuration names are freed then
- * (storm_zone.c).
+ * (storm_zone.c); a worker of an older configuration still holding one
+ * finds its serial changed and counts nothing: its counts are lost.
  */
 
 
@@ -28,6 +29,8 @@
 static ngx_int_t ngx_http_idem_storm_refuse(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_msec_t wait);
 static ngx_int_t ngx_http_idem_storm_failed(ngx_http_idem_ctx_t *ctx,
+    ngx_http_idem_storm_ctx_t *sctx);
+static void ngx_http_idem_storm_lost(ngx_log_t *log,
     ngx_http_idem_storm_ctx_t *sctx);
 static ngx_http_idem_storm_bucket_t *ngx_http_idem_storm_bucket(
     ngx_http_idem_storm_node_t *node);
@@ -81,6 +84,7 @@ ngx_http_idem_storm_admit(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     node = su->node;
     sctx->node = node;
+    sctx->serial = su->serial;
     sctx->name = &su->name;
     sctx->conf = scf;
     sctx->retry_on = ctx->conf->retry_on;
@@ -95,6 +99,12 @@ ngx_http_idem_storm_admit(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     wait = 0;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (!ngx_http_idem_storm_live(node, sctx->serial)) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        ngx_http_idem_storm_lost(r->connection->log, sctx);
+        return NGX_OK;
+    }
 
     if (node->state == NGX_HTTP_IDEM_BREAKER_OPEN) {
 
@@ -233,6 +243,12 @@ ngx_http_idem_storm_attempt(ngx_http_idem_ctx_t *ctx)
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
+    if (!ngx_http_idem_storm_live(sctx->node, sctx->serial)) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        ngx_http_idem_storm_lost(ctx->request->connection->log, sctx);
+        return;
+    }
+
     b = ngx_http_idem_storm_bucket(sctx->node);
 
     if (ctx->upstream.attempt > ctx->upstream.first_attempt) {
@@ -276,6 +292,12 @@ ngx_http_idem_storm_retry(ngx_http_idem_ctx_t *ctx)
     zone = scf->zone->data;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (!ngx_http_idem_storm_live(sctx->node, sctx->serial)) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        ngx_http_idem_storm_lost(ctx->request->connection->log, sctx);
+        return 1;
+    }
 
     ngx_http_idem_storm_sum(sctx->node, scf->window, 0, &sums);
 
@@ -353,6 +375,12 @@ ngx_http_idem_storm_finish(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                                               : "is not judged"));
 
     ngx_shmtx_lock(&zone->shpool->mutex);
+
+    if (!ngx_http_idem_storm_live(node, sctx->serial)) {
+        ngx_shmtx_unlock(&zone->shpool->mutex);
+        ngx_http_idem_storm_lost(r->connection->log, sctx);
+        return;
+    }
 
     if (failed != NGX_DECLINED) {
         b = ngx_http_idem_storm_bucket(node);
@@ -494,6 +522,33 @@ ngx_http_idem_storm_failed(ngx_http_idem_ctx_t *ctx,
     default:    /* a client gone, or an attempt that never ended */
         return NGX_DECLINED;
     }
+}
+
+
+/*
+ * The call's node was freed by a reload since its worker's configuration
+ * was loaded (the upstream was renamed or removed two reloads ago): its
+ * counts are lost, said once per call.
+ */
+
+static void
+ngx_http_idem_storm_lost(ngx_log_t *log, ngx_http_idem_storm_ctx_t *sctx)
+{
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, log, 0,
+                   "idem storm: upstream \"%V\": node (serial %uL) freed "
+                   "by a reload, not counted", sctx->name, sctx->serial);
+
+    if (sctx->lost) {
+        return;
+    }
+
+    sctx->lost = 1;
+
+    ngx_log_error(NGX_LOG_INFO, log, 0,
+                  "idem: upstream \"%V\" is no more in the "
+                  "\"" NGX_HTTP_IDEM_STORM_ZONE_NAME "\" zone (renamed or "
+                  "removed by a later reload): this call goes unjudged, "
+                  "its counts are lost", sctx->name);
 }
 
 

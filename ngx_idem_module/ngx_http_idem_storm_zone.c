@@ -8,6 +8,22 @@
  * upstream renamed in every deploy (implicit ones are named host:port)
  * never fills the zone.  The running configuration's are kept, as its
  * workers count into them until they exit.
+ *
+ * Workers of older configurations may still run too (a long call, no
+ * worker_shutdown_timeout), holding pointers to nodes freed since.  Each
+ * configuration keeps, with each node, the serial the node had when it
+ * was found; a node handed out gets a new serial (a 64-bit count that
+ * never comes back), a freed one serial 0, and every count first checks,
+ * under the mutex, that the serials still match: a stale worker's counts
+ * are lost, never another upstream's.  That check is only sound if the
+ * memory it reads is still a node: freed nodes are never given back to
+ * the slab (whose free lists would then be where a stale worker writes)
+ * but kept on the zone's own list of free nodes, taken first by the next
+ * upstream that needs one.  So the zone holds at most as many nodes as
+ * were ever named at once, and renames do not fill it.  The other way,
+ * freeing a node once no worker that used it is left, needs the workers
+ * alive per configuration, which a worker killed by a signal never
+ * reports: not chosen.
  */
 
 
@@ -21,8 +37,8 @@ static void ngx_http_idem_storm_sweep(ngx_http_idem_storm_zone_t *zone,
     ngx_http_idem_storm_zone_t *ozone, ngx_log_t *log);
 static ngx_http_idem_storm_node_t *ngx_http_idem_storm_lookup(
     ngx_http_idem_storm_zone_t *zone, ngx_str_t *name);
-static ngx_http_idem_storm_node_t *ngx_http_idem_storm_node(
-    ngx_http_idem_storm_zone_t *zone, ngx_str_t *name, ngx_log_t *log);
+static void ngx_http_idem_storm_node(ngx_http_idem_storm_zone_t *zone,
+    ngx_http_idem_storm_upstream_t *su, ngx_log_t *log);
 static int ngx_libc_cdecl ngx_http_idem_storm_cmp(const void *one,
     const void *two);
 static u_char *ngx_http_idem_storm_label(u_char *p, ngx_str_t *name);
@@ -214,6 +230,9 @@ ngx_http_idem_storm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         }
 
         ngx_queue_init(&zone->sh->nodes);
+        ngx_queue_init(&zone->sh->free);
+        zone->sh->serials = 0;
+        zone->sh->sweeps = 0;
         shpool->data = zone->sh;
 
         shpool->log_nomem = 0;
@@ -226,8 +245,7 @@ ngx_http_idem_storm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     su = zone->upstreams.elts;
 
     for (i = 0; i < zone->upstreams.nelts; i++) {
-        su[i].node = ngx_http_idem_storm_node(zone, &su[i].name,
-                                              shm_zone->shm.log);
+        ngx_http_idem_storm_node(zone, &su[i], shm_zone->shm.log);
     }
 
     return NGX_OK;
@@ -238,7 +256,9 @@ ngx_http_idem_storm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
  * A reload: the nodes of the running configuration ("ozone", whose
  * workers still count) and of the new one are kept, the others freed.
  * They can only be of configurations before the running one, or of a
- * reload that failed.  The master runs this, under the zone's mutex.
+ * reload that failed.  A freed node stays a node, on the free list, with
+ * serial 0: the workers of older configurations that still hold it count
+ * nothing more into it.  The master runs this, under the zone's mutex.
  */
 
 static void
@@ -257,7 +277,9 @@ ngx_http_idem_storm_sweep(ngx_http_idem_storm_zone_t *zone,
     su = ozone->upstreams.elts;
 
     for (i = 0; i < ozone->upstreams.nelts; i++) {
-        if (su[i].node != NULL) {
+        if (su[i].node != NULL
+            && ngx_http_idem_storm_live(su[i].node, su[i].serial))
+        {
             su[i].node->named = sweep;
         }
     }
@@ -285,12 +307,23 @@ ngx_http_idem_storm_sweep(ngx_http_idem_storm_zone_t *zone,
             continue;
         }
 
-        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, log, 0,
+        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, log, 0,
                        "idem storm: upstream \"%*s\" is named no more, "
-                       "its node is freed", node->len, node->name);
+                       "its node (serial %uL) is freed",
+                       node->len, node->name, node->serial);
+
+        /*
+         * only a configuration being loaded reads names: workers have
+         * their own copy, so the name may go back to the slab
+         */
+
+        ngx_slab_free_locked(zone->shpool, node->name);
+        node->name = NULL;
+        node->len = 0;
+        node->serial = 0;
 
         ngx_queue_remove(q);
-        ngx_slab_free_locked(zone->shpool, node);
+        ngx_queue_insert_head(&zone->sh->free, q);
         freed++;
     }
 
@@ -326,46 +359,83 @@ ngx_http_idem_storm_lookup(ngx_http_idem_storm_zone_t *zone, ngx_str_t *name)
 }
 
 
-/* the node of an upstream name: the one a previous configuration made */
+/*
+ * The node of an upstream of this configuration, with its serial: the one
+ * a previous configuration made, or a free one, or a new one.
+ */
 
-static ngx_http_idem_storm_node_t *
-ngx_http_idem_storm_node(ngx_http_idem_storm_zone_t *zone, ngx_str_t *name,
-    ngx_log_t *log)
+static void
+ngx_http_idem_storm_node(ngx_http_idem_storm_zone_t *zone,
+    ngx_http_idem_storm_upstream_t *su, ngx_log_t *log)
 {
+    u_char                      *name;
+    ngx_queue_t                 *q;
     ngx_http_idem_storm_node_t  *node;
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
-    node = ngx_http_idem_storm_lookup(zone, name);
+    node = ngx_http_idem_storm_lookup(zone, &su->name);
 
     if (node != NULL) {
+        su->node = node;
+        su->serial = node->serial;
+
         ngx_shmtx_unlock(&zone->shpool->mutex);
-        return node;
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, log, 0,
+                       "idem storm: upstream \"%V\" keeps its node "
+                       "(serial %uL)", &su->name, su->serial);
+        return;
     }
 
-    node = ngx_slab_calloc_locked(zone->shpool,
-                                  sizeof(ngx_http_idem_storm_node_t)
-                                  + name->len);
+    name = ngx_slab_alloc_locked(zone->shpool, ngx_max(su->name.len, 1));
+
+    if (name == NULL) {
+        node = NULL;
+
+    } else if (!ngx_queue_empty(&zone->sh->free)) {
+        q = ngx_queue_head(&zone->sh->free);
+        ngx_queue_remove(q);
+        node = ngx_queue_data(q, ngx_http_idem_storm_node_t, queue);
+
+        ngx_memzero(node, sizeof(ngx_http_idem_storm_node_t));
+
+    } else {
+        node = ngx_slab_calloc_locked(zone->shpool,
+                                      sizeof(ngx_http_idem_storm_node_t));
+        if (node == NULL) {
+            ngx_slab_free_locked(zone->shpool, name);
+        }
+    }
 
     if (node == NULL) {
         ngx_shmtx_unlock(&zone->shpool->mutex);
 
+        su->node = NULL;
+
         ngx_log_error(NGX_LOG_WARN, log, 0,
                       "idem: no room in the \"" NGX_HTTP_IDEM_STORM_ZONE_NAME
                       "\" zone for upstream \"%V\": its retry budget and "
-                      "breaker are off in this configuration", name);
-        return NULL;
+                      "breaker are off in this configuration", &su->name);
+        return;
     }
 
+    node->serial = ++zone->sh->serials;
     node->state = NGX_HTTP_IDEM_BREAKER_CLOSED;
-    node->len = name->len;
-    ngx_memcpy(node->name, name->data, name->len);
+    node->name = name;
+    node->len = su->name.len;
+    ngx_memcpy(node->name, su->name.data, su->name.len);
 
     ngx_queue_insert_tail(&zone->sh->nodes, &node->queue);
 
+    su->node = node;
+    su->serial = node->serial;
+
     ngx_shmtx_unlock(&zone->shpool->mutex);
 
-    return node;
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, log, 0,
+                   "idem storm: upstream \"%V\" has a new node (serial %uL)",
+                   &su->name, su->serial);
 }
 
 
@@ -501,6 +571,12 @@ ngx_http_idem_storm_metrics(ngx_http_request_t *r, u_char *p)
         }
 
         ngx_shmtx_lock(&zone->shpool->mutex);
+
+        if (!ngx_http_idem_storm_live(su[i].node, su[i].serial)) {
+            /* a worker of an older configuration: a reload freed it */
+            ngx_shmtx_unlock(&zone->shpool->mutex);
+            continue;
+        }
 
         exhausted = su[i].node->budget_exhausted;
         rejected = su[i].node->breaker_rejected;

@@ -24,8 +24,14 @@ typedef struct {
 } ngx_http_idem_storm_bucket_t;
 
 
+/*
+ * A node is never given back to the slab: freed, it goes to the zone's
+ * list of free nodes, serial 0, so that a worker's stale pointer to it
+ * always points at a node (storm_zone.c).
+ */
 struct ngx_http_idem_storm_node_s {
-    ngx_queue_t                   queue;
+    ngx_queue_t                   queue;      /* in "nodes" or in "free" */
+    uint64_t                      serial;     /* 0: free */
     ngx_uint_t                    named;      /* the sweep that kept it */
 
     ngx_uint_t                    state;
@@ -41,12 +47,14 @@ struct ngx_http_idem_storm_node_s {
     ngx_http_idem_storm_bucket_t  buckets[NGX_HTTP_IDEM_STORM_BUCKETS];
 
     size_t                        len;
-    u_char                        name[1];
+    u_char                       *name;       /* a slab chunk of its own */
 };
 
 
 typedef struct {
     ngx_queue_t                   nodes;
+    ngx_queue_t                   free;       /* freed nodes, kept as nodes */
+    uint64_t                      serials;    /* the last one handed out */
     ngx_uint_t                    sweeps;     /* configurations loaded */
 } ngx_http_idem_storm_shctx_t;
 
@@ -56,6 +64,7 @@ typedef struct {
     ngx_http_upstream_srv_conf_t *us;
     ngx_str_t                     name;
     ngx_http_idem_storm_node_t   *node;       /* NULL: no room in the zone */
+    uint64_t                      serial;     /* node's, when it was found */
 } ngx_http_idem_storm_upstream_t;
 
 
@@ -80,6 +89,9 @@ ngx_shm_zone_t *ngx_http_idem_storm_zone(ngx_conf_t *cf, ngx_uint_t create);
 ngx_http_idem_storm_upstream_t *ngx_http_idem_storm_find(
     ngx_http_idem_storm_zone_t *zone, ngx_http_upstream_srv_conf_t *us);
 ngx_uint_t ngx_http_idem_storm_state(ngx_http_idem_storm_node_t *node);
+
+/* the node is still the one "serial" was found with: no reload freed it */
+#define ngx_http_idem_storm_live(n, s)  ((n)->serial == (s))
 
 
 #endif /* _NGX_HTTP_IDEM_STORM_ZONE_H_INCLUDED_ */

@@ -400,9 +400,9 @@ invalid value "my app" in "idem_key_prefix" directive
 
 
 
-=== TEST 41: idem_status takes at most an id and resolve=
+=== TEST 41: idem_status takes at most an id, resolve= and scope_digest=
 --- config
-    location /calls/ { idem_status $1 $2 resolve=on; }
+    location /calls/ { idem_status $1 $2 resolve=on scope_digest=on; }
 --- must_die
 --- error_log
 invalid number of arguments in "idem_status" directive
@@ -424,3 +424,106 @@ invalid number of arguments in "idem_metrics" directive
 --- must_die
 --- error_log
 "idem_record_arrival_delay" directive invalid value
+
+
+
+=== TEST 44: idem_retry where the route is not idempotent warns, naming the location; not where it is, nor at one attempt
+--- config
+    location /t {
+        idem on;
+        idem_retry 5;
+        return 204;
+    }
+    location /idempotent {
+        idem on;
+        idem_idempotent on;
+        idem_retry 5;
+        return 204;
+    }
+    location /once {
+        idem on;
+        idem_retry 1;
+        return 204;
+    }
+--- request
+GET /t
+--- error_code: 204
+--- error_log
+"idem_retry 5" in location "/t" where "idem_idempotent" is off: its calls get one attempt
+--- no_error_log
+location "/idempotent"
+location "/once"
+[error]
+
+
+
+=== TEST 45: idem_idempotent and idem_retry where idem is off warn; not at the server's level, whose locations turn idem on
+--- config
+    idem_idempotent on;
+    location /t {
+        idem on;
+        return 204;
+    }
+    location /off {
+        idem_idempotent on;
+        return 204;
+    }
+    location /off2 {
+        idem_retry 3;
+        return 204;
+    }
+--- request
+GET /t
+--- error_code: 204
+--- error_log
+"idem_idempotent" is set in location "/off" where "idem" is off: it has no effect there
+"idem_retry" is set in location "/off2" where "idem" is off: it has no effect there
+--- no_error_log
+location "/t"
+[error]
+
+
+
+=== TEST 46: a deadline that looks like milliseconds, or longer than 10 minutes, warns; 2s and 5000ms do not
+--- config
+    location /t {
+        idem on;
+        idem_deadline 2000;
+        return 204;
+    }
+    location /long {
+        idem on;
+        idem_deadline 15m;
+        return 204;
+    }
+    location /fine {
+        idem on;
+        idem_deadline 2s;
+        return 204;
+    }
+    location /fine-ms {
+        idem on;
+        idem_deadline 5000ms;
+        return 204;
+    }
+--- request
+GET /t
+--- error_code: 204
+--- error_log
+"idem_deadline 2000" is 2000 seconds: a number without a unit is seconds ("2000ms" for milliseconds)
+"idem_deadline 15m" is longer than 10 minutes
+--- no_error_log
+"idem_deadline 2s"
+"idem_deadline 5000ms"
+[error]
+
+
+
+=== TEST 47: idem_status scope_digest= takes on or off
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /calls/ { idem_status scope_digest=yes; }
+--- must_die
+--- error_log
+invalid value "scope_digest=yes" in "idem_status" directive, it must be "scope_digest=on" or "scope_digest=off"

@@ -1,7 +1,9 @@
 # The retry budget and the breaker are the upstream's, not a worker's: two
 # workers (reuseport spreads the calls over both) spend one budget and see
 # one breaker; a reload keeps both (the zone is adopted), also when the new
-# configuration adds an upstream.
+# configuration adds an upstream.  A worker two reloads old, still finishing
+# a call, counts into no node a reload freed: its counts are lost, never
+# another upstream's.
 #
 # Plain Test::More: this needs a master process, two workers and a reload,
 # which is outside the Test::Nginx format.
@@ -10,6 +12,7 @@ use strict;
 use warnings;
 use Test::More;
 use IO::Socket::INET;
+use IO::Select;
 use Time::HiRes qw(sleep);
 
 use lib 't/lib';
@@ -198,5 +201,192 @@ unlike($log, qr/\[(?:alert|crit|emerg)\]|exited on signal/,
        'no alert, no crash in the error log');
 unlike($log, qr/no room in the "idem_storm" zone/,
        'the zone never ran out of room');
+
+# Issue 35: a call in flight across two reloads.  Its worker (of the
+# first configuration) ends it after the second reload has freed the node
+# of its upstream, whose memory the new upstream's node may take: its 502
+# must not count there.  The upstream is this process: a listener whose
+# calls it answers itself, so a call is held for as long as the test needs.
+
+my $gport = $port + 1;
+my $up_port = $port + 2;
+my $up = IO::Socket::INET->new(LocalAddr => "127.0.0.1:$up_port",
+                               Listen => 16, ReuseAddr => 1)
+    or BAIL_OUT("listen on $up_port: $!");
+my $gen = IdemNginx->new(name => 'storm-gen', port => $gport, workers => 2);
+
+# one upstream{} per name, location /NAME/ proxies to it
+sub gen_conf {
+    my $conf = join '', map { <<"UP" } @_;
+    upstream $_ { server 127.0.0.1:$up_port; }
+UP
+    my $locs = join '', map { <<"LOC" } @_;
+        location /$_/ {
+            idem on;
+            idem_breaker failures=1% min_calls=1 window=60s open=60s;
+            proxy_read_timeout 300s;
+            proxy_pass http://$_/;
+        }
+LOC
+    $gen->write_conf(<<"HTTP");
+$conf
+    server {
+        listen 127.0.0.1:$gport reuseport;
+$locs
+        location /metrics {
+            idem_metrics;
+        }
+    }
+HTTP
+}
+
+sub gen_send {
+    my ($path) = @_;
+    my $c = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$gport",
+                                  Timeout => 10) or return undef;
+    print $c "GET $path HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    return $c;
+}
+
+sub gen_read {
+    my ($c) = @_;
+    local $/;
+    my $res = <$c> // '';
+    my ($code) = $res =~ m{^HTTP/1\.\d (\d+)};
+    return ($code // 0, $res);
+}
+
+# the next call the gateway forwards, its request head read; undef if none
+# comes within $secs
+sub up_accept {
+    my ($secs) = @_;
+    IO::Select->new($up)->can_read($secs) or return undef;
+    my $u = $up->accept or return undef;
+    my $head = '';
+    my $sel = IO::Select->new($u);
+    while ($head !~ /\r\n\r\n/ && $sel->can_read(30)) {
+        sysread($u, $head, 4096, length $head) or last;
+    }
+    return $u;
+}
+
+sub up_answer {
+    my ($u, $code) = @_;
+    print $u "HTTP/1.1 $code X\r\nContent-Length: 3\r\n"
+             . "Connection: close\r\n\r\nup\n";
+    close $u;
+}
+
+# a call: answered by the gateway itself (an open breaker), or forwarded
+# and answered $code here, whichever happens
+sub gen_call {
+    my ($path, $code) = @_;
+    my $c = gen_send($path) or return (0, '');
+    my $sel = IO::Select->new($c, $up);
+    while (my @ready = $sel->can_read(60)) {
+        last if grep { $_ == $c } @ready;
+        $sel->remove($up);
+        my $u = up_accept(0);
+        up_answer($u, $code) if $u;
+    }
+    return gen_read($c);
+}
+
+# HUP; true once the workers of the configuration before have gone (but
+# those in @keep: the first configuration's, one of them holding a call)
+# and two new ones run
+sub gen_reload {
+    my %keep = map { $_ => 1 } @_;
+    my %before = map { $_ => 1 } grep { !$keep{$_} } $gen->children;
+    $gen->reload or return 0;
+    for (1 .. 600) {
+        sleep 0.1;
+        my @now = grep { !$keep{$_} } $gen->children;
+        return 1 if @now >= 2 && !grep { $before{$_} } @now;
+    }
+    return 0;
+}
+
+# a call through $first held by its worker across a reload to each list
+# of upstream names in @renames; the client's and the upstream's sockets
+sub hold_across {
+    my ($first, @renames) = @_;
+    my $c = gen_send("/$first/slow") or return;
+    my $u = up_accept(60) or return;
+    my @a = $gen->children;     # the holder among them: it forwarded
+    for my $names (@renames) {
+        gen_conf(@$names);
+        ok(gen_reload(@a), "reload to @$names") or return;
+    }
+    my %a = map { $_ => 1 } @a;
+    ok(scalar(grep { $a{$_} } $gen->children),
+       'a worker of the first configuration still runs, holding the call');
+    return ($c, $u);
+}
+
+# the exact scenario: _a, then _b, then _c a second later; the call
+# through _a answers 502 when _c runs
+
+gen_conf('backend_generation_a');
+ok($gen->start, 'the generation gateway starts')
+    or BAIL_OUT('nginx does not start: ' . $gen->out);
+
+my ($c, $u) = hold_across('backend_generation_a',
+                          ['backend_generation_b'], ['backend_generation_c']);
+ok($u, 'a call through backend_generation_a is held across two reloads');
+
+my $pos = $gen->log_pos;
+up_answer($u, 502);
+my ($code) = gen_read($c);
+is($code, 502, 'the held call ends with its 502');
+
+ok($gen->wait_log(qr/upstream "backend_generation_a" .* its counts are lost/,
+                  $pos), 'its worker says its counts are lost');
+
+($code) = gen_call('/backend_generation_c/ok', 200);
+is($code, 200, 'backend_generation_c, which never failed, answers 200');
+unlike(substr($gen->log_text, $pos), qr/breaker of upstream .* opens/,
+       'no breaker opened');
+
+# lost, not landed elsewhere: through three reloads, the third naming
+# the held call's upstream again (a new node), _c (whose node may have
+# the memory of the call's) and a new one (which may take another freed
+# node's): none of them counts the 502
+
+$gen->stop or fail('the generation gateway stops');
+gen_conf('backend_generation_a');
+ok($gen->start, 'the generation gateway starts again')
+    or BAIL_OUT('nginx does not start: ' . $gen->out);
+
+($c, $u) = hold_across('backend_generation_a',
+                       ['backend_generation_b'], ['backend_generation_c'],
+                       ['backend_generation_a', 'backend_generation_c',
+                        'backend_generation_d']);
+ok($u, 'a call through backend_generation_a is held across three reloads');
+
+$pos = $gen->log_pos;
+up_answer($u, 502);
+($code) = gen_read($c);
+is($code, 502, 'the held call ends with its 502');
+ok($gen->wait_log(qr/its counts are lost/, $pos),
+   'its worker says its counts are lost');
+
+for my $name (map { "backend_generation_$_" } qw(a c d)) {
+    ($code) = gen_call("/$name/ok", 200);
+    is($code, 200, "$name answers 200: the 502 did not count there");
+}
+
+my $m;
+($code, $m) = gen_call('/metrics', 200);
+for my $name (map { "backend_generation_$_" } qw(a c d)) {
+    like($m, qr/^idem_breaker_state\{upstream="$name"\} 0$/m,
+         "${name}'s breaker is closed");
+}
+unlike(substr($gen->log_text, $pos), qr/breaker of upstream .* opens/,
+       'no breaker opened');
+
+$gen->stop or fail('the generation gateway stops');
+is(join("\n", $gen->bad_lines(with_error => 1)), '',
+   'no error, alert or crash in its log');
 
 done_testing();

@@ -3,9 +3,11 @@
 # gateway wrote in the test's redis-server: a consumer group, bounded
 # rounds per entry then a person, a resend that succeeded, a record gone,
 # a dedupe scope's record read by its key, a dead consumer's entries taken
-# over, a second group with a receipt check.
+# over, a second group with a receipt check, verdicts posted back (a
+# scoped call's with its scope's digest).
 
 use Cwd qw(abs_path);
+use Digest::SHA ();
 
 our $python;
 our $consumer;
@@ -311,7 +313,71 @@ Test::More::like(main::line_of($l, 'uc-6'),
 
 
 
-=== TEST 10: two more calls end UNKNOWN; the gateway the verdicts go to refuses one with 409 while its record is still UNKNOWN
+=== TEST 10: --resolve-url and a dedupe scope: a scoped call ends UNKNOWN, on a gateway whose operators' status location takes resolutions by the scope's digest
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream comp;
+--- config
+    location /scoped {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_x_tenant;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/9;
+    }
+    location /calls/ {
+        idem_dedupe_scope $http_x_tenant;
+        idem_status resolve=on;
+    }
+    location /ops/calls/ {
+        idem_dedupe_scope $http_x_tenant;
+        idem_status resolve=on scope_digest=on;
+    }
+--- request eval
+["POST /scoped\na=1", "POST /scoped\na=1"]
+--- more_headers eval
+["X-Call-Id: uc-8\nX-Tenant: tenant-secret-8",
+ "X-Call-Id: uc-9\nX-Tenant: tenant-secret-8"]
+--- error_code eval
+[502, 502]
+--- wait: 0.1
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 11: ... the verdict is posted with the scope's digest and lands in the scoped record; a client's status location refuses the digest (the entry stays pending)
+--- init
+my $check = q{'case $IDEM_CALL_ID in uc-8|uc-9) echo pay_s8; exit 0;; *) exit 75;; esac'};
+my $port = $ENV{TEST_NGINX_SERVER_PORT};
+my $l = main::consume("--group scoped --check $check --resolve-url http://127.0.0.1:$port/calls/");
+my $u8 = join("\n", grep { / uc-8: / } @$l);
+Test::More::like($u8,
+    qr{ uc-8: round 1/3: took effect \(receipt pay_s8\): the gateway answered 400\n.* uc-8: round 1/3: still UNKNOWN .*, the gateway was not told: }s,
+    'uc-8: a client location refuses the digest: not resolved, pending');
+$l = main::consume("--group scoped-ops --check $check --resolve-url http://127.0.0.1:$port/ops/calls/");
+Test::More::like(main::line_of($l, 'uc-8'),
+    qr{ uc-8: round 1/3: took effect \(receipt pay_s8\): resolved in the record \(200\)$},
+    'uc-8: resolved by its scope\'s digest');
+Test::More::unlike(join("\n", @$l), qr/tenant-secret/, 'no scope value');
+--- request eval
+my $d = Digest::SHA::sha256_hex("tenant-secret-8");
+["GET /ops/calls/uc-8?scope_digest=$d", "GET /calls/uc-8"]
+--- more_headers eval
+["", "X-Tenant: tenant-secret-8"]
+--- error_code eval
+[200, 200]
+--- response_body_like eval
+['"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":"pay_s8","by":"unknown-consumer:[^"]+"\}',
+ '"call_id":"uc-8",.*"state":"SUCCESS"']
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 12: two more calls end UNKNOWN; the gateway the verdicts go to refuses one with 409 while its record is still UNKNOWN
 --- init
 main::redis("del idem:comp");
 --- http_config
@@ -326,7 +392,7 @@ main::redis("del idem:comp");
     location /calls/ {
         idem_status resolve=on;
     }
-    location = /rs/uc-8 {
+    location = /rs/uc-10 {
         return 409 '{"type":"urn:ngx-idem:problem:resolution-conflict","status":409,"detail":"the call\'s latest execution is FAILED, not UNKNOWN"}';
     }
     location /rs/ {
@@ -335,7 +401,7 @@ main::redis("del idem:comp");
 --- request eval
 ["POST /t\na=1", "POST /t\na=2"]
 --- more_headers eval
-["X-Call-Id: uc-8", "X-Call-Id: uc-9"]
+["X-Call-Id: uc-10", "X-Call-Id: uc-11"]
 --- error_code eval
 [502, 502]
 --- wait: 0.1
@@ -345,29 +411,29 @@ main::redis("del idem:comp");
 
 
 
-=== TEST 11: ... a 409 is done with only when the record is settled: uc-9, resolved first by someone else (its check), is; uc-8, still UNKNOWN, stays pending, then goes to a person
+=== TEST 13: ... a 409 is done with only when the record is settled: uc-11, resolved first by someone else (its check), is; uc-10, still UNKNOWN, stays pending, then goes to a person
 --- init
 my $url = "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}";
-my $check = qq{'case \$IDEM_CALL_ID in uc-9) curl -s -o /dev/null -d "{\\"outcome\\":\\"applied\\"}" $url/calls/uc-9;; esac; exit 0'};
+my $check = qq{'case \$IDEM_CALL_ID in uc-11) curl -s -o /dev/null -d "{\\"outcome\\":\\"applied\\"}" $url/calls/uc-11;; esac; exit 0'};
 my $l = main::consume("--group refused --retry-after 0 --rounds 2 --check $check --resolve-url $url/rs/");
-Test::More::like(main::line_of($l, 'uc-9'),
-    qr{ uc-9: round 1/2: took effect: refused \(409: [^)]*\); resolved already: the service's word is in the record already: applied$},
-    'uc-9: the 409 of a record resolved first: done');
-my @l8 = grep { / uc-8: / } @$l;
+Test::More::like(main::line_of($l, 'uc-11'),
+    qr{ uc-11: round 1/2: took effect: refused \(409: [^)]*\); resolved already: the service's word is in the record already: applied$},
+    'uc-11: the 409 of a record resolved first: done');
+my @l8 = grep { / uc-10: / } @$l;
 Test::More::like($l8[0] // '',
-    qr{ uc-8: round 1/2: took effect: refused \(409: the call's latest execution is FAILED, not UNKNOWN\), and the record is not settled$},
-    'uc-8: refused, its record not settled');
+    qr{ uc-10: round 1/2: took effect: refused \(409: the call's latest execution is FAILED, not UNKNOWN\), and the record is not settled$},
+    'uc-10: refused, its record not settled');
 Test::More::like($l8[1] // '',
-    qr{ uc-8: round 1/2: still UNKNOWN \(final status 502\), the gateway refused the verdict: would ask },
+    qr{ uc-10: round 1/2: still UNKNOWN \(final status 502\), the gateway refused the verdict: would ask },
     '... pending, a round used');
-Test::More::is(main::pending('refused'), 1, 'uc-8 left pending');
+Test::More::is(main::pending('refused'), 1, 'uc-10 left pending');
 $l = main::consume("--group refused --retry-after 0 --rounds 2 --check 'exit 0' --resolve-url $url/rs/");
-Test::More::like((grep { / uc-8: / } @$l)[-1] // '',
-    qr{ uc-8: ESCALATE to a person: still UNKNOWN \(final status 502\), the gateway refused the verdict after 2 rounds },
-    'uc-8: a person after the last round');
+Test::More::like((grep { / uc-10: / } @$l)[-1] // '',
+    qr{ uc-10: ESCALATE to a person: still UNKNOWN \(final status 502\), the gateway refused the verdict after 2 rounds },
+    'uc-10: a person after the last round');
 Test::More::is(main::pending('refused'), 0, 'nothing pending');
 --- request eval
-["GET /calls/uc-8", "GET /calls/uc-9"]
+["GET /calls/uc-10", "GET /calls/uc-11"]
 --- response_body_like eval
 ['"state":"UNKNOWN",',
  '"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied",']
