@@ -319,3 +319,60 @@ GET /log/sw-2
 --- no_error_log
 [alert]
 [crit]
+
+
+
+=== TEST 9: a durable claim whose answer never came (Redis paused): 503 dedupe-unavailable
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_FAULT_PORT timeout=1s;
+--- config
+    location /sd {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_durable replicas=1 timeout=100ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+main::pause();
+--- request
+POST /sd
+x=1
+--- more_headers
+X-Call-Id: sd-1
+--- timeout: 5
+--- error_code: 503
+--- response_body_like chomp
+"type":"urn:ngx-idem:problem:dedupe-unavailable"
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 10: ... resumed, the claim it made is released by its final write, on the durable claims' connection: the id sent again claims again (refused as not durable: this Redis has no replica), not 409 in flight; nothing forwarded
+--- init
+RedisFault::resume();
+my %f;
+for (1 .. 1000) {
+    %f = IdemRecord::fields($ENV{TEST_NGINX_REDIS_FAULT_PORT}, 'idem:c:{sd-1}');
+    last if grep { /^k:/ && $f{$_} eq 'F' } keys %f;
+    Time::HiRes::sleep(0.01);
+}
+Test::More::is(scalar(grep { /^k:/ && $f{$_} eq 'F' } keys %f), 1,
+               'the claim that got no answer was made, and released');
+Test::More::ok(defined $f{"f:$f{o}"}, '... by its own final write');
+--- request eval
+["POST /sd\nx=1", "GET /log/sd-1"]
+--- more_headers eval
+["X-Call-Id: sd-1", ""]
+--- error_code eval
+[503, 200]
+--- response_body_like eval
+['"type":"urn:ngx-idem:problem:claim-not-durable"', '\A\z']
+--- no_error_log
+[alert]
+[crit]
