@@ -3,7 +3,7 @@
 
 use Test::Nginx::Socket 'no_plan';
 
-# No repeat_each(2): 41 of its 43 blocks are configurations nginx must
+# No repeat_each(2): 49 of its 56 blocks are configurations nginx must
 # refuse (no request, no worker); running each twice only doubles the time.
 
 no_long_string();
@@ -527,3 +527,103 @@ GET /t
 --- must_die
 --- error_log
 invalid value "scope_digest=yes" in "idem_status" directive, it must be "scope_digest=on" or "scope_digest=off"
+
+
+
+=== TEST 48: idem_dedupe_client_abort takes run or abort
+--- config
+    location /t { idem_dedupe_client_abort stop; }
+--- must_die
+--- error_log
+invalid value "stop" in "idem_dedupe_client_abort" directive, it must be "run" or "abort"
+
+
+
+=== TEST 49: idem_dedupe_client_abort takes one value
+--- config
+    location /t { idem_dedupe_client_abort run abort; }
+--- must_die
+--- error_log
+invalid number of arguments in "idem_dedupe_client_abort" directive
+
+
+
+=== TEST 50: idem_dedupe_client_abort run and abort are accepted in http, server and location
+--- http_config
+    idem_dedupe_client_abort abort;
+--- config
+    idem_dedupe_client_abort run;
+    location /t {
+        idem_dedupe_client_abort abort;
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- no_error_log
+[error]
+
+
+
+=== TEST 51: idem_dedupe_replay grpc= refuses a status it does not know
+--- config
+    location /t { idem_dedupe_replay 2xx grpc=OK,GONE; }
+--- must_die
+--- error_log
+invalid gRPC status "GONE" in "idem_dedupe_replay" directive, it must be a name (OK, NOT_FOUND ...) or a number (0 to 16)
+
+
+
+=== TEST 52: ... a number past 16
+--- config
+    location /a { idem_dedupe_replay grpc=17; }
+--- must_die
+--- error_log
+invalid gRPC status "17" in "idem_dedupe_replay" directive
+
+
+
+=== TEST 53: ... an empty list
+--- config
+    location /a { idem_dedupe_replay grpc=; }
+--- must_die
+--- error_log
+invalid gRPC status "" in "idem_dedupe_replay" directive
+
+
+
+=== TEST 54: ... an empty item
+--- config
+    location /a { idem_dedupe_replay grpc=OK,,5; }
+--- must_die
+--- error_log
+invalid gRPC status "" in "idem_dedupe_replay" directive
+
+
+
+=== TEST 55: ... and a second grpc=
+--- config
+    location /a { idem_dedupe_replay grpc=OK grpc=5; }
+--- must_die
+--- error_log
+duplicate "grpc=" in "idem_dedupe_replay" directive
+
+
+
+=== TEST 56: idem_dedupe_replay with grpc= alone, with codes, by names in any case and by numbers
+--- config
+    location /a {
+        idem_dedupe_replay grpc=OK,not_found,Unavailable,16;
+        return 200 "a\n";
+    }
+    location /b {
+        idem_dedupe_replay 2xx 409 grpc=0;
+        return 200 "b\n";
+    }
+--- request
+GET /a
+--- response_body
+a
+--- no_error_log
+[error]
