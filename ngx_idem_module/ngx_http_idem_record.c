@@ -52,8 +52,8 @@
  * else UNKNOWN if any was UNKNOWN, else the latest's) and its first
  * execution survive the trim.  An execution dropped before it finished
  * counts as UNKNOWN: it may have run.  The claim's fields of the execution
- * that holds the dedupe claim ("o") stay: duplicates are answered from
- * them.
+ * that holds the dedupe claim ("o": "l:", "k:" and its resolution "z:")
+ * stay: duplicates are answered from them.
  */
 
 
