@@ -70,7 +70,7 @@ FUZZ_INCS    := -I $(FUZZ_NGINX)/objs \
 # what needs a running event loop or a configured server (fuzz/*.c says)
 FUZZ_WRAP    := -Wl,--wrap=ngx_http_finalize_request \
                 -Wl,--wrap=ngx_http_core_run_phases
-FUZZ_LIBS    := -lhiredis -luuid
+FUZZ_LIBS    := -lhiredis -luuid -ljansson
 # fuzz/nginx.sh prints the folder of nginx's objects; exit 2: skipped
 FUZZ_NGINX_SH = rc=0; nginx=$$(fuzz/nginx.sh) || rc=$$?; \
                 case $$rc in 0) ;; 2) exit 0 ;; *) exit 1 ;; esac

@@ -520,6 +520,40 @@ ngx_http_idem_set_scope(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* idem_dedupe_fingerprint method uri [body]: what a duplicate must match */
+
+char *
+ngx_http_idem_set_fingerprint(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    ngx_str_t  *value;
+
+    if (ilcf->dedupe_fingerprint_body != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (!ngx_http_idem_str_is(&value[1], "method")) {
+        return ngx_http_idem_conf_invalid(cf, cmd, &value[1]);
+    }
+
+    if (!ngx_http_idem_str_is(&value[2], "uri")) {
+        return ngx_http_idem_conf_invalid(cf, cmd, &value[2]);
+    }
+
+    if (cf->args->nelts == 4 && !ngx_http_idem_str_is(&value[3], "body")) {
+        return ngx_http_idem_conf_invalid(cf, cmd, &value[3]);
+    }
+
+    ilcf->dedupe_fingerprint_body = (cf->args->nelts == 4);
+
+    return NGX_CONF_OK;
+}
+
+
 /*
  * idem_dedupe_replay 2xx 3xx 4xx 5xx | CODE ...: which answers are kept
  * for duplicates; a class is kept as its digit, a code as itself
