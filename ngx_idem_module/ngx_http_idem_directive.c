@@ -743,8 +743,15 @@ ngx_http_idem_check_loc_conf(ngx_conf_t *cf, ngx_http_idem_loc_conf_t *conf,
                            "it has no effect there");
     }
 
+    /*
+     * A sender whose id comes from a variable or the body never reads a
+     * generated one back: generating is for its messages without one
+     * (Slack's url_verification), not a retry that lost its id.
+     */
+
     if (conf->dedupe && here && conf->enable
-        && conf->call_id_missing == NGX_HTTP_IDEM_MISSING_GENERATE)
+        && conf->call_id_missing == NGX_HTTP_IDEM_MISSING_GENERATE
+        && conf->call_id_from == NULL && conf->call_id_json == NULL)
     {
         ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
                            "\"idem_dedupe\" is on where missing call ids "
