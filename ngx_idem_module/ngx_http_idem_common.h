@@ -574,6 +574,11 @@ typedef struct {
     ngx_atomic_t              resolve_not_found;
     ngx_atomic_t              resolve_unavailable;
     ngx_atomic_t              dedupe_not_durable;
+    ngx_atomic_t              call_ids_client;
+    ngx_atomic_t              call_ids_variable;
+    ngx_atomic_t              call_ids_body;
+    ngx_atomic_t              call_ids_gateway;
+    ngx_atomic_t              body_ids_missing;
 } ngx_http_idem_counters_t;
 
 

@@ -126,6 +126,10 @@ ngx_http_idem_settle(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    if (in.call_id_source == NGX_HTTP_IDEM_SOURCE_BODY && in.call_id == NULL) {
+        ngx_http_idem_count(body_ids_missing);
+    }
+
     rc = ngx_http_idem_resolve_ids(r, ilcf, &in, ctx, &problem);
 
     if (rc == NGX_OK) {
@@ -159,8 +163,23 @@ ngx_http_idem_settle(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ngx_http_idem_count(calls);
 
-    if (ctx->ids.source == NGX_HTTP_IDEM_SOURCE_GATEWAY) {
+    switch (ctx->ids.source) {
+
+    case NGX_HTTP_IDEM_SOURCE_GATEWAY:
         ngx_http_idem_count(generated);
+        ngx_http_idem_count(call_ids_gateway);
+        break;
+
+    case NGX_HTTP_IDEM_SOURCE_VARIABLE:
+        ngx_http_idem_count(call_ids_variable);
+        break;
+
+    case NGX_HTTP_IDEM_SOURCE_BODY:
+        ngx_http_idem_count(call_ids_body);
+        break;
+
+    default: /* NGX_HTTP_IDEM_SOURCE_CLIENT */
+        ngx_http_idem_count(call_ids_client);
     }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,

@@ -464,3 +464,35 @@ id=evt_3QkT7uHw2mVb9ZxA1c0dEf4G
 "proxy_request_buffering off" has no effect where "idem_call_id_json" is set: a call id from the body needs the whole body buffered before the call goes upstream
 --- no_error_log
 [error]
+
+
+
+=== TEST 13: metrics: ids by source, and bodies without an id
+--- config
+    location /stripe {
+        idem on;
+        idem_call_id_json id;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /plain {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        return 200 "ok\n";
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- request eval
+["POST /stripe\n" . main::payload('stripe-charge-succeeded.json'),
+ "POST /stripe\nnot json",
+ "POST /plain\n{}",
+ "GET /metrics"]
+--- more_headers eval
+["", "", "X-Call-Id: plain-13", ""]
+--- response_body_like eval
+["ok", "ok", "ok",
+ qr/^idem_call_ids_total\{source="client"\} 1\n^idem_call_ids_total\{source="variable"\} 0\n^idem_call_ids_total\{source="body"\} 1\n^idem_call_ids_total\{source="gateway"\} 1\n(?:#[^\n]*\n)*^idem_body_call_ids_missing_total 1\n/m]
+--- no_error_log
+[error]
