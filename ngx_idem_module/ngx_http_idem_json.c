@@ -1,20 +1,27 @@
 
 /*
  * A call id in a JSON body (idem_call_id_json): the path parsed once at
- * nginx -t, then walked on what jansson parsed.  A pure function of the
+ * nginx -t, then walked on what json-c parsed.  A pure function of the
  * path and the bytes: no request, no pool but the caller's.
  *
- * jansson's strict parser (json_loadb) takes a buffer of a known length,
- * never reads past it, decodes \uXXXX escapes (surrogate pairs included)
- * into UTF-8 and refuses a truncated document, NUL bytes in strings and,
- * asked to, a key given twice: the id a gateway dedupes on must be the
- * one the application reads, so an ambiguous body has none.
+ * json-c's tokener, strict and checking UTF-8, takes a buffer of a known
+ * length and never reads past it; \uXXXX escapes (surrogate pairs too)
+ * come out as UTF-8; a truncated document, or anything but whitespace
+ * after it, is no document.  A key given twice is read as JavaScript,
+ * Python and Go read it: the last one.
  */
 
 
 #include "ngx_http_idem_json.h"
 
-#include <jansson.h>
+#include <json-c/json.h>
+
+
+/* deeper documents are not read (json-c's default is 32) */
+#define NGX_HTTP_IDEM_JSON_DEPTH         64
+
+
+static ngx_uint_t ngx_http_idem_json_only_space(u_char *p, u_char *last);
 
 
 /*
@@ -122,17 +129,45 @@ ngx_http_idem_json_extract(ngx_pool_t *pool, u_char *body, size_t len,
 {
     u_char                     *p;
     size_t                      n;
-    json_t                     *root, *node;
+    const char                 *s;
     ngx_int_t                   rc;
     ngx_uint_t                  i;
-    json_error_t                error;
+    json_object                *root, *node;
+    json_tokener               *tok;
     ngx_http_idem_json_step_t  *step;
     u_char                      key[NGX_HTTP_IDEM_JSON_KEY_MAX + 1];
 
-    root = json_loadb((const char *) body, len, JSON_REJECT_DUPLICATES,
-                      &error);
+    *why = "missing: the body is not JSON";
+
+    if (len > NGX_MAX_INT32_VALUE) {
+        return NGX_DECLINED;
+    }
+
+    tok = json_tokener_new_ex(NGX_HTTP_IDEM_JSON_DEPTH);
+    if (tok == NULL) {
+        return NGX_ERROR;
+    }
+
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT
+                                |JSON_TOKENER_ALLOW_TRAILING_CHARS
+                                |JSON_TOKENER_VALIDATE_UTF8);
+
+    root = json_tokener_parse_ex(tok, (const char *) body, (int) len);
+
+    /* whitespace only after the document: else it is not one */
+
+    if (root != NULL
+        && !ngx_http_idem_json_only_space(body
+                                          + json_tokener_get_parse_end(tok),
+                                          body + len))
+    {
+        json_object_put(root);
+        root = NULL;
+    }
+
+    json_tokener_free(tok);
+
     if (root == NULL) {
-        *why = "missing: the body is not JSON";
         return NGX_DECLINED;
     }
 
@@ -142,32 +177,70 @@ ngx_http_idem_json_extract(ngx_pool_t *pool, u_char *body, size_t len,
     node = root;
     step = steps->elts;
 
+    /* json-c's null is a NULL object: a member that is null is found */
+
     for (i = 0; i < steps->nelts; i++) {
 
         if (step[i].index >= 0) {
-            node = json_is_array(node)
-                   ? json_array_get(node, (size_t) step[i].index) : NULL;
+            if (!json_object_is_type(node, json_type_array)
+                || (size_t) step[i].index >= json_object_array_length(node))
+            {
+                goto done;
+            }
 
-        } else if (json_is_object(node)
-                   && step[i].key.len <= NGX_HTTP_IDEM_JSON_KEY_MAX)
-        {
-            /* jansson's keys are C strings */
-
-            ngx_memcpy(key, step[i].key.data, step[i].key.len);
-            key[step[i].key.len] = '\0';
-            node = json_object_get(node, (const char *) key);
-
-        } else {
-            node = NULL;
+            node = json_object_array_get_idx(node, (size_t) step[i].index);
+            continue;
         }
 
-        if (node == NULL) {
+        if (!json_object_is_type(node, json_type_object)
+            || step[i].key.len > NGX_HTTP_IDEM_JSON_KEY_MAX)
+        {
+            goto done;
+        }
+
+        /* json-c's keys are C strings */
+
+        ngx_memcpy(key, step[i].key.data, step[i].key.len);
+        key[step[i].key.len] = '\0';
+
+        if (!json_object_object_get_ex(node, (const char *) key, &node)) {
             goto done;
         }
     }
 
-    if (json_is_string(node)) {
-        n = json_string_length(node);
+    /*
+     * json-c clamps an integer past 64 bits to the bound it crossed: a
+     * bound is no id, it may stand for another number
+     */
+
+    if (json_object_is_type(node, json_type_int)
+        && (json_object_get_uint64(node) == UINT64_MAX
+            || json_object_get_int64(node) == INT64_MIN))
+    {
+        *why = "missing: an integer at or past a 64-bit bound";
+        goto done;
+    }
+
+    switch (json_object_get_type(node)) {
+
+    case json_type_string:
+    case json_type_int:
+
+        /* an integer as json-c writes it: its decimal text, int64 or uint64 */
+
+        if (json_object_is_type(node, json_type_string)) {
+            s = json_object_get_string(node);
+            n = (size_t) json_object_get_string_len(node);
+
+        } else {
+            s = json_object_to_json_string_ext(node, JSON_C_TO_STRING_PLAIN);
+            n = (s != NULL) ? ngx_strlen(s) : 0;
+        }
+
+        if (s == NULL) {
+            rc = NGX_ERROR;
+            goto done;
+        }
 
         p = ngx_pnalloc(pool, n ? n : 1);
         if (p == NULL) {
@@ -175,36 +248,48 @@ ngx_http_idem_json_extract(ngx_pool_t *pool, u_char *body, size_t len,
             goto done;
         }
 
-        ngx_memcpy(p, json_string_value(node), n);
+        ngx_memcpy(p, s, n);
         value->data = p;
         value->len = n;
         rc = NGX_OK;
-        goto done;
+        break;
+
+    case json_type_null:
+        *why = "missing: null";
+        break;
+
+    case json_type_object:
+        *why = "missing: an object";
+        break;
+
+    case json_type_array:
+        *why = "missing: an array";
+        break;
+
+    case json_type_double:
+        *why = "missing: a number that is not an integer";
+        break;
+
+    default: /* json_type_boolean */
+        *why = "missing: a boolean";
     }
-
-    if (json_is_integer(node)) {
-        p = ngx_pnalloc(pool, NGX_INT64_LEN);
-        if (p == NULL) {
-            rc = NGX_ERROR;
-            goto done;
-        }
-
-        value->data = p;
-        value->len = ngx_sprintf(p, "%L", (int64_t) json_integer_value(node))
-                     - p;
-        rc = NGX_OK;
-        goto done;
-    }
-
-    *why = json_is_null(node) ? "missing: null"
-           : json_is_object(node) ? "missing: an object"
-           : json_is_array(node) ? "missing: an array"
-           : json_is_real(node) ? "missing: a number that is not an integer"
-           : "missing: a boolean";
 
 done:
 
-    json_decref(root);
+    json_object_put(root);
 
     return rc;
+}
+
+
+static ngx_uint_t
+ngx_http_idem_json_only_space(u_char *p, u_char *last)
+{
+    for ( /* void */ ; p < last; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
+            return 0;
+        }
+    }
+
+    return 1;
 }

@@ -222,7 +222,7 @@ id=5b7c1e2d-9a3f-5e4b-8c6d-0f1a2b3c4d5e source=body type=text/plain; charset=UTF
 
 
 
-=== TEST 6: a unicode-escaped id is decoded first (UTF-8), then validated: ASCII passes, a non-ASCII one is 400, or its SHA-256 with digest
+=== TEST 6: a unicode-escaped id is decoded first (UTF-8), then validated: ASCII passes, a non-ASCII one is 400, or its SHA-256 with digest; a key given twice: the last one, as applications read it
 --- config
     location /plain {
         idem on;
@@ -241,23 +241,26 @@ id=5b7c1e2d-9a3f-5e4b-8c6d-0f1a2b3c4d5e source=body type=text/plain; charset=UTF
 ["POST /plain\n{\"type\":\"event_callback\",\"event_id\":\"\\u0045v08\\u004bJ3\"}",
  "POST /plain\n{\"event_id\":\"caf\\u00e9-1\"}",
  "POST /digest\n{\"event_id\":\"caf\\u00e9-1\"}",
- "POST /digest\n{\"event_id\":\"ok-6\"}"]
+ "POST /digest\n{\"event_id\":\"ok-6\"}",
+ "POST /plain\n{\"event_id\":\"first-6\",\"event_id\":\"last-6\"}"]
 --- error_code eval
-[200, 400, 200, 200]
+[200, 400, 200, 200, 200]
 --- response_headers_like eval
 ["X-Call-Id: Ev08KJ3", "Content-Type: application/problem\\+json",
- "X-Call-Id: " . Digest::SHA::sha256_hex("caf\xc3\xa9-1"), "X-Call-Id: ok-6"]
+ "X-Call-Id: " . Digest::SHA::sha256_hex("caf\xc3\xa9-1"), "X-Call-Id: ok-6",
+ "X-Call-Id: last-6"]
 --- response_body_like eval
 ['\Aid=Ev08KJ3\n\z',
  '"detail":"body field \\\\"event_id\\\\": byte 0xc3 at offset 3 is not allowed"',
  '\Aid=' . Digest::SHA::sha256_hex("caf\xc3\xa9-1") . '\n\z',
- '\Aid=ok-6\n\z']
+ '\Aid=ok-6\n\z',
+ '\Aid=last-6\n\z']
 --- no_error_log
 [error]
 
 
 
-=== TEST 7: no id in the body: not JSON, a missing field, null, an object, an array, a float, a boolean, a key given twice, a truncated body, an empty string; 400 naming the path, whatever comes after
+=== TEST 7: no id in the body: not JSON, a missing field, null, an object, an array, a float, a boolean, an integer past 64 bits, trailing bytes, a truncated body, an empty string, no body; 400 naming the path, nothing forwarded
 --- config
     location /hook {
         idem on;
@@ -276,12 +279,13 @@ id=5b7c1e2d-9a3f-5e4b-8c6d-0f1a2b3c4d5e source=body type=text/plain; charset=UTF
  "POST /hook\n{\"data\":{\"id\":[\"evt_1\"]}}",
  "POST /hook\n{\"data\":{\"id\":1.5}}",
  "POST /hook\n{\"data\":{\"id\":true}}",
- "POST /hook\n{\"data\":{\"id\":\"evt_1\",\"id\":\"evt_2\"}}",
+ "POST /hook\n{\"data\":{\"id\":99999999999999999999999}}",
+ "POST /hook\n{\"data\":{\"id\":\"evt_1\"}} x",
  "POST /hook\n{\"data\":{\"id\":\"evt_1\"}",
  "POST /hook\n{\"data\":{\"id\":\"\"}}",
  "GET /hook"]
 --- error_code eval
-[(400) x 11]
+[(400) x 12]
 --- response_body_like eval
 ['"detail":"body field \\\\"data.id\\\\": missing: the body is not JSON"',
  '"detail":"body field \\\\"data.id\\\\": missing: no such field"',
@@ -290,6 +294,7 @@ id=5b7c1e2d-9a3f-5e4b-8c6d-0f1a2b3c4d5e source=body type=text/plain; charset=UTF
  '"detail":"body field \\\\"data.id\\\\": missing: an array"',
  '"detail":"body field \\\\"data.id\\\\": missing: a number that is not an integer"',
  '"detail":"body field \\\\"data.id\\\\": missing: a boolean"',
+ '"detail":"body field \\\\"data.id\\\\": missing: an integer at or past a 64-bit bound"',
  '"detail":"body field \\\\"data.id\\\\": missing: the body is not JSON"',
  '"detail":"body field \\\\"data.id\\\\": missing: the body is not JSON"',
  '"type":"[^"]*invalid-call-id".*"detail":"body field \\\\"data.id\\\\": empty value"',

@@ -5,7 +5,7 @@
 # chromium renders the timeline page in t/176.
 set -e
 
-pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev zlib1g-dev libjansson-dev redis-server
+pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev zlib1g-dev libjson-c-dev redis-server
       libnginx-mod-http-echo perl libtest-base-perl libtest-longstring-perl
       libhttp-message-perl curl python3 python3-grpcio python3-redis
       chromium"
