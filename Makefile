@@ -1,7 +1,9 @@
 # ngx_http_idem_module: build against Debian's nginx-dev, run, test.
 #
 #   make          build build/ngx_http_idem_module.so
-#   make run      start the quickstart gateway on 127.0.0.1:8080 (Ctrl-C stops)
+#   make run      start the quickstart gateway on 127.0.0.1:8080 (Ctrl-C
+#                 stops); PORT, BACKEND_PORT, REDIS_PORT move it, EXAMPLE=
+#                 dedupe (any file of conf-examples/) runs that example
 #   make test     run the whole Test::Nginx suite with prove
 #   make test NGINX=1.30.4   the same against nginx.org's nginx 1.30.4, built
 #                 once with both modules from ../shared/nginx-src into
@@ -22,7 +24,8 @@
 #   make fuzz     the libFuzzer targets (fuzz/), FUZZ_SECONDS each, on
 #                 nginx's own objects built once from ../shared/nginx-src
 #                 (skipped with a message without that folder)
-#   make deps     install what is missing (Debian packages)
+#   make deps     install what is missing (Debian packages) for all targets
+#   make deps-run only what make and make run need
 #   make deb      build/deb/libnginx-mod-http-idem_<version>_<arch>.deb
 #   make install  the module, mod-http-idem.conf, docs (DESTDIR, as the .deb)
 #   make test-deb build the package, lintian, autopkgtest, purge
@@ -85,13 +88,17 @@ MODCONF_DIR := /usr/share/nginx/modules-available
 ENABLED_DIR := /etc/nginx/modules-enabled
 DOC_DIR     := /usr/share/doc/libnginx-mod-http-idem
 
-.PHONY: all deps run test asan valgrind bench bench-wait redis-cost fuzz fuzz-build clean deb \
+.PHONY: all deps deps-run run test asan valgrind bench bench-wait redis-cost fuzz fuzz-build clean deb \
         install test-deb storm chaos
 
 all: $(MODULE)
 
 deps:
 	@util/deps.sh
+
+# make run needs no test tools (chromium, grpcio, ...)
+deps-run:
+	@util/deps.sh run
 
 # configure is slow (~20 s): re-run it only when config changes
 $(BUILD)/Makefile: config $(LUA)
@@ -107,8 +114,10 @@ $(BUILD)/Makefile: config $(LUA)
 $(MODULE): $(BUILD)/Makefile $(SOURCES)
 	$(MAKE) -f $(BUILD)/Makefile -C $(NGINX_SRC) modules
 
-run: deps $(MODULE)
-	@util/run.sh
+# make run PORT=8080 BACKEND_PORT=8081 REDIS_PORT=6380 EXAMPLE=quickstart
+run: deps-run $(MODULE)
+	@PORT=$(PORT) BACKEND_PORT=$(BACKEND_PORT) REDIS_PORT=$(REDIS_PORT) \
+	    EXAMPLE=$(EXAMPLE) util/run.sh
 
 # nginx's own tests (a checkout of nginx/nginx-tests outside this tree):
 # the ones that fail only with "idem on"

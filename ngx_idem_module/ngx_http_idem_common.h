@@ -277,6 +277,8 @@ struct ngx_http_idem_loc_conf_s {
     ngx_uint_t                status;       /* idem_status here */
     ngx_http_complex_value_t *status_id;    /* its ID, NULL: last segment */
     ngx_flag_t                status_resolve;   /* resolve=on: POST */
+    ngx_flag_t                status_digest;    /* scope_digest=on */
+    ngx_uint_t                metrics;      /* idem_metrics here */
 
     ngx_flag_t                variable_upstream_logged;
 };
@@ -299,7 +301,8 @@ typedef enum {
     NGX_HTTP_IDEM_P_CALL_APPLIED,
     NGX_HTTP_IDEM_P_INVALID_RESOLUTION,
     NGX_HTTP_IDEM_P_RESOLUTION_CONFLICT,
-    NGX_HTTP_IDEM_P_CLAIM_NOT_DURABLE
+    NGX_HTTP_IDEM_P_CLAIM_NOT_DURABLE,
+    NGX_HTTP_IDEM_P_INVALID_SCOPE_DIGEST
 } ngx_http_idem_problem_e;
 
 
@@ -311,6 +314,7 @@ struct ngx_http_idem_problem_s {
     ngx_str_t                 title;
     ngx_str_t                 detail;
     ngx_str_t                 record;       /* JSON of the call's record */
+    ngx_str_t                 state;        /* the execution's, or empty */
 };
 
 
@@ -398,6 +402,7 @@ typedef struct {
     ngx_int_t               (*original_reinit_request)(ngx_http_request_t *r);
     ngx_msec_t                connect_timeout;
     ngx_msec_t                retry_after;  /* from a 429/503, for the next */
+    ngx_uint_t                uri_changes;  /* r's, as the attempt started */
     ngx_event_t               backoff_ev;   /* delayed connect */
     ngx_http_idem_storm_ctx_t  *storm;      /* its upstream's budget, breaker */
 
@@ -501,6 +506,9 @@ struct ngx_http_idem_ctx_s {
 
     /* the module's own answer to this call: it is never forwarded */
     ngx_http_idem_problem_t  *refused;
+
+    /* problem.c: a problem's body sent in place of nginx's own page */
+    ngx_chain_t              *problem_body;
 
     ngx_http_idem_ids_ctx_t       ids;
     ngx_http_idem_deadline_ctx_t  deadline;

@@ -222,13 +222,15 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_idem_loc_conf_t *prev = parent;
     ngx_http_idem_loc_conf_t *conf = child;
 
-    ngx_uint_t  here, durable_here;
+    ngx_uint_t  here, durable_here, retry_here, idempotent_here;
 
     /* set at this level: where a warning about them belongs */
 
     here = (conf->dedupe != NGX_CONF_UNSET
             || conf->call_id_missing != NGX_CONF_UNSET_UINT);
     durable_here = (conf->dedupe_durable != NGX_CONF_UNSET_UINT);
+    retry_here = (conf->retry_attempts != NGX_CONF_UNSET_UINT);
+    idempotent_here = (conf->idempotent == 1);
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
 
@@ -359,6 +361,8 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_uint_value(conf->dedupe_durable, prev->dedupe_durable, 0);
     ngx_conf_merge_str_value(conf->status_url, prev->status_url, "");
+
+    ngx_http_idem_check_retry(cf, conf, retry_here, idempotent_here);
 
     return ngx_http_idem_check_loc_conf(cf, conf, here, durable_here);
 }

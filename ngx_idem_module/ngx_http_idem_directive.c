@@ -247,13 +247,17 @@ ngx_http_idem_set_pattern(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-/* a time up to bounds->max, or "off" (0) where bounds->off allows it */
+/*
+ * a time up to bounds->max, or "off" (0) where bounds->off allows it; a
+ * warning above bounds->warn, or for a bare number that reads as ms
+ */
 
 char *
 ngx_http_idem_set_time(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     char  *p = conf;
 
+    u_char                       *last;
     ngx_str_t                    *value;
     ngx_msec_t                   *msp;
     ngx_http_idem_conf_bounds_t  *bounds;
@@ -281,6 +285,27 @@ ngx_http_idem_set_time(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
                            &value[1], &cmd->name,
                            bounds->off ? " or \"off\"" : "");
         return NGX_CONF_ERROR;
+    }
+
+    if (bounds->warn == 0) {
+        return NGX_CONF_OK;
+    }
+
+    /* a number without a unit is seconds: "2000" was meant as ms, mostly */
+
+    last = value[1].data + value[1].len - 1;
+
+    if (*last >= '0' && *last <= '9' && *msp >= 100 * 1000) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"%V %V\" is %V seconds: a number without a "
+                           "unit is seconds (\"%Vms\" for milliseconds)",
+                           &cmd->name, &value[1], &value[1], &value[1]);
+
+    } else if (*msp > bounds->warn) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"%V %V\" is longer than %M minutes: the "
+                           "route's calls may wait that long",
+                           &cmd->name, &value[1], bounds->warn / 60000);
     }
 
     return NGX_CONF_OK;
@@ -682,6 +707,45 @@ ngx_http_idem_merge_header(ngx_conf_t *cf, ngx_http_idem_header_t *conf,
     *conf = *prev;
 
     return NGX_OK;
+}
+
+
+/*
+ * Retries that cannot happen where they are written (warn): idem_retry on
+ * a route that is not idempotent gets one attempt, and idem_idempotent or
+ * idem_retry where "idem" is off do nothing.  Said in the location that
+ * writes the directive ("here"), not at the server's level, whose
+ * locations may still turn "idem" or idem_idempotent on.
+ */
+
+void
+ngx_http_idem_check_retry(ngx_conf_t *cf, ngx_http_idem_loc_conf_t *conf,
+    ngx_uint_t retry_here, ngx_uint_t idempotent_here)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if ((!retry_here && !idempotent_here) || clcf->name.len == 0) {
+        return;
+    }
+
+    if (!conf->enable) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"%s\" is set in location \"%V\" where "
+                           "\"idem\" is off: it has no effect there",
+                           retry_here ? "idem_retry" : "idem_idempotent",
+                           &clcf->name);
+        return;
+    }
+
+    if (retry_here && !conf->idempotent && conf->retry_attempts > 1) {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"idem_retry %ui\" in location \"%V\" where "
+                           "\"idem_idempotent\" is off: its calls get one "
+                           "attempt (\"idem_idempotent on\" lets them be "
+                           "retried)", conf->retry_attempts, &clcf->name);
+    }
 }
 
 

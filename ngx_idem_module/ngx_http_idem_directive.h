@@ -16,6 +16,7 @@
 typedef struct {
     ngx_flag_t                off;          /* "off" is a value */
     ngx_msec_t                max;          /* the longest time */
+    ngx_msec_t                warn;         /* longer: a warning, 0: none */
 } ngx_http_idem_conf_bounds_t;
 
 
@@ -49,6 +50,9 @@ char *ngx_http_idem_set_redis(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 ngx_int_t ngx_http_idem_merge_header(ngx_conf_t *cf,
     ngx_http_idem_header_t *conf, ngx_http_idem_header_t *prev, char *def);
+void ngx_http_idem_check_retry(ngx_conf_t *cf,
+    ngx_http_idem_loc_conf_t *conf, ngx_uint_t retry_here,
+    ngx_uint_t idempotent_here);
 char *ngx_http_idem_check_loc_conf(ngx_conf_t *cf,
     ngx_http_idem_loc_conf_t *conf, ngx_uint_t here,
     ngx_uint_t durable_here);

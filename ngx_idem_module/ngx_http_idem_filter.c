@@ -13,11 +13,16 @@
 #include "ngx_http_idem_answer.h"
 #include "ngx_http_idem_call_id_source.h"
 #include "ngx_http_idem_ctx.h"
+#include "ngx_http_idem_deadline.h"
 #include "ngx_http_idem_dedupe.h"
 #include "ngx_http_idem_grpc.h"
+#include "ngx_http_idem_problem.h"
+#include "ngx_http_idem_record.h"
 
 
 static ngx_int_t ngx_http_idem_header_filter(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_deadline_page(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
 static ngx_int_t ngx_http_idem_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static ngx_int_t ngx_http_idem_request_body_filter(ngx_http_request_t *r,
@@ -72,6 +77,10 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
         return NGX_ERROR;
     }
 
+    if (ngx_http_idem_deadline_page(r, ctx) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     /* a claim's owner keeps its answer for the duplicates */
 
     if (ctx->dedupe.owner && !ctx->answer.replayed
@@ -114,6 +123,51 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
 }
 
 
+/*
+ * nginx's own 504 for a call whose budget ran out during an attempt (or
+ * its backoff) becomes the problem+json a call gets when its budget is
+ * spent before the first attempt, with the execution's state: the same
+ * answer for the same cause.  Only nginx's page (r->err_status), with no
+ * redirect since the attempt started: an error_page of the operator's for
+ * 504 has redirected the request, and its answer stays.  gRPC calls have
+ * their grpc-status already.
+ */
+
+static ngx_int_t
+ngx_http_idem_deadline_page(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_uint_t               unanswered;
+    ngx_http_idem_problem_t  problem;
+
+    if (ctx->grpc.on || r->err_status != NGX_HTTP_GATEWAY_TIME_OUT
+        || ctx->upstream.attempt == 0
+        || r->uri_changes != ctx->upstream.uri_changes
+        || !ctx->deadline.set || ngx_http_idem_remaining(ctx) > 0)
+    {
+        return NGX_OK;
+    }
+
+    (void) ngx_http_idem_sent(r, ctx, &unanswered);
+
+    ngx_http_idem_problem_set(r, &problem, NGX_HTTP_IDEM_P_DEADLINE_EXCEEDED,
+                              NULL, "the call's budget ran out during an "
+                              "attempt");
+
+    if (unanswered) {
+        ngx_str_set(&problem.state, "UNKNOWN");
+
+    } else {
+        ngx_str_set(&problem.state, "FAILED");
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem: budget spent during an attempt, 504 as a "
+                   "problem (%V)", &problem.state);
+
+    return ngx_http_idem_problem_replace(r, ctx, &problem);
+}
+
+
 static ngx_int_t
 ngx_http_idem_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
@@ -124,6 +178,16 @@ ngx_http_idem_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     }
 
     ctx = ngx_http_idem_get_ctx(r);
+
+    /* nginx's page goes, the problem comes in its place */
+
+    if (ctx != NULL && ctx->problem_body != NULL && r == r->main) {
+        in = ngx_http_idem_problem_swap(r, ctx, in);
+
+        if (in == NULL) {
+            return NGX_OK;
+        }
+    }
 
     if (ctx != NULL && ctx->answer.capture != NULL && !ctx->answer.capture_over
         && !ctx->answer.capture_done)

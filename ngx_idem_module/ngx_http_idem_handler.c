@@ -48,6 +48,18 @@ ngx_http_idem_handler(ngx_http_request_t *r)
     }
 
     /*
+     * The module's own endpoints (idem_status, its resolutions,
+     * idem_metrics) are not calls, though "idem on" is inherited there:
+     * no call id, no headers, not counted.
+     */
+
+    if (ilcf->status || ilcf->metrics) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem handler: the module's endpoint, not a call");
+        return NGX_DECLINED;
+    }
+
+    /*
      * ids are settled once per request, internal redirects included;
      * subrequests carry the main request's
      */
@@ -284,10 +296,9 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
         }
 
         if (rc == NGX_DECLINED && ilcf->dedupe) {
-            ngx_http_idem_problem_set(r, &problem,
-                                      NGX_HTTP_IDEM_P_EMPTY_SCOPE, NULL,
-                                      "the call's scope (who owns "
-                                      "its id) is empty");
+            ngx_http_idem_problem_empty_scope(r, &problem, ilcf,
+                                              "the call's scope (who owns "
+                                              "its id)");
             ngx_http_idem_problem_count(&problem);
             goto answer;
         }

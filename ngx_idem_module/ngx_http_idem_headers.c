@@ -503,10 +503,17 @@ ngx_http_idem_set_response_headers(ngx_http_request_t *r,
 
     /*
      * The call id in the form the client sent it.  A client whose own id
-     * was refused gets none: it could take a gateway id for its own.
+     * was refused gets none: it could take a gateway id for its own.  Nor
+     * does a call the module refused (nothing forwarded) with an id the
+     * gateway made: a client library that echoes the header back would
+     * send a refused call's id as its own (its record, if any, says
+     * "not sent").
      */
 
-    if (!ctx->ids.call_id_refused) {
+    if (!ctx->ids.call_id_refused
+        && !(ctx->refused != NULL
+             && ctx->ids.source == NGX_HTTP_IDEM_SOURCE_GATEWAY))
+    {
         h = ngx_http_idem_push(&r->headers_out.headers, ctx->ids.call_id_header,
                                &ctx->ids.call_id_echo);
         if (h == NULL) {

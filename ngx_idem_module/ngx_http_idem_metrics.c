@@ -131,6 +131,8 @@ static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
 char *
 ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
     ngx_str_t                   name;
     ngx_shm_zone_t             *shm_zone;
     ngx_http_core_loc_conf_t   *clcf;
@@ -143,6 +145,10 @@ ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     clcf->handler = ngx_http_idem_metrics_handler;
+
+    /* a scrape is not a call, whatever "idem" says here (handler.c) */
+
+    ilcf->metrics = 1;
 
     /* one zone for every location that shows the counters */
 

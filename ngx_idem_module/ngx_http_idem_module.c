@@ -51,17 +51,25 @@ static ngx_conf_enum_t  ngx_http_idem_forms[] = {
 };
 
 
-/* idem_deadline, idem_record_ttl, idem_dedupe_lease; a header's "off" */
+/*
+ * idem_deadline (a budget over 10 minutes is most likely a unit mistake:
+ * a warning), idem_dedupe_wait, idem_record_ttl, idem_dedupe_lease; a
+ * header's "off"
+ */
 
-static ngx_http_idem_conf_bounds_t  ngx_http_idem_deadline_bounds = {
-    1, NGX_MAX_INT32_VALUE
+static ngx_http_idem_conf_bounds_t  ngx_http_idem_budget_bounds = {
+    1, NGX_MAX_INT32_VALUE, 10 * 60 * 1000
+};
+
+static ngx_http_idem_conf_bounds_t  ngx_http_idem_wait_bounds = {
+    1, NGX_MAX_INT32_VALUE, 0
 };
 
 static ngx_http_idem_conf_bounds_t  ngx_http_idem_ttl_bounds = {
-    0, (ngx_msec_t) 365 * 86400000
+    0, (ngx_msec_t) 365 * 86400000, 0
 };
 
-static ngx_http_idem_conf_bounds_t  ngx_http_idem_header_off = { 1, 0 };
+static ngx_http_idem_conf_bounds_t  ngx_http_idem_header_off = { 1, 0, 0 };
 
 /* idem_dedupe_wait_max */
 static ngx_conf_num_bounds_t  ngx_http_idem_wait_max_bounds = {
@@ -153,7 +161,7 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       ngx_http_idem_set_time,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idem_loc_conf_t, deadline),
-      &ngx_http_idem_deadline_bounds },
+      &ngx_http_idem_budget_bounds },
 
     { ngx_string("idem_deadline_header"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -321,7 +329,7 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       ngx_http_idem_set_time,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idem_loc_conf_t, dedupe_wait),
-      &ngx_http_idem_deadline_bounds },
+      &ngx_http_idem_wait_bounds },
 
     { ngx_string("idem_dedupe_wait_max"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -338,7 +346,7 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       NULL },
 
     { ngx_string("idem_status"),
-      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE12,
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE123,
       ngx_http_idem_status,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
@@ -347,7 +355,7 @@ static ngx_command_t  ngx_http_idem_commands[] = {
     { ngx_string("idem_metrics"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_idem_metrics,
-      0,
+      NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
 

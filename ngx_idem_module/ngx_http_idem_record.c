@@ -119,20 +119,18 @@ ngx_http_idem_record_key(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key)
 {
     u_char                      hex[NGX_HTTP_IDEM_SHA256_HEX_LEN];
-    ngx_str_t                   scope;
+    ngx_str_t                   scope, digest;
     ngx_http_idem_main_conf_t  *imcf;
 
-    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
-
-    key->len = imcf->key_prefix.len + sizeof("s:{:}") - 1 + id->len
-               + (ilcf->dedupe_scope ? NGX_HTTP_IDEM_SHA256_HEX_LEN : 0);
-
-    key->data = ngx_pnalloc(r->pool, key->len);
-    if (key->data == NULL) {
-        return NGX_ERROR;
-    }
-
     if (ilcf->dedupe_scope == NULL) {
+        imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+        key->data = ngx_pnalloc(r->pool, imcf->key_prefix.len
+                                         + sizeof("c:{}") - 1 + id->len);
+        if (key->data == NULL) {
+            return NGX_ERROR;
+        }
+
         key->len = ngx_sprintf(key->data, "%Vc:{%V}", &imcf->key_prefix, id)
                    - key->data;
         return NGX_OK;
@@ -150,8 +148,36 @@ ngx_http_idem_record_key(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    key->len = ngx_sprintf(key->data, "%Vs:{%*s:%V}", &imcf->key_prefix,
-                           (size_t) NGX_HTTP_IDEM_SHA256_HEX_LEN, hex, id)
+    digest.data = hex;
+    digest.len = NGX_HTTP_IDEM_SHA256_HEX_LEN;
+
+    return ngx_http_idem_record_key_digest(r, &digest, id, key);
+}
+
+
+/*
+ * A scoped record's key from the scope's digest (64 lowercase hex
+ * digits, as in the key itself and in the UNKNOWN stream's "key"): the
+ * status endpoint's scope_digest=on reads a record by it.
+ */
+
+ngx_int_t
+ngx_http_idem_record_key_digest(ngx_http_request_t *r, ngx_str_t *digest,
+    ngx_str_t *id, ngx_str_t *key)
+{
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    key->data = ngx_pnalloc(r->pool, imcf->key_prefix.len
+                                     + sizeof("s:{:}") - 1 + digest->len
+                                     + id->len);
+    if (key->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    key->len = ngx_sprintf(key->data, "%Vs:{%V:%V}", &imcf->key_prefix,
+                           digest, id)
                - key->data;
 
     return NGX_OK;

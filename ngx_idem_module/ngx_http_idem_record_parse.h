@@ -23,8 +23,10 @@
 #define NGX_HTTP_IDEM_RECORD_MAX_LIMIT       10000
 
 /*
- * the value of "v", a field every record has (ngx_http_idem_record.c);
- * a claim taken over writes it too (ngx_http_idem_redis_claim.lua)
+ * the value of "v", a field every record has (ngx_http_idem_record.c):
+ * the record's format (docs/records.md, "Record format versions"); a
+ * claim taken over writes it too (ngx_http_idem_redis_claim.lua), and a
+ * resolution of a record that had none (ngx_http_idem_redis_resolve.lua)
  */
 #define NGX_HTTP_IDEM_RECORD_VERSION         "1"
 

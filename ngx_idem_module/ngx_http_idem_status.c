@@ -31,6 +31,11 @@ typedef struct {
 
 
 static ngx_int_t ngx_http_idem_status_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_idem_status_digest(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *digest,
+    ngx_http_idem_problem_t *problem);
+static ngx_int_t ngx_http_idem_status_refused(ngx_http_request_t *r,
+    ngx_http_idem_status_ctx_t *sctx, ngx_http_idem_problem_t *problem);
 static void ngx_http_idem_status_reply(void *data, ngx_int_t rc,
     ngx_http_idem_store_record_t *record);
 static void ngx_http_idem_status_resolve(ngx_http_request_t *r);
@@ -45,15 +50,17 @@ static ngx_int_t ngx_http_idem_status_send(ngx_http_request_t *r,
     ngx_http_idem_status_ctx_t *sctx, ngx_uint_t status, ngx_str_t *body);
 
 
-/* idem_status [ID] [resolve=on|off] */
+/* idem_status [ID] [resolve=on|off] [scope_digest=on|off] */
 
 char *
 ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_idem_loc_conf_t *ilcf = conf;
 
-    ngx_str_t                         *value;
+    u_char                            *eq;
+    ngx_str_t                         *value, *param;
     ngx_uint_t                         n;
+    ngx_flag_t                        *flag;
     ngx_http_core_loc_conf_t          *clcf;
     ngx_http_compile_complex_value_t   ccv;
 
@@ -69,16 +76,32 @@ ngx_http_idem_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     value = cf->args->elts;
     n = cf->args->nelts;
 
-    if (n > 1 && ngx_strncmp(value[n - 1].data, "resolve=", 8) == 0) {
+    /* the parameters come after the id, in any order */
 
-        if (ngx_strcmp(value[n - 1].data, "resolve=on") == 0) {
-            ilcf->status_resolve = 1;
+    while (n > 1) {
+        param = &value[n - 1];
 
-        } else if (ngx_strcmp(value[n - 1].data, "resolve=off") != 0) {
+        if (ngx_strncmp(param->data, "resolve=", 8) == 0) {
+            flag = &ilcf->status_resolve;
+
+        } else if (ngx_strncmp(param->data, "scope_digest=", 13) == 0) {
+            flag = &ilcf->status_digest;
+
+        } else {
+            break;
+        }
+
+        eq = (u_char *) ngx_strchr(param->data, '=');
+
+        if (ngx_strcmp(eq + 1, "on") == 0) {
+            *flag = 1;
+
+        } else if (ngx_strcmp(eq + 1, "off") != 0) {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "invalid value \"%V\" in \"%V\" directive, "
-                               "it must be \"resolve=on\" or "
-                               "\"resolve=off\"", &value[n - 1], &cmd->name);
+                               "it must be \"%*s=on\" or \"%*s=off\"",
+                               param, &cmd->name, eq - param->data,
+                               param->data, eq - param->data, param->data);
             return NGX_CONF_ERROR;
         }
 
@@ -120,7 +143,7 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 {
     u_char                      *p, err[64];
     ngx_int_t                    rc;
-    ngx_str_t                    id, content, key, value;
+    ngx_str_t                    id, content, key, value, digest;
     ngx_pool_cleanup_t          *cln;
     ngx_http_idem_problem_t      problem;
     ngx_http_idem_loc_conf_t    *ilcf;
@@ -196,25 +219,45 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
         return ngx_http_idem_send_problem(r, &problem, NULL);
     }
 
-    /* under the caller's scope, where the location has one */
+    /*
+     * Under the scope the request names by its digest, where the location
+     * takes one (scope_digest=on: for operators); else under the caller's
+     * scope, where the location has one.
+     */
 
-    rc = ngx_http_idem_record_key(r, ilcf, &id, &key);
+    rc = ngx_http_idem_status_digest(r, ilcf, &digest, &problem);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_idem_record_key_digest(r, &digest, &id, &key);
+
+    } else if (rc == NGX_DECLINED) {
+        rc = ngx_http_idem_record_key(r, ilcf, &id, &key);
+
+        if (rc == NGX_DECLINED) {
+            ngx_http_idem_problem_empty_scope(r, &problem, ilcf,
+                                              "the caller's scope (who "
+                                              "owns call ids)");
+            rc = NGX_ABORT;
+        }
+    }
 
     if (rc == NGX_ERROR) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (rc == NGX_DECLINED) {
-        ngx_http_idem_problem_set(r, &problem,
-                                  NGX_HTTP_IDEM_P_EMPTY_SCOPE, NULL,
-                                  "the caller's scope (who owns "
-                                  "call ids) is empty");
-        return ngx_http_idem_send_problem(r, &problem, NULL);
-    }
-
     sctx = ngx_pcalloc(r->pool, sizeof(ngx_http_idem_status_ctx_t));
     if (sctx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    sctx->id = id;
+    sctx->html = ngx_http_idem_timeline_wanted(r);
+
+    if (rc == NGX_ABORT) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idem status: refused: %V", &problem.detail);
+
+        return ngx_http_idem_status_refused(r, sctx, &problem);
     }
 
     cln = ngx_pool_cleanup_add(r->pool, 0);
@@ -223,9 +266,7 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
     }
 
     sctx->request = r;
-    sctx->id = id;
     sctx->key = key;
-    sctx->html = ngx_http_idem_timeline_wanted(r);
 
     /* a request gone before the answer cancels its read */
 
@@ -272,6 +313,120 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
     return NGX_DONE;
 }
 
+
+/*
+ * The scope_digest argument: the hex SHA-256 of a scope's value, as a
+ * record's key and the UNKNOWN stream's "key" carry it, so that an
+ * operator (a browser, the UNKNOWN consumer) reads or resolves a scoped
+ * call without the scope's value.  Taken only where the location says
+ * scope_digest=on; anywhere else it is refused, never ignored: a client
+ * cannot name another scope's calls, and a consumer pointed at the wrong
+ * location learns it.  NGX_OK: a digest (lowercased); NGX_DECLINED: none
+ * given; NGX_ABORT: refused with "problem".
+ */
+
+static ngx_int_t
+ngx_http_idem_status_digest(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *digest,
+    ngx_http_idem_problem_t *problem)
+{
+    ngx_str_t   arg;
+    ngx_uint_t  i;
+
+    if (ngx_http_arg(r, (u_char *) "scope_digest",
+                     sizeof("scope_digest") - 1, &arg)
+        != NGX_OK)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (!ilcf->status_digest) {
+        ngx_http_idem_problem_set(r, problem,
+                                  NGX_HTTP_IDEM_P_INVALID_SCOPE_DIGEST, NULL,
+                                  "this location reads calls under the "
+                                  "caller's own scope: it takes no "
+                                  "scope_digest");
+        return NGX_ABORT;
+    }
+
+    if (arg.len != NGX_HTTP_IDEM_SHA256_HEX_LEN) {
+        goto invalid;
+    }
+
+    digest->data = ngx_pnalloc(r->pool, arg.len);
+    if (digest->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    digest->len = arg.len;
+
+    for (i = 0; i < arg.len; i++) {
+        digest->data[i] = ngx_tolower(arg.data[i]);
+
+        if (!((digest->data[i] >= '0' && digest->data[i] <= '9')
+              || (digest->data[i] >= 'a' && digest->data[i] <= 'f')))
+        {
+            goto invalid;
+        }
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem status: under the scope of digest %V", digest);
+
+    return NGX_OK;
+
+invalid:
+
+    ngx_http_idem_problem_set(r, problem,
+                              NGX_HTTP_IDEM_P_INVALID_SCOPE_DIGEST, NULL,
+                              "scope_digest must be the 64 hex digits of "
+                              "a scope's SHA-256");
+    return NGX_ABORT;
+}
+
+
+/*
+ * A read refused before the store is asked: problem+json, or a page for a
+ * browser (the operator who opened the link sees what is missing)
+ */
+
+static ngx_int_t
+ngx_http_idem_status_refused(ngx_http_request_t *r,
+    ngx_http_idem_status_ctx_t *sctx, ngx_http_idem_problem_t *problem)
+{
+    ngx_str_t  page, value;
+
+    if (!sctx->html) {
+        return ngx_http_idem_send_problem(r, problem, NULL);
+    }
+
+    /* a GET's body was discarded at the handler's start */
+
+    if (r->method == NGX_HTTP_POST
+        && ngx_http_discard_request_body(r) != NGX_OK)
+    {
+        r->keepalive = 0;
+    }
+
+    if (ngx_http_idem_timeline_refused(r, &sctx->id, &problem->title,
+                                       &problem->detail, &page)
+        != NGX_OK
+        || ngx_http_idem_timeline_headers(r, 1) != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_str_set(&value, "no-store");
+
+    if (ngx_http_idem_add_response_header(r, "Cache-Control", &value)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_idem_send_response(r, problem->status,
+                                       "text/html; charset=utf-8", &page);
+}
 
 static void
 ngx_http_idem_status_cleanup(void *data)

@@ -633,6 +633,44 @@ ngx_http_idem_timeline_answer(ngx_http_request_t *r, ngx_str_t *id,
 }
 
 
+/*
+ * A status read the endpoint refused before reading the record (its
+ * scope is empty, say), as a page for a person: the problem's title, and
+ * its detail, which says what the request lacks.
+ */
+
+ngx_int_t
+ngx_http_idem_timeline_refused(ngx_http_request_t *r, ngx_str_t *id,
+    ngx_str_t *title, ngx_str_t *detail, ngx_str_t *out)
+{
+    u_char  *p;
+    size_t   len;
+
+    len = NGX_HTTP_IDEM_TIMELINE_HEAD + ngx_http_idem_timeline_style.len
+          + 6 * (2 * id->len + 2 * title->len + detail->len);
+
+    out->data = ngx_pnalloc(r->pool, len);
+    if (out->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = ngx_http_idem_timeline_head(out->data, id, title,
+                                    "The call's record was not read.");
+
+    p = ngx_cpymem(p, "<p class=\"means\">",
+                   sizeof("<p class=\"means\">") - 1);
+    p = ngx_http_idem_html(p, detail);
+    p = ngx_cpymem(p, "</p>\n</body>\n</html>\n",
+                   sizeof("</p>\n</body>\n</html>\n") - 1);
+
+    out->len = p - out->data;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem status: page of \"%V\": refused", id);
+
+    return NGX_OK;
+}
+
 /* from the doctype to the state and what it means for the caller */
 
 static u_char *

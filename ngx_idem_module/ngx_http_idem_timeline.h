@@ -16,6 +16,8 @@ ngx_int_t ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
     uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
 ngx_int_t ngx_http_idem_timeline_answer(ngx_http_request_t *r, ngx_str_t *id,
     ngx_uint_t status, ngx_str_t *out);
+ngx_int_t ngx_http_idem_timeline_refused(ngx_http_request_t *r,
+    ngx_str_t *id, ngx_str_t *title, ngx_str_t *detail, ngx_str_t *out);
 ngx_int_t ngx_http_idem_timeline_headers(ngx_http_request_t *r,
     ngx_uint_t html);
 

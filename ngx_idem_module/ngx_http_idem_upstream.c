@@ -256,6 +256,10 @@ ngx_http_idem_get_peer(ngx_peer_connection_t *pc, void *data)
 
     ctx->upstream.attempt++;
 
+    /* a 504 of nginx's for this attempt comes with no redirect since */
+
+    ctx->upstream.uri_changes = r->uri_changes;
+
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, pc->log, 0,
                    "idem: attempt %ui", ctx->upstream.attempt);
 

@@ -7,7 +7,44 @@
 
 use Test::Nginx::Socket 'no_plan';
 
+use File::Spec ();
+use File::Temp ();
+use IO::Socket::INET ();
+
 repeat_each(2);
+
+# Runs blocks (their lines given with a leading "|", so that this file's
+# parser leaves them alone) as a test file of their own through the compat
+# harness, on a free port and a server root of their own; returns its exit
+# status and its output.
+sub sub_run {
+    my ($blocks) = @_;
+    $blocks =~ s/^\|//mg;
+    my $dir = File::Temp::tempdir(CLEANUP => 1);
+    open my $fh, '>', "$dir/sub.t" or die "$dir/sub.t: $!";
+    print $fh "use Test::Nginx::Socket 'no_plan';\nno_shuffle();\n"
+              . "run_tests();\n\n__DATA__\n\n$blocks";
+    close $fh;
+    my $port = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                     Listen => 1)->sockport;
+    local $ENV{IDEM_TEST_COMPAT} = 1;
+    local $ENV{TEST_NGINX_PORT} = $port;
+    local $ENV{TEST_NGINX_SERVER_PORT} = $port;
+    local $ENV{TEST_NGINX_SERVROOT} = "$dir/servroot";
+    local $ENV{TEST_NGINX_RANDOMIZE};
+    my $compat = File::Spec->rel2abs('t/compat');
+    my $out = `$^X -I$compat $dir/sub.t 2>&1`;
+    return ($? >> 8, $out);
+}
+
+# The blocks' run fails before any check, saying $why.
+sub refused {
+    my ($what, $blocks, $why) = @_;
+    my ($status, $out) = sub_run($blocks);
+    Test::More::isnt($status, 0, "$what: the run fails");
+    Test::More::like($out, $why, "$what: saying why");
+    Test::More::unlike($out, qr/^ok /m, "$what: before any check");
+}
 
 run_tests();
 
@@ -332,15 +369,211 @@ never
 
 
 
-=== TEST 21: response headers given as a hash (eval), as the real Test::Nginx takes them
+=== TEST 21: forms the real Test::Nginx takes: response_headers(_like) as arrays of texts (one per request), response_body as a qr//
 --- config
-    location = /t {
-        add_header X-One 1;
-        add_header X-Two two;
+    location = /a {
+        add_header X-A a;
+        return 200 "aaa\n";
+    }
+    location = /b {
+        add_header X-B b-42;
+        return 200 "bbb\n";
+    }
+--- request eval
+["GET /a", "GET /b"]
+--- response_headers eval
+["X-A: a\n!X-B", "X-B: b-42\n!X-A"]
+--- response_body eval
+[qr/^a+$/, "bbb\n"]
+--- no_error_log eval
+[qr/\[error\]/, "[alert]"]
+
+
+
+=== TEST 22: response_headers_like as an array, one per request
+--- config
+    location = /a {
+        add_header X-A a-1;
         return 204;
     }
+--- request eval
+["GET /a", "GET /a?again"]
+--- error_code eval
+[204, 204]
+--- response_headers_like eval
+["X-A: a-\\d", "X-A: a-[0-9]"]
+
+
+
+=== TEST 23: a sub-run of supported forms passes (the refusals below are the forms' doing)
+--- init
+my ($status, $out) = main::sub_run(<<'T');
+|=== TEST 1: fine
+|--- config
+|    location = /t {
+|        add_header X-One 1;
+|        return 200 "ok\n";
+|    }
+|--- request
+|GET /t
+|--- response_headers
+|X-One: 1
+|--- response_body
+|ok
+T
+Test::More::is($status, 0, 'the sub-run passes') or Test::More::diag($out);
+Test::More::like($out, qr/^ok \d+ .* - header X-One ok$/m, '... and checks the header');
+--- config
 --- request
-GET /t
---- error_code: 204
---- response_headers eval
-{ 'X-One' => '1', 'X-Two' => 'two', 'X-Three' => '' }
+GET /index.html
+--- response_body_like: It works
+
+
+
+=== TEST 24: response_headers given as a hash (eval) is refused: the real Test::Nginx reads it as one line "HASH(0x...)" and checks nothing
+--- init
+main::refused('a hash', <<'T', qr/block "TEST 1: hash": --- response_headers given as a hash reference, which the compat Test::Nginx harness \(t\/compat\) cannot interpret there \(it takes text or an array of texts \(one per request\)\)/);
+|=== TEST 1: hash
+|--- config
+|--- request
+|GET /index.html
+|--- response_headers eval
+|{ 'X-One' => '1', 'X-Two' => 'two' }
+T
+--- config
+--- request
+GET /index.html
+--- response_body_like: It works
+
+
+
+=== TEST 25: ... and so is an array of hashes, and response_headers_like as a hash
+--- init
+main::refused('an array of hashes', <<'T', qr/block "TEST 1: hashes": --- response_headers given as an array of hash reference, which/);
+|=== TEST 1: hashes
+|--- config
+|--- request eval
+|["GET /index.html", "GET /index.html"]
+|--- response_headers eval
+|[{ 'X-One' => '1' }, { 'X-One' => '1' }]
+T
+main::refused('a hash, for _like', <<'T', qr/block "TEST 1: like": --- response_headers_like given as a hash reference/);
+|=== TEST 1: like
+|--- config
+|--- request
+|GET /index.html
+|--- response_headers_like eval
+|{ 'X-One' => '\d' }
+T
+--- config
+--- request
+GET /index.html
+--- response_body_like: It works
+
+
+
+=== TEST 26: text where a regex or array is taken, but a hash, a list or a code reference is not
+--- init
+main::refused('a list', <<'T', qr/block "TEST 1: list": --- response_body given as a list of 2 values \(an eval giving a list, not one value\)/);
+|=== TEST 1: list
+|--- config
+|--- request
+|GET /index.html
+|--- response_body eval
+|("a", "b")
+T
+main::refused('a code reference', <<'T', qr/block "TEST 1: code": --- no_error_log given as a code reference, which .* \(it takes text or a qr\/\/ regex or an array of texts and qr\/\/ regexes \(patterns\)\)/);
+|=== TEST 1: code
+|--- config
+|--- request
+|GET /index.html
+|--- no_error_log eval
+|sub { 1 }
+T
+main::refused('a regex for a request', <<'T', qr/block "TEST 1: request": --- request given as a qr\/\/ regex/);
+|=== TEST 1: request
+|--- config
+|--- request eval
+|qr{GET /}
+T
+--- config
+--- request
+GET /index.html
+--- response_body_like: It works
+
+
+
+=== TEST 27: an unknown section, and one the harness does not support, are refused
+--- init
+main::refused('a misspelt section', <<'T', qr/block "TEST 1: misspelt": --- no_error_logs is unknown to the compat Test::Nginx harness/);
+|=== TEST 1: misspelt
+|--- config
+|--- request
+|GET /index.html
+|--- no_error_logs
+|[error]
+T
+main::refused('pipelined_requests', <<'T', qr/block "TEST 1: pipelined": --- pipelined_requests is not supported by the compat Test::Nginx harness/);
+|=== TEST 1: pipelined
+|--- config
+|--- pipelined_requests eval
+|["GET /index.html", "GET /index.html"]
+T
+--- config
+--- request
+GET /index.html
+--- response_body_like: It works
+
+
+
+=== TEST 28: a section the block's other one hides (as in the real Test::Nginx) is refused
+--- init
+main::refused('response_headers_like beside response_headers', <<'T', qr/block "TEST 1: both": --- response_headers_like would be ignored, since the block has --- response_headers/);
+|=== TEST 1: both
+|--- config
+|--- request
+|GET /index.html
+|--- response_headers
+|Content-Type: text/html
+|--- response_headers_like
+|Content-Length: \d+
+T
+main::refused('response_body_unlike beside response_body_like', <<'T', qr/block "TEST 1: like and unlike": --- response_body_unlike would be ignored, since the block has --- response_body_like/);
+|=== TEST 1: like and unlike
+|--- config
+|--- request
+|GET /index.html
+|--- response_body_like
+|It works
+|--- response_body_unlike
+|<script
+T
+main::refused('error_code beside error_code_like', <<'T', qr/block "TEST 1: codes": --- error_code would be ignored, since the block has --- error_code_like/);
+|=== TEST 1: codes
+|--- config
+|--- request
+|GET /index.html
+|--- error_code: 200
+|--- error_code_like: ^2
+T
+--- config
+--- request
+GET /index.html
+--- response_body_like: It works
+
+
+
+=== TEST 29: an eval that fails is refused, naming the block and the section (Test::Base would hand the error text on as the value: a no_error_log looking for it passes)
+--- init
+main::refused('a failing eval', <<'T', qr/block "TEST 1: typo": the eval of --- no_error_log failed: syntax error/);
+|=== TEST 1: typo
+|--- config
+|--- request
+|GET /index.html
+|--- no_error_log eval
+|[qr/\[error\]/,
+T
+--- config
+--- request
+GET /index.html
+--- response_body_like: It works

@@ -3,7 +3,7 @@
 
 use Test::Nginx::Socket 'no_plan';
 
-# No repeat_each(2): 48 of its 50 blocks are configurations nginx must
+# No repeat_each(2): 49 of its 54 blocks are configurations nginx must
 # refuse (no request, no worker); running each twice only doubles the time.
 
 no_long_string();
@@ -400,9 +400,9 @@ invalid value "my app" in "idem_key_prefix" directive
 
 
 
-=== TEST 41: idem_status takes at most an id and resolve=
+=== TEST 41: idem_status takes at most an id, resolve= and scope_digest=
 --- config
-    location /calls/ { idem_status $1 $2 resolve=on; }
+    location /calls/ { idem_status $1 $2 resolve=on scope_digest=on; }
 --- must_die
 --- error_log
 invalid number of arguments in "idem_status" directive
@@ -427,7 +427,110 @@ invalid number of arguments in "idem_metrics" directive
 
 
 
-=== TEST 44: idem_call_id_from needs a variable
+=== TEST 44: idem_retry where the route is not idempotent warns, naming the location; not where it is, nor at one attempt
+--- config
+    location /t {
+        idem on;
+        idem_retry 5;
+        return 204;
+    }
+    location /idempotent {
+        idem on;
+        idem_idempotent on;
+        idem_retry 5;
+        return 204;
+    }
+    location /once {
+        idem on;
+        idem_retry 1;
+        return 204;
+    }
+--- request
+GET /t
+--- error_code: 204
+--- error_log
+"idem_retry 5" in location "/t" where "idem_idempotent" is off: its calls get one attempt
+--- no_error_log
+location "/idempotent"
+location "/once"
+[error]
+
+
+
+=== TEST 45: idem_idempotent and idem_retry where idem is off warn; not at the server's level, whose locations turn idem on
+--- config
+    idem_idempotent on;
+    location /t {
+        idem on;
+        return 204;
+    }
+    location /off {
+        idem_idempotent on;
+        return 204;
+    }
+    location /off2 {
+        idem_retry 3;
+        return 204;
+    }
+--- request
+GET /t
+--- error_code: 204
+--- error_log
+"idem_idempotent" is set in location "/off" where "idem" is off: it has no effect there
+"idem_retry" is set in location "/off2" where "idem" is off: it has no effect there
+--- no_error_log
+location "/t"
+[error]
+
+
+
+=== TEST 46: a deadline that looks like milliseconds, or longer than 10 minutes, warns; 2s and 5000ms do not
+--- config
+    location /t {
+        idem on;
+        idem_deadline 2000;
+        return 204;
+    }
+    location /long {
+        idem on;
+        idem_deadline 15m;
+        return 204;
+    }
+    location /fine {
+        idem on;
+        idem_deadline 2s;
+        return 204;
+    }
+    location /fine-ms {
+        idem on;
+        idem_deadline 5000ms;
+        return 204;
+    }
+--- request
+GET /t
+--- error_code: 204
+--- error_log
+"idem_deadline 2000" is 2000 seconds: a number without a unit is seconds ("2000ms" for milliseconds)
+"idem_deadline 15m" is longer than 10 minutes
+--- no_error_log
+"idem_deadline 2s"
+"idem_deadline 5000ms"
+[error]
+
+
+
+=== TEST 47: idem_status scope_digest= takes on or off
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /calls/ { idem_status scope_digest=yes; }
+--- must_die
+--- error_log
+invalid value "scope_digest=yes" in "idem_status" directive, it must be "scope_digest=on" or "scope_digest=off"
+
+
+
+=== TEST 48: idem_call_id_from needs a variable
 --- config
     location /t { idem_call_id_from fixed-id; }
 --- must_die
@@ -436,7 +539,7 @@ invalid value "fixed-id" in "idem_call_id_from" directive, it must hold a variab
 
 
 
-=== TEST 45: idem_call_id_json refuses a path that is not keys and [indexes]
+=== TEST 49: idem_call_id_json refuses a path that is not keys and [indexes]
 --- config
     location /t { idem_call_id_json data..id; }
 --- must_die
@@ -445,7 +548,7 @@ invalid path "data..id" in "idem_call_id_json" directive: an empty key
 
 
 
-=== TEST 46: idem_call_id_json refuses an index that is not digits
+=== TEST 50: idem_call_id_json refuses an index that is not digits
 --- config
     location /t { idem_call_id_json Records[first].messageId; }
 --- must_die
@@ -454,7 +557,7 @@ invalid path "Records[first].messageId" in "idem_call_id_json" directive: an ind
 
 
 
-=== TEST 47: idem_call_id_json max= is a size from 2 to 16m
+=== TEST 51: idem_call_id_json max= is a size from 2 to 16m
 --- config
     location /t { idem_call_id_json id max=1g; }
 --- must_die
@@ -463,7 +566,7 @@ invalid value "max=1g" in "idem_call_id_json" directive, max must be a size from
 
 
 
-=== TEST 48: idem_call_id_json with an unknown parameter
+=== TEST 52: idem_call_id_json with an unknown parameter
 --- config
     location /t { idem_call_id_json id hash; }
 --- must_die
@@ -472,7 +575,7 @@ invalid parameter "hash" in "idem_call_id_json" directive
 
 
 
-=== TEST 49: idem_call_id_from and idem_call_id_json in one place
+=== TEST 53: idem_call_id_from and idem_call_id_json in one place
 --- config
     location /t {
         idem_call_id_from $http_x_github_delivery;
@@ -484,7 +587,7 @@ invalid parameter "hash" in "idem_call_id_json" directive
 
 
 
-=== TEST 50: idem_dedupe_fingerprint is "method uri" or "method uri body"
+=== TEST 54: idem_dedupe_fingerprint is "method uri" or "method uri body"
 --- config
     location /t { idem_dedupe_fingerprint method body; }
 --- must_die

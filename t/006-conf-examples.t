@@ -18,7 +18,8 @@ my @confs = sort glob("$root/conf-examples/*.conf");
 ok(@confs > 0, "conf-examples/ has examples");
 
 for my $conf (@confs) {
-    # a prefix like the one "make run" uses: modules/ holds the module
+    # a prefix whose modules/ holds the module, as the examples' load_module
+    # line expects (make run writes the built one's path in its place)
     my $prefix = tempdir(CLEANUP => 1);
     mkdir "$prefix/logs";
     mkdir "$prefix/modules";

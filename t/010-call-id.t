@@ -607,3 +607,55 @@ X-Trace-Id: [0-9a-f]{32}
 ^id=[0-9a-f-]{36}$
 --- no_error_log
 [error]
+
+
+
+=== TEST 26: a refused call gets no generated id back: a missing id (reject), a bad trace id, a spent budget; a client's own id is echoed
+--- config
+    location /r {
+        idem on;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /t {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        echo "reached";
+    }
+--- request eval
+["GET /r", "GET /t", "GET /t", "GET /t"]
+--- more_headers eval
+["", "X-Trace-Id: a b", "X-Deadline-Ms: 0",
+ "X-Deadline-Ms: 0\r\nX-Call-Id: mine-26"]
+--- error_code eval
+[400, 400, 504, 504]
+--- response_headers eval
+["!X-Call-Id", "!X-Call-Id", "!X-Call-Id", "X-Call-Id: mine-26"]
+--- response_body_like eval
+["missing-call-id", "invalid-trace-id", "deadline-exceeded",
+ '"call_id":"mine-26"']
+--- no_error_log
+[error]
+
+
+
+=== TEST 26b: a call that went on keeps its generated id (the refusals of TEST 26 beside it)
+--- config
+    location /t {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        echo "reached";
+    }
+--- request
+GET /t
+--- error_code: 200
+--- response_headers_like
+X-Call-Id: [0-9a-f-]{36}
+--- response_body
+reached
+--- no_error_log
+[error]

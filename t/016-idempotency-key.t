@@ -320,3 +320,31 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
  '\A\{"call_id":"ik-11",.*"state":"SUCCESS",.*"executions":1,']
 --- no_error_log
 [error]
+
+
+
+=== TEST 12: a missing key on a reject route: 400 without a generated Idempotency-Key (a client could send it as its own); the client's own key is echoed
+--- config
+    location /t {
+        idem on;
+        idem_call_id_header Idempotency-Key;
+        idem_call_id_missing reject;
+        idem_call_id_form string;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        echo reached;
+    }
+--- request eval
+["GET /t", "GET /t"]
+--- more_headers eval
+["", 'Idempotency-Key: "pay-12"']
+--- error_code eval
+[400, 200]
+--- response_headers eval
+["!Idempotency-Key\nContent-Type: application/problem+json",
+ 'Idempotency-Key: "pay-12"']
+--- response_body_like eval
+["missing-call-id", "reached"]
+--- no_error_log
+[error]

@@ -485,3 +485,93 @@ X-Seen: grpc-timeout=(?:99999|100000)S deadline=(?:999999[0-9]{2}|100000000)
  "X-Seen: grpc-timeout=999999[0-9]{2}m"]
 --- no_error_log
 [error]
+
+
+
+=== TEST 22: a budget that runs out during an attempt answers the same problem+json as one spent before it, with the call id and the execution's state
+--- config
+    location /t {
+        idem on;
+        idem_deadline 300ms;
+        proxy_read_timeout 60s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/3000/99;
+    }
+--- request
+GET /t
+--- more_headers
+X-Call-Id: during-22
+--- timeout: 1.5
+--- error_code: 504
+--- response_headers
+Content-Type: application/problem+json
+Cache-Control: no-store
+X-Call-Id: during-22
+--- response_body_like chomp
+^\{"type":"urn:ngx-idem:problem:deadline-exceeded","title":"Deadline exceeded","status":504,"detail":"the call's budget ran out during an attempt","call_id":"during-22","state":"UNKNOWN"\}$
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 23: a generated id is in that answer too (the call went on: a client asks the status with it); HEAD gets the headers alone
+--- config
+    location /t {
+        idem on;
+        idem_deadline 300ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/3000/99;
+    }
+--- request eval
+["GET /t", "HEAD /t"]
+--- timeout: 1.5
+--- error_code eval
+[504, 504]
+--- response_headers_like eval
+["X-Call-Id: [0-9a-f-]{36}\nContent-Type: application/problem\\+json",
+ "X-Call-Id: [0-9a-f-]{36}\nContent-Type: application/problem\\+json"]
+--- response_body_like eval
+['^\{"type":"urn:ngx-idem:problem:deadline-exceeded",.*"call_id":"[0-9a-f-]{36}","state":"UNKNOWN"\}$',
+ '^$']
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 24: the operator's error_page for 504 still wins over that problem, to a URI and to a named location
+--- config
+    location /t {
+        idem on;
+        idem_deadline 300ms;
+        error_page 504 /err;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/3000/99;
+    }
+    location /n {
+        idem on;
+        idem_deadline 300ms;
+        error_page 504 @late;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/3000/99;
+    }
+    location /err {
+        internal;
+        default_type text/plain;
+        return 200 "operator's page for $idem_call_id\n";
+    }
+    location @late {
+        default_type text/plain;
+        return 200 "named page for $idem_call_id\n";
+    }
+--- request eval
+["GET /t", "GET /n"]
+--- more_headers eval
+["X-Call-Id: page-24", "X-Call-Id: named-24"]
+--- timeout: 1.5
+--- error_code eval
+[504, 504]
+--- response_headers eval
+["Content-Type: text/plain", "Content-Type: text/plain"]
+--- response_body eval
+["operator's page for page-24\n", "named page for named-24\n"]
+--- no_error_log
+[alert]
+[crit]

@@ -99,9 +99,8 @@ GET /t
 X-Call-Id: ra-date
 --- timeout: 2
 --- error_code: 503
---- response_headers
-X-Attempts: 1
 --- response_headers_like
+X-Attempts: 1
 Retry-After: \w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT
 --- response_body
 later

@@ -139,7 +139,8 @@ X-Call-Id: rec-deadline
 --- error_code eval
 [504, 200]
 --- response_body_like eval
-["Gateway", '"state":"UNKNOWN",.*"outcome":"deadline","sent":true,']
+['"call_id":"rec-deadline","state":"UNKNOWN"\}$',
+ '"state":"UNKNOWN",.*"outcome":"deadline","sent":true,']
 --- no_error_log
 [alert]
 

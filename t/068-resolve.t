@@ -9,6 +9,7 @@
 # /log/ID counts a call id's executions.
 
 use lib 't/lib';
+use Digest::SHA ();
 use POSIX ();
 use Test::Nginx::Socket 'no_plan';
 
@@ -509,6 +510,51 @@ system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
 ['"state":"UNKNOWN",.*"node":"gw-dead"',
  '"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":"pay_16","by":null\}',
  '"state":"SUCCESS"']
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 17: a scoped call resolved by its scope's digest on an operators' location (scope_digest=on), without the scope's value; a client's location refuses the digest; the resend then gets call-applied
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_authorization;
+        idem_call_id_missing reject;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        idem_dedupe_scope $http_authorization;
+        idem_status resolve=on;
+    }
+    location /ops/calls/ {
+        idem_dedupe_scope $http_authorization;
+        idem_status resolve=on scope_digest=on;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+my $d = Digest::SHA::sha256_hex("Bearer a");
+["POST /pay\nx=1",
+ "POST /calls/rs-17?scope_digest=$d\n{\"outcome\":\"applied\"}",
+ "POST /ops/calls/rs-17\n{\"outcome\":\"applied\"}",
+ "POST /ops/calls/rs-17?scope_digest=$d\n{\"outcome\":\"applied\",\"by\":\"ops\"}",
+ "GET /ops/calls/rs-17?scope_digest=$d",
+ "POST /pay\nx=1"]
+--- more_headers eval
+["X-Call-Id: rs-17\nAuthorization: Bearer a", "Authorization: Bearer b", "",
+ "", "", "X-Call-Id: rs-17\nAuthorization: Bearer a"]
+--- error_code eval
+[504, 400, 400, 200, 200, 409]
+--- response_body_like eval
+["", "invalid-scope-digest", "empty-dedupe-scope.*scope_digest=<hex SHA-256>",
+ '"call_id":"rs-17",.*"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":null,"by":"ops"\}',
+ '"state":"SUCCESS"', "call-applied"]
 --- no_error_log
 [alert]
 [emerg]

@@ -106,3 +106,33 @@ idem_rejected_total\{reason="missing_call_id"\} 0
 POST /metrics
 x
 --- error_code: 405
+
+
+
+=== TEST 5: the module's own endpoints are not calls: with idem on at the server's level, a scrape, a status read and a resolution get no call id and count nothing
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    idem on;
+    location /calls/ {
+        idem_status;
+    }
+    location /resolve/ {
+        idem_status resolve=on;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- request eval
+["GET /metrics", "GET /calls/m-endpoint-1",
+ "POST /resolve/m-endpoint-1\n{\"outcome\":\"applied\"}", "GET /metrics"]
+--- error_code eval
+[200, 404, 404, 200]
+--- response_headers eval
+["!X-Call-Id\n!X-Trace-Id", "!X-Call-Id\n!X-Trace-Id",
+ "!X-Call-Id\n!X-Trace-Id", "!X-Call-Id\n!X-Trace-Id"]
+--- response_body_like eval
+["idem_calls_total 0\n", "NOT_FOUND", "NOT_FOUND",
+ '(?s)idem_calls_total 0\n.*idem_call_ids_generated_total 0\n.*state="not_found"\} 2\n.*reason="not_found"\} 1\n']
+--- no_error_log
+[error]

@@ -4,8 +4,29 @@
 # resumes by itself.  The blocks run in order on one nginx.
 
 use lib 't/lib';
+use IdemWait ();
 use RedisFault;
 use Test::Nginx::Socket 'no_plan';
+
+# Each block waits for what it needs of the Redis it stops and starts (the
+# worker's log line, a write arrived), never a fixed time.
+
+sub started {
+    IdemWait::log_after('nginx is connected to Redis again',
+                        qr/idem: redis "[^"]*": connected/,
+                        \&RedisFault::start);
+}
+
+sub stopped {
+    IdemWait::log_after('nginx saw the connection to Redis go',
+                        qr/idem: redis "[^"]*": connection (?:lost|closed)/,
+                        \&RedisFault::stop);
+}
+
+sub redis {
+    my ($cmd) = @_;
+    return scalar `redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} $cmd`;
+}
 
 # No repeat_each(2): the blocks claim fixed call ids while Redis is stopped
 # and resumed in a set order; a second run finds them claimed.
@@ -50,8 +71,7 @@ exited on signal
 
 === TEST 2: Redis starts: recording resumes by itself
 --- init
-RedisFault::start();
-select(undef, undef, undef, 6);
+main::started();
 --- request eval
 ["GET /t", "GET /calls/fault-up-1"]
 --- more_headers
@@ -87,7 +107,9 @@ X-Call-Id: fault-paused-1
 === TEST 4: Redis resumed (SIGCONT): what was written meanwhile arrives
 --- init
 RedisFault::resume();
-select(undef, undef, undef, 0.5);
+Test::More::ok(IdemWait::wait_for('the write made while paused',
+                   sub { main::redis("exists 'idem:c:{fault-paused-1}'") == 1 }),
+               'the write made while paused arrived');
 --- request eval
 ["GET /calls/fault-paused-1", "GET /calls/fault-up-1"]
 --- error_code eval
@@ -102,8 +124,7 @@ select(undef, undef, undef, 0.5);
 
 === TEST 5: Redis stopped mid-run: calls are served, status is UNKNOWN
 --- init
-RedisFault::stop();
-select(undef, undef, undef, 0.3);
+main::stopped();
 --- request eval
 ["GET /t", "GET /t", "GET /calls/fault-up-1"]
 --- more_headers
@@ -122,8 +143,7 @@ exited on signal
 
 === TEST 6: Redis restarted: recording resumes by itself
 --- init
-RedisFault::start();
-select(undef, undef, undef, 6);
+main::started();
 --- request eval
 ["GET /t", "GET /calls/fault-restarted-1"]
 --- more_headers
@@ -156,7 +176,9 @@ exited on signal
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.5);
+Test::More::ok(IdemWait::wait_for('nginx connected to Redis',
+                   sub { IdemWait::log_count(qr/idem: redis "[^"]*": connected/) }),
+               'nginx is connected to Redis');
 --- request eval
 ["POST /d\nx", "POST /d\nx"]
 --- more_headers
@@ -195,7 +217,10 @@ RedisFault::pause();
 === TEST 9: Redis resumed: the claim that timed out was released, the call runs
 --- init
 RedisFault::resume();
-select(undef, undef, undef, 0.5);
+Test::More::ok(IdemWait::wait_for('the claim released',
+                   sub { main::redis("--raw hgetall 'idem:c:{fault-dd-paused}'")
+                         =~ /^k:[0-9a-f]{16}\nF$/m }),
+               'the claim that timed out is released in Redis');
 --- request eval
 ["POST /d\nx", "POST /d\nx"]
 --- more_headers
@@ -214,8 +239,7 @@ X-Call-Id: fault-dd-paused
 
 === TEST 10: dedupe with Redis stopped: 503 at once, nothing forwarded
 --- init
-RedisFault::stop();
-select(undef, undef, undef, 0.3);
+main::stopped();
 --- request eval
 ["POST /d\nx", "GET /log/fault-dd-stopped"]
 --- more_headers eval
@@ -234,8 +258,7 @@ exited on signal
 
 === TEST 11: Redis restarted: a new call id is claimed (no script needed)
 --- init
-RedisFault::start();
-select(undef, undef, undef, 6);
+main::started();
 --- request
 POST /d
 x

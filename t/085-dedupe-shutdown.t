@@ -37,7 +37,8 @@ END {
 
 RedisFault::start();
 
-my $ng = IdemNginx->new(name => 'shutdown', port => $port,
+# debug: the test waits for the claim's and the shutdown timeout's lines
+my $ng = IdemNginx->new(name => 'shutdown', port => $port, log_level => 'debug',
                         main => 'worker_shutdown_timeout 300ms;');
 
 $ng->write_conf(<<"HTTP");
@@ -70,14 +71,17 @@ start_nginx();
 
 RedisFault::pause();
 
+my $from = $ng->log_pos;
 my $s = post();
 print $s "POST /d HTTP/1.0\r\nHost: localhost\r\nX-Call-Id: $id\r\n"
          . "Content-Length: 1\r\n\r\nx";
-sleep 0.5;
+ok($ng->wait_log(qr/idem dedupe: claim of "[^"]*\Q$id\E[^"]*" sent/, $from, 30),
+   'the claim is sent to the paused Redis');
 
 my $master = $ng->master;
 $ng->quit;
-sleep 1;                        # worker_shutdown_timeout ends the request
+ok($ng->wait_log(qr/shutdown timeout/, $from, 30),
+   'worker_shutdown_timeout ends the request');
 
 RedisFault::resume();           # the claim, then its release, run now
 

@@ -14,6 +14,7 @@ use Time::HiRes qw(sleep time);
 
 use lib 't/lib';
 use IdemNginx;
+use IdemWait qw(wait_for);
 
 my $redis = $ENV{TEST_NGINX_REDIS_PORT}
     or plan skip_all => 'TEST_NGINX_REDIS_PORT is not set (use make test)';
@@ -74,8 +75,17 @@ for my $c (1 .. $clients) {
     push @pids, $pid;
 }
 
-# reload while calls are in flight: old workers must finish their writes
-sleep 0.5;
+sub records {
+    my $n = `redis-cli -p $redis --scan --pattern 'load:c:*' | wc -l`;
+    return $n + 0;
+}
+
+# reload while calls are in flight (a tenth of them recorded, not a fixed
+# time that a slow machine spends starting the clients): old workers must
+# finish their writes
+ok(wait_for('a tenth of the calls recorded',
+            sub { records() >= $calls / 10 }),
+   'the run is under way');
 ok($ng->reload, "reload in the middle of the run");
 
 my $failed = 0;
@@ -85,27 +95,32 @@ for my $pid (@pids) {
 }
 is($failed, 0, "every client got 200 for all its $per_client calls");
 
-# the last final writes of the old workers
-sleep 1.5;
-
 my @ids = map { my $c = $_; map { "load-$c-$_" } 1 .. $per_client }
           1 .. $clients;
 
-my $keys = `redis-cli -p $redis --scan --pattern 'load:c:*' | wc -l`;
-chomp $keys;
-is($keys + 0, $calls, "exactly one record per call ($calls)");
+# the last final writes of the old workers: until every record is in and
+# says SUCCESS (or the deadline), then the counts
+my ($keys, $success, $one_exec, $one_attempt);
 
-# each call, read back through the status endpoint
-my ($success, $one_exec, $one_attempt) = (0, 0, 0);
-for my $id (@ids) {
-    my $s = IO::Socket::INET->new("127.0.0.1:$port") or next;
-    print $s "GET /calls/$id HTTP/1.0\r\nHost: localhost\r\n\r\n";
-    local $/;
-    my $res = <$s> // '';
-    $success++ if $res =~ /"state":"SUCCESS"/;
-    $one_exec++ if $res =~ /"executions":1,/;
-    $one_attempt++ if $res =~ /"attempts":\[\{"execution":1,"n":1,[^}]*"outcome":"ok","sent":true,"status":200,[^}]*\}\]/;
-}
+wait_for('every call recorded SUCCESS', sub {
+    $keys = records();
+    ($success, $one_exec, $one_attempt) = (0, 0, 0);
+    return 0 if $keys < $calls;
+
+    # each call, read back through the status endpoint
+    for my $id (@ids) {
+        my $s = IO::Socket::INET->new("127.0.0.1:$port") or next;
+        print $s "GET /calls/$id HTTP/1.0\r\nHost: localhost\r\n\r\n";
+        local $/;
+        my $res = <$s> // '';
+        $success++ if $res =~ /"state":"SUCCESS"/;
+        $one_exec++ if $res =~ /"executions":1,/;
+        $one_attempt++ if $res =~ /"attempts":\[\{"execution":1,"n":1,[^}]*"outcome":"ok","sent":true,"status":200,[^}]*\}\]/;
+    }
+    return $success == $calls;
+});
+
+is($keys, $calls, "exactly one record per call ($calls)");
 
 is($success, $calls, 'every record is SUCCESS');
 is($one_exec, $calls, 'every record has one execution');

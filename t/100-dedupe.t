@@ -594,8 +594,8 @@ GET /pair
  '',
  '']
 --- response_body eval
-['{"type":"urn:ngx-idem:problem:empty-dedupe-scope","title":"No scope","status":400,"detail":"the call\'s scope (who owns its id) is empty","call_id":"dd-15"}',
- '{"type":"urn:ngx-idem:problem:empty-dedupe-scope","title":"No scope","status":400,"detail":"the call\'s scope (who owns its id) is empty","call_id":"dd-15"}',
+['{"type":"urn:ngx-idem:problem:empty-dedupe-scope","title":"No scope","status":400,"detail":"the call\'s scope (who owns its id) is empty: idem_dedupe_scope \\"$http_authorization\\" has no value in this request","call_id":"dd-15"}',
+ '{"type":"urn:ngx-idem:problem:empty-dedupe-scope","title":"No scope","status":400,"detail":"the call\'s scope (who owns its id) is empty: idem_dedupe_scope \\"$http_authorization\\" has no value in this request","call_id":"dd-15"}',
  ""]
 --- no_error_log
 [error]

@@ -5,8 +5,12 @@
 # claim was released; 409 call-in-flight when its wait or its own budget
 # runs out first.  The owner is sent in the background from --- init
 # (curl), the duplicate is the block's request; the backend
-# (util/backend.pl) sleeps on a call id's first request (/sleep/MS/1) and
-# counts every request of a call id (/log/ID).
+# (util/backend.pl) holds a call id's first request until the test
+# releases it (/hold/1) and counts every request of a call id (/log/ID).
+# No block races a fixed sleep: a duplicate is sent once its owner is at
+# the backend, and an owner is let go once its duplicates are parked (the
+# debug line of each one's wait), so that a slow machine only makes the
+# blocks slower.
 
 # Not under valgrind: its nginx starts again for every block, while the
 # owners sent from --- init run across blocks, and its slowness would
@@ -23,6 +27,7 @@ BEGIN {
 use lib 't/lib';
 use POSIX ();
 use IdemGateway ();
+use IdemWait ();
 use Time::HiRes ();
 use Test::Nginx::Socket 'no_plan';
 
@@ -39,7 +44,7 @@ sub bg {
     unlink $out;
     my $pid = fork() // die "fork: $!";
     if ($pid == 0) {
-        { exec('curl', '-s', '-i', '-o', $out, '--max-time', '10',
+        { exec('curl', '-s', '-i', '-o', $out, '--max-time', '30',
                '-H', "X-Call-Id: $id", @more,
                "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}$uri") };
         POSIX::_exit(1);
@@ -55,6 +60,58 @@ sub done {
     waitpid($pid, 0);
     local (@ARGV, $/) = ($out);
     return -e $out ? <> : '';
+}
+
+# waits until the owner's request of call $id is at the backend (its
+# claim made): a duplicate sent from then on finds the call in flight
+sub owner_in {
+    my ($id) = @_;
+    Test::More::ok(IdemWait::wait_for("the owner of $id at the backend",
+                       sub { IdemWait::backend_runs($id) >= 1 }),
+                   "the owner of $id is at the backend");
+}
+
+# how many duplicates of call $id have been parked in this nginx (the
+# debug line of each one's first wait)
+sub parked {
+    my ($id) = @_;
+    return IdemWait::log_count(qr/idem dedupe: "\Q$id\E" in flight, waits /);
+}
+
+# waits until $n duplicates of call $id are parked
+sub parked_ok {
+    my ($id, $n) = @_;
+    Test::More::ok(IdemWait::wait_for("$n parked duplicates of $id",
+                                      sub { parked($id) >= $n }),
+                   "$n duplicate(s) of $id parked");
+}
+
+# in the background: lets the owner of call $id go once $n duplicates are
+# parked (for the block's request, sent after --- init), or at the
+# deadline, so that it ends in any case
+sub release_when_parked {
+    my ($id, $n) = @_;
+    my $pid = fork() // die "fork: $!";
+    if ($pid == 0) {
+        IdemWait::wait_for("$n parked duplicates of $id",
+                           sub { parked($id) >= $n });
+        IdemWait::release($id);
+        POSIX::_exit(0);
+    }
+    $bg{"release-$id"} = [$pid, ''];
+}
+
+# a background client that goes once its request is parked: its curl is
+# killed, and nginx has seen it go
+sub gone {
+    my ($name, $id, $uri, $n, $closed) = @_;
+    my $pid = bg($name, $id, $uri, '--data', 'x=1');
+    parked_ok($id, $n);
+    kill 'TERM', $pid;
+    done($name);
+    Test::More::ok(IdemWait::wait_for("nginx to see the client of $id go",
+                       sub { IdemWait::log_count($closed) >= 1 }),
+                   "nginx saw the client of $id go");
 }
 
 END { IdemGateway::stop_all() }
@@ -78,7 +135,7 @@ __DATA__
         idem_dedupe_scope off;
         idem_call_id_missing reject;
         idem_dedupe_wait 5s;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/600/1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
     }
     location /metrics {
         idem_metrics;
@@ -86,7 +143,8 @@ __DATA__
 --- init
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 main::bg('owner1', 'w-1', '/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.15);
+main::owner_in('w-1');
+main::release_when_parked('w-1', 1);
 --- request eval
 ["POST /pay\nx=1", "GET /metrics"]
 --- more_headers eval
@@ -130,15 +188,14 @@ GET /log/w-1
         idem_call_id_missing reject;
         idem_dedupe_wait 300ms;
         idem_status_url /calls/;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1500/1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
     }
     location /metrics {
         idem_metrics;
     }
 --- init
 main::bg('owner3', 'w-3', '/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.15);
-$main::t0 = Time::HiRes::time();
+main::owner_in('w-3');
 --- request eval
 ["POST /pay\nx=1", "GET /metrics"]
 --- more_headers eval
@@ -154,8 +211,9 @@ $main::t0 = Time::HiRes::time();
 
 
 
-=== TEST 4: ... after about its wait (300 ms), not the owner's 1.5 s
+=== TEST 4: ... while the owner was held; let go, it ran once
 --- init
+IdemWait::release('w-3');
 my $owner = main::done('owner3');
 Test::More::like($owner, qr{^HTTP/1\.1 200 }, 'the owner: 200');
 --- request
@@ -180,11 +238,11 @@ GET /log/w-3
         idem_dedupe_scope off;
         idem_call_id_missing reject;
         idem_dedupe_wait 10s;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1500/1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
     }
 --- init
 main::bg('owner5', 'w-5', '/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.15);
+main::owner_in('w-5');
 $main::t0 = Time::HiRes::time();
 --- request
 POST /pay
@@ -200,10 +258,13 @@ X-Deadline-Ms: 300
 
 
 
-=== TEST 6: ... it was answered before the owner ended
+=== TEST 6: ... it was answered while the owner was held, long before the wait's 10 s
 --- init
 my $t = Time::HiRes::time() - $main::t0;
-Test::More::cmp_ok($t, '<', 1.2, "the duplicate's answer came first ($t s)");
+Test::More::cmp_ok($t, '<', 5, "the duplicate's budget decided ($t s)");
+Test::More::is(POSIX::waitpid($main::bg{owner5}[0], POSIX::WNOHANG()), 0,
+               'the owner was still held');
+IdemWait::release('w-5');
 main::done('owner5');
 --- request
 GET /log/w-5
@@ -224,20 +285,23 @@ GET /log/w-5
         idem_dedupe_scope off;
         idem_call_id_missing reject;
         idem_dedupe_wait 5s;
-        proxy_read_timeout 400ms;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1500/1;
+        proxy_read_timeout 2s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
     }
 --- init
 main::bg('owner7', 'w-7', '/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.15);
+main::owner_in('w-7');
 --- request
 POST /pay
 x=1
 --- more_headers
 X-Call-Id: w-7
+--- timeout: 10
 --- error_code: 409
 --- response_body_like chomp
 "type":"urn:ngx-idem:problem:call-outcome-unknown".*"record":\{"call_id":"w-7",.*"state":"UNKNOWN"
+--- error_log
+idem dedupe: "w-7" in flight, waits
 --- no_error_log
 [alert]
 [emerg]
@@ -255,12 +319,14 @@ X-Call-Id: w-7
         idem_call_id_missing reject;
         idem_dedupe_wait 5s;
         idem_dedupe_store_max 4;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/500/1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
     }
 --- init
+IdemWait::release('w-7');
 main::done('owner7');
 main::bg('owner8', 'w-8', '/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.15);
+main::owner_in('w-8');
+main::release_when_parked('w-8', 1);
 --- request
 POST /pay
 x=1
@@ -284,13 +350,7 @@ X-Call-Id: w-8
         idem_dedupe_scope off;
         idem_call_id_missing reject;
         idem_dedupe_wait 5s;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/busy;
-    }
-    location /busy {
-        echo_sleep 0.5;
-        echo_status 503;
-        add_header Retry-After 1 always;
-        echo "busy";
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1/status/503/2/1;
     }
     location /calls/ {
         idem_status;
@@ -298,7 +358,8 @@ X-Call-Id: w-8
 --- init
 main::done('owner8');
 main::bg('owner9', 'w-9', '/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.15);
+main::owner_in('w-9');
+main::release_when_parked('w-9', 1);
 --- request
 POST /pay
 x=1
@@ -306,7 +367,7 @@ x=1
 X-Call-Id: w-9
 --- error_code: 503
 --- response_body_like chomp
-^busy
+^failing 2$
 --- raw_response_headers_unlike
 Idempotent-Replayed
 --- no_error_log
@@ -336,8 +397,8 @@ GET /calls/w-9
         idem_dedupe on;
         idem_dedupe_scope off;
         idem_call_id_missing reject;
-        idem_dedupe_wait 5s;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/800/1;
+        idem_dedupe_wait 30s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
     }
     location /log/ {
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
@@ -347,8 +408,10 @@ GET /calls/w-9
     }
 --- init
 main::bg('owner11', 'w-11', '/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.15);
+main::owner_in('w-11');
 main::bg("dup11-$_", 'w-11', '/pay', '--data', 'x=1') for 1 .. 50;
+main::parked_ok('w-11', 50);
+IdemWait::release('w-11');
 my @dup = map { main::done("dup11-$_") } 1 .. 50;
 my $owner = main::done('owner11');
 my ($body) = $owner =~ /\r\n\r\n(.*)\z/s;
@@ -377,16 +440,16 @@ Test::More::is(scalar(grep { /\r\n\r\n\Q$body\E\z/s } @dup), 50,
         idem_dedupe_scope off;
         idem_call_id_missing reject;
         idem_dedupe_wait 5s;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/800/1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
     }
     location /metrics {
         idem_metrics;
     }
 --- init
 main::bg('owner12', 'w-12', '/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.15);
+main::owner_in('w-12');
 main::bg('dup12', 'w-12', '/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.1);
+main::parked_ok('w-12', 1);
 $main::t0 = Time::HiRes::time();
 --- request
 POST /pay
@@ -406,7 +469,8 @@ in flight: 1 duplicates wait already in this worker
 === TEST 13: ... at once; the one that waited got the replay
 --- init
 my $t = Time::HiRes::time() - $main::t0;
-Test::More::cmp_ok($t, '<', 0.5, "answered at once ($t s)");
+Test::More::cmp_ok($t, '<', 2.5, "answered at once, not after the wait's 5 s ($t s)");
+IdemWait::release('w-12');
 my $d = main::done('dup12');
 Test::More::like($d, qr/^Idempotent-Replayed: true\r$/mi, 'the waiter: a replay');
 main::done('owner12');
@@ -430,14 +494,14 @@ idem_dedupe_waits_total\{result="answered"\} 1\nidem_dedupe_waits_total\{result=
         idem_dedupe_scope off;
         idem_call_id_missing reject;
         idem_dedupe_wait 5s;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
     }
 --- init
 main::bg('owner14', 'w-14', '/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.15);
-main::bg('gone14', 'w-14', '/pay', '--data', 'x=1', '--max-time', '0.2');
-main::done('gone14');
-Time::HiRes::sleep(0.1);
+main::owner_in('w-14');
+main::gone('gone14', 'w-14', '/pay', 1,
+           qr/client prematurely closed connection/);
+main::release_when_parked('w-14', 2);
 --- request
 POST /pay
 x=1
@@ -459,7 +523,7 @@ main::done('owner14');
 $main::gw = $ENV{TEST_NGINX_SERVER_PORT} + 115;
 IdemGateway::start($main::gw,
                    "idem_redis 127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
-                   $ENV{TEST_NGINX_BACKEND_PORT}, sleep => 700, wait => '5s');
+                   $ENV{TEST_NGINX_BACKEND_PORT}, hold => 1, wait => '5s');
 my $pid = fork() // die;
 if ($pid == 0) {
     { exec('curl', '-s', '-o', "$ENV{TEST_NGINX_ROOT}/t/servroot/bg-owner15",
@@ -468,7 +532,8 @@ if ($pid == 0) {
     POSIX::_exit(1);
 }
 $main::bg{owner15} = [$pid, "$ENV{TEST_NGINX_ROOT}/t/servroot/bg-owner15"];
-Time::HiRes::sleep(0.2);
+main::owner_in('w-15');
+main::release_when_parked('w-15', 1);
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config
@@ -501,18 +566,19 @@ Time::HiRes::sleep(0.2);
 main::done('owner15');
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 # as a gateway that died after its claim leaves it: o, d, its arrival, a
-# lease that lapses 400 ms from now (Redis's clock)
+# lease that lapses 1.5 s from now (Redis's clock): long enough for the
+# duplicate to be sent and parked on a slow machine
 my ($s, $us) = split /\n/, `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} time`;
+$main::t0 = Time::HiRes::time();
 my $now = $s * 1000 + int($us / 1000);
 my $d = `printf 'POST /pay\nx=1' | sha256sum`;
 $d =~ s/\s.*//s;
 system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
        "idem:c:{w-16}", "o", "tok16", "d", $d, "v", "1",
-       "l:tok16", $now + 400,
+       "l:tok16", $now + 1500,
        "e:tok16", "P " . ($now - 100)
                   . " client gw-dead POST 4bf92f3577b34da6a3ce929d0e0e4736 /pay");
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} pexpire idem:c:{w-16} 60000 >/dev/null");
-$main::t0 = Time::HiRes::time();
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config
@@ -532,6 +598,8 @@ X-Call-Id: w-16
 --- error_code: 409
 --- response_body_like chomp
 "type":"urn:ngx-idem:problem:call-outcome-unknown".*"node":"gw-dead"
+--- error_log
+idem dedupe: "w-16" in flight, waits
 --- no_error_log
 [error]
 
@@ -540,8 +608,8 @@ X-Call-Id: w-16
 === TEST 17: ... after the lease, not the wait (5 s)
 --- init
 my $t = Time::HiRes::time() - $main::t0;
-Test::More::cmp_ok($t, '<', 2, "answered when the lease lapsed ($t s)");
-Test::More::cmp_ok($t, '>', 0.3, '... not before');
+Test::More::cmp_ok($t, '<', 4, "answered when the lease lapsed ($t s)");
+Test::More::cmp_ok($t, '>', 1.4, '... not before');
 --- request
 GET /pay
 --- more_headers
@@ -563,19 +631,15 @@ X-Call-Id: w-17
         idem_call_id_missing reject;
         idem_dedupe_wait 5s;
         idem_dedupe_replay 2xx;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/fail;
-    }
-    location /fail {
-        echo_sleep 0.5;
-        echo_status 500;
-        echo "failed";
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1/status/500/2;
     }
     location /calls/ {
         idem_status;
     }
 --- init
 main::bg('owner18', 'w-18', '/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.15);
+main::owner_in('w-18');
+main::release_when_parked('w-18', 1);
 --- request eval
 ["POST /pay\nx=1", "GET /calls/w-18"]
 --- more_headers eval
@@ -585,7 +649,7 @@ Time::HiRes::sleep(0.15);
 --- raw_response_headers_unlike eval
 ["Idempotent-Replayed", "^\$"]
 --- response_body_like eval
-["^failed", '"executions":2,']
+["^failing 2\n", '"executions":2,']
 --- no_error_log
 [error]
 
@@ -602,7 +666,7 @@ Time::HiRes::sleep(0.15);
             idem_dedupe_scope off;
             idem_call_id_missing reject;
             idem_dedupe_wait 5s;
-            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/600/1;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
         }
         location /h2/metrics {
             idem_metrics;
@@ -614,7 +678,8 @@ Time::HiRes::sleep(0.15);
     }
 --- init
 main::bg('owner18b', 'w-18b', '/h2/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.15);
+main::owner_in('w-18b');
+main::release_when_parked('w-18b', 1);
 --- request eval
 ["POST /h2/pay\nx=1", "GET /h2/metrics"]
 --- more_headers eval
@@ -660,7 +725,7 @@ GET /log/w-18b
             idem_dedupe_scope off;
             idem_call_id_missing reject;
             idem_dedupe_wait 5s;
-            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
         }
     }
 --- config
@@ -669,10 +734,10 @@ GET /log/w-18b
     }
 --- init
 main::bg('owner18d', 'w-18d', '/h2/pay', '--data', 'x=1');
-Time::HiRes::sleep(0.15);
-main::bg('gone18d', 'w-18d', '/h2/pay', '--data', 'x=1', '--max-time', '0.2');
-main::done('gone18d');
-Time::HiRes::sleep(0.1);
+main::owner_in('w-18d');
+main::gone('gone18d', 'w-18d', '/h2/pay', 1,
+           qr/client prematurely closed connection.*POST \/h2\/pay HTTP\/2/);
+main::release_when_parked('w-18d', 2);
 --- request
 POST /h2/pay
 x=1

@@ -29,7 +29,17 @@ my $backend = $ENV{TEST_NGINX_BACKEND_PORT};
 my $port = ($ENV{TEST_NGINX_SERVER_PORT} || 1984) + 150;
 my $tag = "$$-" . int(rand(1e9));
 
-my $ng = IdemNginx->new(name => 'lifecycle', port => $port);
+# debug: the test waits for the backoff's line, not a fixed time
+my $ng = IdemNginx->new(name => 'lifecycle', port => $port,
+                        log_level => 'debug');
+
+# until the call's backoff runs (its first attempt over): its log line
+# after $from
+sub backoff_runs {
+    my ($from) = @_;
+    ok($ng->wait_log(qr/idem: backoff \d+ ms/, $from, 30),
+       'the first attempt is over, the backoff runs');
+}
 
 # the first attempt gets a 503 asking for 2 s; max_backoff lets it wait
 sub write_conf {
@@ -78,15 +88,17 @@ write_conf('worker_shutdown_timeout 500ms;');
 start_nginx();
 
 my $id = "shut-$tag";
+my $from = $ng->log_pos;
 my $s = call($id);
-sleep 0.5;                      # the first attempt is over, the wait runs
+backoff_runs($from);
 
 ok($ng->stop(5), 'the worker exits at worker_shutdown_timeout');
 
 my $res = do { local $/; <$s> } // '';
 unlike($res, qr{^HTTP/1\.\d 200 }, 'the call got no answer from a retry');
 
-sleep 2;                        # past the end of the 2 s wait
+sleep 2;                        # past the end of the 2 s wait: nothing to
+                                # wait for when nothing may happen
 like(backend_log($id), qr/\An=1 [^\n]*\n\z/,
      'no attempt after the shutdown');
 
@@ -96,8 +108,9 @@ write_conf('');
 start_nginx();
 
 $id = "reload-$tag";
+$from = $ng->log_pos;
 $s = call($id);
-sleep 0.5;
+backoff_runs($from);
 
 $ng->reload;
 
@@ -109,8 +122,9 @@ like($res, qr/^n=1 attempt=1 [^\n]*\nn=2 attempt=2 /m,
 # the client leaves during the backoff
 
 $id = "abort-$tag";
+$from = $ng->log_pos;
 $s = call($id);
-sleep 0.5;
+backoff_runs($from);
 close $s;
 sleep 2.5;                      # past the end of the 2 s wait
 

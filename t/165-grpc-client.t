@@ -12,8 +12,10 @@ use Test::More;
 use Time::HiRes qw(sleep);
 use JSON::PP;
 use POSIX ();
+use File::Temp ();
 
 use lib 't/lib';
+use IdemWait qw(wait_for);
 use IdemNginx;
 
 my $root = IdemNginx::root();
@@ -44,6 +46,9 @@ END {
            . "| xargs -r redis-cli -p $redis del >/dev/null 2>&1")
         if $started;
 }
+
+# the file whose existence ends a held call of the service (grpc_peer.py)
+$ENV{GRPC_PEER_RELEASE} = File::Temp::tempdir(CLEANUP => 1) . '/release';
 
 start_service();
 start_gateway();
@@ -124,14 +129,21 @@ $r = call('Echo', 'md:x-call-id=gc-5', 'message=refund');
 is($r->{code}, 'FAILED_PRECONDITION',
    'the same id with another message: FAILED_PRECONDITION');
 
+# the first call is held by the service until the duplicate has its
+# answer, and the duplicate is sent once the first one's claim is in Redis
+# (a client is a python3 process, slow to start on a loaded machine)
 my $pid = fork;
 if ($pid == 0) {
-    call('Slow', 'md:x-call-id=gc-6', 'message=slow');
+    call('Slow', 'md:x-call-id=gc-6', 'message=hold');
     POSIX::_exit(0);            # not exit: END would stop the gateway
 }
-sleep 0.4;
-$r = call('Slow', 'md:x-call-id=gc-6', 'message=slow');
+ok(wait_for('the first call claimed',
+            sub { `redis-cli -p $redis exists '${prefix}c:{gc-6}'` == 1 }),
+   'the first call is in flight');
+$r = call('Slow', 'md:x-call-id=gc-6', 'message=hold');
 is($r->{code}, 'ABORTED', 'a duplicate while the first runs: ABORTED');
+open my $release, '>', $ENV{GRPC_PEER_RELEASE} or die "release: $!";
+close $release;
 waitpid $pid, 0;
 
 # retries: UNAVAILABLE is retried on the idempotent route, with the same id

@@ -5,6 +5,7 @@
 # write, and counted.
 
 use lib 't/lib';
+use IdemWait ();
 use RedisFault;
 use Test::Nginx::Socket 'no_plan';
 
@@ -441,8 +442,9 @@ X-Call-Id: us-fault-1
 --- init
 Test::More::is(scalar(main::entries('idem:comp', $ENV{TEST_NGINX_REDIS_FAULT_PORT})),
                1, 'the entry written while Redis was up');
-RedisFault::stop();
-select(undef, undef, undef, 0.3);
+IdemWait::log_after('nginx saw the connection to Redis go',
+                    qr/idem: redis "[^"]*": connection (?:lost|closed)/,
+                    \&RedisFault::stop);
 --- request eval
 ["GET /t", "GET /metrics"]
 --- more_headers

@@ -3,9 +3,11 @@
 # gateway wrote in the test's redis-server: a consumer group, bounded
 # rounds per entry then a person, a resend that succeeded, a record gone,
 # a dedupe scope's record read by its key, a dead consumer's entries taken
-# over, a second group with a receipt check.
+# over, a second group with a receipt check, verdicts posted back (a
+# scoped call's with its scope's digest).
 
 use Cwd qw(abs_path);
+use Digest::SHA ();
 
 our $python;
 our $consumer;
@@ -305,6 +307,70 @@ Test::More::like(main::line_of($l, 'uc-6'),
 --- response_body_like eval
 ['"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":"pay_c6","by":"unknown-consumer:[^"]+"\}',
  '"state":"FAILED",.*"resolved":\{"execution":1,"outcome":"not_applied",']
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 10: --resolve-url and a dedupe scope: a scoped call ends UNKNOWN, on a gateway whose operators' status location takes resolutions by the scope's digest
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream comp;
+--- config
+    location /scoped {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_x_tenant;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/9;
+    }
+    location /calls/ {
+        idem_dedupe_scope $http_x_tenant;
+        idem_status resolve=on;
+    }
+    location /ops/calls/ {
+        idem_dedupe_scope $http_x_tenant;
+        idem_status resolve=on scope_digest=on;
+    }
+--- request eval
+["POST /scoped\na=1", "POST /scoped\na=1"]
+--- more_headers eval
+["X-Call-Id: uc-8\nX-Tenant: tenant-secret-8",
+ "X-Call-Id: uc-9\nX-Tenant: tenant-secret-8"]
+--- error_code eval
+[502, 502]
+--- wait: 0.1
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 11: ... the verdict is posted with the scope's digest and lands in the scoped record; a client's status location refuses the digest (the entry stays pending)
+--- init
+my $check = q{'case $IDEM_CALL_ID in uc-8|uc-9) echo pay_s8; exit 0;; *) exit 75;; esac'};
+my $port = $ENV{TEST_NGINX_SERVER_PORT};
+my $l = main::consume("--group scoped --check $check --resolve-url http://127.0.0.1:$port/calls/");
+my $u8 = join("\n", grep { / uc-8: / } @$l);
+Test::More::like($u8,
+    qr{ uc-8: round 1/3: took effect \(receipt pay_s8\): the gateway answered 400\n.* uc-8: round 1/3: still UNKNOWN .*, the gateway was not told: }s,
+    'uc-8: a client location refuses the digest: not resolved, pending');
+$l = main::consume("--group scoped-ops --check $check --resolve-url http://127.0.0.1:$port/ops/calls/");
+Test::More::like(main::line_of($l, 'uc-8'),
+    qr{ uc-8: round 1/3: took effect \(receipt pay_s8\): resolved in the record \(200\)$},
+    'uc-8: resolved by its scope\'s digest');
+Test::More::unlike(join("\n", @$l), qr/tenant-secret/, 'no scope value');
+--- request eval
+my $d = Digest::SHA::sha256_hex("tenant-secret-8");
+["GET /ops/calls/uc-8?scope_digest=$d", "GET /calls/uc-8"]
+--- more_headers eval
+["", "X-Tenant: tenant-secret-8"]
+--- error_code eval
+[200, 200]
+--- response_body_like eval
+['"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":"pay_s8","by":"unknown-consumer:[^"]+"\}',
+ '"call_id":"uc-8",.*"state":"SUCCESS"']
 --- no_error_log
 [alert]
 [crit]

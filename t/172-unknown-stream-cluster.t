@@ -6,6 +6,7 @@
 
 use lib 't/lib';
 use RedisCluster;
+use IdemWait ();
 use IdemRecord;
 use Cwd qw(abs_path);
 use Test::Nginx::Socket 'no_plan';
@@ -52,7 +53,8 @@ __DATA__
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/9;
     }
 --- init
-select(undef, undef, undef, 0.3);
+IdemWait::log_ok('the worker read the full slot map',
+                  qr/idem: redis cluster: map from "[^"]*": 16384 slots on 3 masters\b/);
 my %on = map { RedisCluster::slot_owner($main::slot_of{$_}) => 1 }
          @main::ids;
 Test::More::is(scalar keys %on, 3, "12 ids: their slots are on 3 masters");

@@ -1,6 +1,7 @@
 # The status endpoint as a page for a person: text/html when the client's
 # Accept prefers it to JSON.  Everything from the record is escaped.
 
+use Digest::SHA ();
 use Test::Nginx::Socket 'no_plan';
 
 repeat_each(2);
@@ -77,7 +78,7 @@ qr{<tr class="attempt"><td></td><td>1</td><td>error_after_send</td><td>sent</td>
 
 
 
-=== TEST 3: a hostile record: every field escaped, no markup of its own
+=== TEST 3: a hostile record: every field escaped
 --- init
 main::hostile_record();
 --- http_config
@@ -90,10 +91,20 @@ main::hostile_record();
 GET /calls/tl-hostile
 --- more_headers
 Accept: text/html
---- response_body_unlike eval
-qr{<(?:script|img|svg|b|i|s|u|em)\b|onerror=alert\(2\)>|"><}
 --- response_body_like eval
 qr{&lt;b&gt;node&lt;/b&gt;.*&lt;s&gt;GET&lt;/s&gt; /x/&lt;img src=x onerror=alert\(2\)&gt;.*&lt;i&gt;&quot;t&amp;.*&lt;u&gt;timeout&lt;/u&gt;.*&quot;&gt;&lt;svg/onload=x&gt;.*\(no retry: &lt;em&gt;no&lt;/em&gt;\)}s
+--- no_error_log
+[error]
+
+
+
+=== TEST 3b: ... none of its markup is the page's (a block of its own: a block's response_body_like hides its response_body_unlike; the page's own <i> and "> are not the record's)
+--- request
+GET /calls/tl-hostile
+--- more_headers
+Accept: text/html
+--- response_body_unlike eval
+qr{<(?:script|img|svg)\b|<b>node|<s>GET|<i>"t|<u>timeout|<em>no|"><(?:script|svg)|onerror=alert\(2\)>}
 --- no_error_log
 [error]
 
@@ -200,5 +211,59 @@ Retry-After: 1
 --- response_body_like eval
 ["", qr{<h1 class="state s-SUCCESS">SUCCESS</h1>.*<tr class="attempt"><td></td><td>1</td><td>ok</td><td>sent</td><td>200</td>}s,
  qr{NOT_FOUND}]
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: an operator's browser without the scope: a 400 page naming what the scope is made of (JSON for an API client); a scope_digest=on location reads the call by its scope's digest, a client's location refuses a digest
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_x_tenant;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_dedupe_scope $http_x_tenant;
+        idem_status;
+    }
+    location /ops/calls/ {
+        idem_dedupe_scope $http_x_tenant;
+        idem_status scope_digest=on;
+    }
+--- request eval
+my $a = Digest::SHA::sha256_hex("a");
+my $b = Digest::SHA::sha256_hex("b");
+["POST /t\na=1", "GET /calls/tl-digest", "GET /calls/tl-digest",
+ "GET /ops/calls/tl-digest?scope_digest=$a",
+ "GET /ops/calls/tl-digest?x=1&scope_digest=" . uc($a),
+ "GET /ops/calls/tl-digest?scope_digest=$b",
+ "GET /calls/tl-digest?scope_digest=$a", "GET /ops/calls/tl-digest?scope_digest=a1",
+ "GET /ops/calls/tl-digest"]
+--- more_headers eval
+["X-Call-Id: tl-digest\nX-Tenant: a", "Accept: text/html", "",
+ "Accept: text/html", "", "", "X-Tenant: b", "", "Accept: text/html"]
+--- error_code eval
+[200, 400, 400, 200, 200, 404, 400, 400, 400]
+--- response_headers eval
+["", "Content-Type: text/html; charset=utf-8\nCache-Control: no-store\nX-Content-Type-Options: nosniff",
+ "Content-Type: application/problem+json",
+ "Content-Type: text/html; charset=utf-8", "Content-Type: application/json",
+ "Content-Type: application/json", "Content-Type: application/problem+json",
+ "Content-Type: application/problem+json", "Content-Type: text/html; charset=utf-8"]
+--- response_body_like eval
+["",
+ qr{<h1 class="state s-other">No scope</h1>.*<p class="means">the caller's scope \(who owns call ids\) is empty: idem_dedupe_scope &quot;\$http_x_tenant&quot; has no value in this request</p>}s,
+ qr{^\{"type":"urn:ngx-idem:problem:empty-dedupe-scope","title":"No scope","status":400,"detail":"the caller's scope \(who owns call ids\) is empty: idem_dedupe_scope \\"\$http_x_tenant\\" has no value in this request"\}$},
+ qr{<h1 class="state s-SUCCESS">SUCCESS</h1>},
+ qr{^\{"call_id":"tl-digest",.*"state":"SUCCESS"},
+ qr{^\{"state":"NOT_FOUND"\}$},
+ qr{"type":"urn:ngx-idem:problem:invalid-scope-digest",.*"detail":"this location reads calls under the caller's own scope: it takes no scope_digest"},
+ qr{invalid-scope-digest.*64 hex digits},
+ qr{has no value in this request \(or name the scope by its digest: \?scope_digest=&lt;hex SHA-256&gt;\)</p>}]
 --- no_error_log
 [error]

@@ -17,6 +17,7 @@ use File::Path qw(make_path);
 use Time::HiRes qw(sleep);
 
 use lib 't/lib';
+use IdemWait qw(wait_for);
 use IdemNginx;
 
 my $chromium;
@@ -82,11 +83,14 @@ my $res = request("POST /t/order/<b>1</b> HTTP/1.1\r\nHost: localhost\r\n"
                   . "Connection: close\r\n\r\na=1");
 like($res, qr{^HTTP/1.1 504 }, 'three attempts timed out: 504');
 
-sleep 0.2;
-
-# what a browser is sent for this id
-$res = request("GET /calls/$id HTTP/1.1\r\nHost: localhost\r\n"
-               . "Accept: text/html\r\nConnection: close\r\n\r\n");
+# what a browser is sent for this id, once the call's final write is in
+# (the log phase sends it after the answer: a status read until then says
+# the call is in flight)
+wait_for('the final write', sub {
+    $res = request("GET /calls/$id HTTP/1.1\r\nHost: localhost\r\n"
+                   . "Accept: text/html\r\nConnection: close\r\n\r\n");
+    return $res =~ m{<h1 class="state s-UNKNOWN">};
+});
 like($res, qr{Content-Type: text/html}, 'the page is HTML');
 
 # a browser that hangs fails the test instead of the suite

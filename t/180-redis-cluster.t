@@ -6,6 +6,7 @@
 
 use lib 't/lib';
 use RedisCluster;
+use IdemWait ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): the blocks count executions in the records of fixed call
@@ -70,7 +71,8 @@ Test::More::is(scalar keys %on, 3, "24 ids: their slots are on 3 masters");
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.3);
+IdemWait::log_ok('the worker read the full slot map',
+                  qr/idem: redis cluster: map from "[^"]*": 16384 slots on 3 masters\b/);
 --- request eval
 [(map { "GET /t" } @main::ids), (map { "GET /calls/$_" } @main::ids),
  "GET /calls/cl-$$-none"]
@@ -158,7 +160,8 @@ Test::More::is($hashes, scalar @main::ids, 'hashes with one count, all');
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
     }
 --- init
-select(undef, undef, undef, 0.3);
+IdemWait::log_ok('the worker read the full slot map',
+                  qr/idem: redis cluster: map from "[^"]*": 16384 slots on 3 masters\b/);
 --- request eval
 [(map { "POST /d\nx=1" } @main::ids), (map { "POST /d\nx=1" } @main::ids),
  (map { "POST /d\nx=2" } @main::ids[0 .. 2])]
@@ -192,7 +195,8 @@ select(undef, undef, undef, 0.3);
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.5);
+IdemWait::log_ok('the worker read the full slot map',
+                  qr/idem: redis cluster: map from "[^"]*": 16384 slots on 3 masters\b/);
 --- request eval
 [(map { "GET /t" } @main::ids[0 .. 5]),
  (map { "GET /calls/$_" } @main::ids[0 .. 5])]

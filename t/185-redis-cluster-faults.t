@@ -27,6 +27,7 @@ use POSIX ();
 use lib 't/lib';
 use RedisCluster;
 use IdemGateway;
+use IdemWait qw(wait_for);
 
 my $backend = $ENV{TEST_NGINX_BACKEND_PORT}
     or plan skip_all => 'TEST_NGINX_BACKEND_PORT is not set (use make test)';
@@ -48,7 +49,16 @@ my %master_pid = map {
     $_ => IdemGateway::start($_, $redis, $backend,
                              durable => 'replicas=1 timeout=1s')
 } $gw_a, $gw_b;
-sleep 0.5;
+
+# each gateway's two workers have read the full map (their lines), rather
+# than a fixed time a loaded machine may need more than
+for my $gw ($gw_a, $gw_b) {
+    ok(wait_for("the map read by both workers of :$gw", sub {
+           my @read = IdemGateway::log_text($gw)
+               =~ /map from "[^"]*": 16384 slots on 3 masters\b/g;
+           return @read >= 2;
+       }), "both workers of :$gw read the map");
+}
 
 my $n = 0;
 sub fresh_id { my ($tag) = @_; return "t145-$$-$tag-" . $n++ }
@@ -252,7 +262,9 @@ sub replayed {
     my $child = fork;
     die "fork: $!" unless defined $child;
     if (!$child) {
-        sleep 0.15;
+        # once the calls wait on the backend, not after a fixed time
+        wait_for('a call at the backend',
+                 sub { grep { IdemGateway::backend_runs($backend, $_) } @ids });
         kill 'HUP', $master_pid{$gw_a};
         POSIX::_exit(0);
     }
@@ -286,12 +298,15 @@ sub replayed {
     my $o = call($gw_a, id_on_master($masters[0], 'run'));
     kill 'CONT', $pid;
 
-    ok(defined $r && $r->{status} == 503 && $took < 1.5,
+    # well under the client's 10 s, which a call that waited for the
+    # master to come back would reach; not a tight bound on a slow machine
+    ok(defined $r && $r->{status} == 503 && $took < 3,
        sprintf('paused master: 503 after %.2f s (timeout 500ms)', $took))
         or diag(IdemGateway::summary($r));
     ok(IdemGateway::is_original($o), 'another master serves meanwhile');
-    sleep 0.2;
-    ok(IdemGateway::is_original(call($gw_a, id_on_master($paused, 'cont'))),
+    ok(wait_for('the resumed master serving',
+                sub { IdemGateway::is_original(
+                          call($gw_a, id_on_master($paused, 'cont'))) }),
        'resumed, it serves again');
 }
 

@@ -12,6 +12,7 @@
 
 use lib 't/lib';
 use FakeRedisCluster;
+use IdemWait ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): a Redis failure is reported once a period ("since the
@@ -76,6 +77,15 @@ $ENV{TEST_NGINX_SLOW_CLUSTER_PORT} = $ENV{TEST_NGINX_FAKE_CLUSTER_PORT} + 4;
 
 END { local $?; FakeRedisCluster::stop() }
 
+# until this nginx's worker has read the cluster's map (its line), not a
+# fixed time that a loaded machine may take longer than
+sub map_read {
+    Test::More::ok(IdemWait::wait_for('the map read',
+                       sub { IdemWait::log_count(
+                                 qr/idem: redis cluster: map from /) }),
+                   "the worker read the cluster's map");
+}
+
 no_long_string();
 no_shuffle();
 run_tests();
@@ -90,7 +100,7 @@ __DATA__
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.5);
+main::map_read();
 --- request
 GET /calls/moved-self-1
 --- error_code: 503
@@ -173,7 +183,7 @@ exited on signal
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.5);
+main::map_read();
 --- request
 GET /calls/moved-next-1
 --- error_code: 404
@@ -192,7 +202,7 @@ GET /calls/moved-next-1
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.5);
+main::map_read();
 --- request
 GET /calls/ask-next-1
 --- error_code: 404
@@ -212,7 +222,7 @@ GET /calls/ask-next-1
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.5);
+main::map_read();
 --- request
 GET /calls/moved-next-auth-1
 --- error_code: 404
@@ -231,7 +241,7 @@ GET /calls/moved-next-auth-1
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.5);
+main::map_read();
 --- request
 GET /calls/stale-1
 --- error_code: 503
@@ -270,7 +280,7 @@ sent again after the map
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.5);
+main::map_read();
 --- request
 GET /calls/slow-1
 --- error_code: 503

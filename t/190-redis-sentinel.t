@@ -7,6 +7,7 @@
 
 use lib 't/lib';
 use RedisSentinel;
+use IdemWait ();
 use FakeRedisCluster;
 use Test::Nginx::Socket 'no_plan';
 
@@ -62,7 +63,8 @@ __DATA__
         return 200;
     }
 --- init
-select(undef, undef, undef, 0.3);
+IdemWait::log_ok('a sentinel named the master',
+                  qr/idem: redis sentinel: master "mymaster" is /);
 --- request eval
 ["GET /t", "GET /calls/sn-1-$$", "POST /d\nx", "POST /d\nx", "POST /d\ny",
  "GET /calls/sn-none-$$"]
@@ -108,7 +110,8 @@ Test::More::is(RedisSentinel::cli($ENV{TEST_NGINX_SENTINEL_MASTER},
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.5);
+IdemWait::log_ok('a sentinel named the master',
+                  qr/idem: redis sentinel: master "mymaster" is /);
 --- request eval
 ["GET /t", "GET /calls/sn-3-$$"]
 --- more_headers eval
@@ -132,7 +135,8 @@ select(undef, undef, undef, 0.5);
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.3);
+IdemWait::log_ok('a sentinel asked',
+                  qr/does not name a master "nosuch", asking another one/);
 --- request
 GET /calls/sn-4
 --- error_code: 503
@@ -155,7 +159,8 @@ does not name a master "nosuch", asking another one
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.3);
+IdemWait::log_ok('the AUTH refused',
+                  qr/idem: redis "127\.0\.0\.1:\d+": AUTH failed/);
 --- request
 GET /calls/sn-5
 --- error_code: 503
@@ -176,7 +181,8 @@ qr/idem: redis "127\.0\.0\.1:\d+": AUTH failed: "ERR AUTH <password> called with
         idem_status;
     }
 --- init
-select(undef, undef, undef, 0.5);
+IdemWait::log_ok('the replica found out',
+                  qr/is not a master \(ROLE\), closing it/);
 --- request
 GET /calls/sn-5b
 --- error_code: 503

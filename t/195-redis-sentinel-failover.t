@@ -18,6 +18,7 @@ use Time::HiRes qw(sleep time);
 use lib 't/lib';
 use RedisSentinel;
 use IdemGateway;
+use IdemWait qw(wait_for);
 
 my $backend = $ENV{TEST_NGINX_BACKEND_PORT}
     or plan skip_all => 'TEST_NGINX_BACKEND_PORT is not set (use make test)';
@@ -35,7 +36,14 @@ my $sentinels = join ' ', map { "127.0.0.1:$_" } RedisSentinel::sentinels();
 my $master_pid = IdemGateway::start($gw,
     "idem_redis sentinel=mymaster $sentinels connect_timeout=300ms "
     . "timeout=500ms", $backend);
-sleep 0.5;
+
+# both workers have the master a sentinel named (their lines), rather than
+# a fixed time a loaded machine may need more than
+ok(wait_for('the master named to both workers', sub {
+       my @named = IdemGateway::log_text($gw)
+           =~ /idem: redis sentinel: master "mymaster" is /g;
+       return @named >= 2;
+   }), 'both workers know the master');
 
 my $n = 0;
 sub fresh_id { "t155-$$-" . $n++ }

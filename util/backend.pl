@@ -20,6 +20,12 @@
 #                            of a call id answer 200 with "grpc-status: CODE"
 #                            (and "grpc-retry-pushback-ms: PB" when given),
 #                            later 200 with "grpc-status: 0" and the log
+#   /hold/K[/PATH]           the first K requests of a call id are held
+#                            until the call is released (at most 60 s), then
+#                            answered as PATH says (200 without one); later
+#                            ones at once: a test decides when an owner ends,
+#                            once what it waits for has happened
+#   /release/ID              releases call id ID's held requests (200)
 #   /log/ID                  the log of call id ID (200, empty when none)
 
 use strict;
@@ -77,9 +83,28 @@ sub serve {
         return answer($c, 200, {}, slurp("$dir/$1"));
     }
 
+    if ($uri =~ m{^/release/([A-Za-z0-9._~:-]+)}) {
+        mkdir "$dir/released";
+        open my $fh, '>', "$dir/released/$1" or die "$dir/released/$1: $!";
+        close $fh;
+        return answer($c, 200, {}, "released\n");
+    }
+
     my $n = record($id, sprintf "attempt=%s deadline=%s tp=%s method=%s body=%s",
                    map { $_ // '-' } $h{'x-call-attempt'}, $h{'x-deadline-ms'},
                    $h{traceparent}, $method, $body);
+
+    # held until the test releases the call, then as the rest of the path
+    if ($uri =~ m{^/hold/(\d+)(/.*)?}) {
+        my ($k, $rest) = ($1, $2);
+        if ($n <= $k) {
+            for (1 .. 6000) {
+                last if -e "$dir/released/$id";
+                sleep 0.01;
+            }
+        }
+        $uri = $rest // '/ok';
+    }
 
     if ($uri =~ m{^/status/(\d+)/(\d+)(?:/(\d+))?}) {
         if ($n <= $2) {

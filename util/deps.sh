@@ -1,14 +1,32 @@
 #!/bin/sh
-# Installs the Debian packages the build, the gateway and the tests need,
-# and nothing when they are all there already.  python3-redis runs the
-# example consumer of idem_unknown_stream (util/unknown-consumer.py, t/171);
-# chromium renders the timeline page in t/176.
+# Installs the Debian packages a target needs, and nothing when they are
+# all there already.
+#
+#   util/deps.sh run    what make and make run need: the build, nginx,
+#                       redis-server (the examples' demo backend is nginx)
+#   util/deps.sh        all that and what make test needs: the echo module,
+#                       perl's test modules, curl; python3-grpcio for the
+#                       gRPC client of t/165, python3-redis for the example
+#                       consumer of idem_unknown_stream
+#                       (util/unknown-consumer.py, t/171), chromium for the
+#                       timeline page in t/176
+#   util/deps.sh --list [run]   prints the packages, installs nothing
 set -e
 
-pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev zlib1g-dev libjson-c-dev redis-server
-      libnginx-mod-http-echo perl libtest-base-perl libtest-longstring-perl
-      libhttp-message-perl curl python3 python3-grpcio python3-redis
-      chromium"
+list=
+if [ "$1" = --list ]; then
+    list=1
+    shift
+fi
+
+pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev
+      zlib1g-dev libjson-c-dev redis-server"
+
+if [ "$1" != run ]; then
+    pkgs="$pkgs libnginx-mod-http-echo perl libtest-base-perl
+          libtest-longstring-perl libhttp-message-perl curl python3
+          python3-grpcio python3-redis chromium"
+fi
 
 # nginx's own tests (make nginx-tests) load every dynamic module nginx -V
 # names; these are not in the nginx package
@@ -31,6 +49,11 @@ fi
 # ar (binutils) for nginx's objects (fuzz/nginx.sh)
 if [ -n "$IDEM_FUZZ" ]; then
     pkgs="$pkgs clang libclang-rt-14-dev binutils"
+fi
+
+if [ -n "$list" ]; then
+    echo $pkgs
+    exit 0
 fi
 
 missing=

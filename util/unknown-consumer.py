@@ -34,9 +34,10 @@ so that the record, the status endpoint and, on a dedupe route, a resend
 learn the truth (not_applied: the resend runs; applied: it gets 409
 call-applied).  A 409 (resolved by someone else first) or 404 (the record
 is gone) is taken as done; no answer keeps the entry pending, a round
-used.  A call under a dedupe scope is resolved only where the status
-location's scope gives the same value for this consumer's requests, which
-it cannot know: such entries say so and stay for a person.
+used.  A call under a dedupe scope is posted with its scope's digest (the
+entry's key carries it): POST URL<call id>?scope_digest=<digest>, which
+only a status location with "idem_status ... scope_digest=on" takes (one
+for operators: any other answers 400, and the entry stays pending).
 
 Without --resolve-url it never changes the record.  --once makes one pass
 (entries due again, then the new ones) and exits, for cron or for tests.
@@ -83,8 +84,9 @@ def parse_args():
                          "took effect, 1 did not, other: still unknown")
     ap.add_argument("--resolve-url", metavar="URL",
                     help="a status location with idem_status resolve=on "
-                         "(e.g. http://127.0.0.1:8080/_idem/calls/): the "
-                         "check's verdict is posted there")
+                         "(and scope_digest=on, for calls under a dedupe "
+                         "scope; e.g. http://127.0.0.1:8080/_idem/calls/): "
+                         "the check's verdict is posted there")
     ap.add_argument("--escalate-to", metavar="STREAM",
                     help="also XADD escalated entries there")
     ap.add_argument("--count", type=int, default=10)
@@ -171,15 +173,18 @@ PLAIN = re.compile(r"^[A-Za-z0-9._~:-]{1,128}$")
 
 def resolve(args, f, applied, receipt):
     """Posts the verdict to the gateway: (done, what happened)."""
-    if re.search(r"s:\{[0-9a-f]{64}:", f.get("key", "")):
-        return False, "a call under a dedupe scope: not resolved from here"
+    # a scoped record's key names the scope by its digest, and so does
+    # the post: the status location reads the record under it
+    scoped = re.search(r"s:\{([0-9a-f]{64}):", f.get("key", ""))
+    query = "?scope_digest=" + scoped.group(1) if scoped else ""
     body = {"outcome": "applied" if applied else "not_applied",
             "by": "unknown-consumer:" + re.sub(r"[^A-Za-z0-9._~:-]", "-",
                                                args.consumer)[:100]}
     if receipt:
         body["receipt"] = receipt
     req = urllib.request.Request(
-        args.resolve_url + f["call_id"], data=json.dumps(body).encode(),
+        args.resolve_url + f["call_id"] + query,
+        data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"}, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=10) as rsp:

@@ -12,12 +12,15 @@ Service methods, on /idem.Test/<name>, with raw bytes as messages:
               runs under as time-remaining-ms
     Internal  ends the call with INTERNAL
     Flaky     UNAVAILABLE for the first call of a call id, then like Echo
-    Slow      sleeps 1 s, then like Echo
+    Slow      sleeps 1 s, then like Echo; with the message "hold" and
+              GRPC_PEER_RELEASE naming a file, until that file exists
+              (at most 30 s): the test says when the call ends
 Every call is counted per x-call-id; "Count" answers the count of the
 call id in its request message.
 """
 
 import json
+import os
 import sys
 import threading
 import time
@@ -54,7 +57,14 @@ def handler(name):
         if name == "Flaky" and n == 1:
             context.abort(grpc.StatusCode.UNAVAILABLE, "try again")
         if name == "Slow":
-            time.sleep(1)
+            release = os.environ.get("GRPC_PEER_RELEASE")
+            if request == b"hold" and release:
+                for _ in range(3000):
+                    if os.path.exists(release):
+                        break
+                    time.sleep(0.01)
+            else:
+                time.sleep(1)
         if name == "Count":
             with lock:
                 return str(counts.get(request.decode(), 0)).encode()

@@ -25,18 +25,22 @@ sub servroot { IdemNginx::root() . "/t/servroot-store-$_[0]" }
 # start($port, $idem_redis_line, $backend_port, %opt): the gateway's
 # locations
 #   /d        dedupe, call id required, to the backend's /sleep/MS/1
+#             (/hold/1 with the option hold)
 #   /q        dedupe, call id required, to the backend's /ok
 #   /s        as /q, scoped by the Authorization header
 #   /t        records only, to the backend's /ok
 #   /w        as /q, with "idem_dedupe_durable $opt{durable}" (only
 #             with that option)
 #   /_idem/calls/  status
-# %opt: sleep => MS (300), log => the error_log level (debug), wait =>
-# idem_dedupe_wait on /d and /q (none), durable => idem_dedupe_durable's
-# parameters (a location /w).  Dies if nginx does not start.
+# %opt: sleep => MS (300), hold => 1 (/d's first request of a call id is
+# held until the test releases it), log => the error_log level (debug),
+# wait => idem_dedupe_wait on /d and /q (none), durable =>
+# idem_dedupe_durable's parameters (a location /w).  Dies if nginx does
+# not start.
 sub start {
     my ($port, $redis, $backend, %opt) = @_;
-    my $sleep = $opt{sleep} // 300;
+    my $slow = $opt{hold} ? '/hold/1'
+               : '/sleep/' . ($opt{sleep} // 300) . '/1';
     my $level = $opt{log} // 'debug';
     my $wait = $opt{wait} ? "idem_dedupe_wait $opt{wait};" : '';
     my $durable = !defined $opt{durable} ? '' : <<"LOC";
@@ -65,7 +69,7 @@ LOC
             idem_dedupe_scope off;
             idem_status_url /_idem/calls/;
             $wait
-            proxy_pass http://127.0.0.1:$backend/sleep/$sleep/1;
+            proxy_pass http://127.0.0.1:$backend$slow;
         }
         location /q {
             idem on;

@@ -49,13 +49,21 @@ sub pid {
     return $line =~ /redis/ && $line =~ /\b$port\b/ ? $pid : undef;
 }
 
+# until the server on $port answers, for up to 20 s (a loaded machine may
+# take seconds to start one); dies with the end of its log if it does not
 sub wait_ping {
     my ($port) = @_;
-    for (1 .. 50) {
+    my $until = time + 20;
+    while (time < $until) {
         return if cli($port, 'ping') eq 'PONG';
         sleep 0.1;
     }
-    die "redis on $port does not answer\n";
+    my $log = '';
+    if (open my $fh, '<', dir($port) . '/redis.log') {
+        my @lines = <$fh>;
+        $log = join '', @lines[($#lines > 4 ? $#lines - 4 : 0) .. $#lines];
+    }
+    die "redis on $port does not answer\n$log";
 }
 
 sub start_redis {

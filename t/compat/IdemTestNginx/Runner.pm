@@ -20,20 +20,90 @@ use IdemTestNginx::Server;
 our @BlockPreprocessors;
 our @CleanupHandlers;
 
-# The sections this harness implements.  Any other one is an error: quietly
-# ignoring, say, a misspelt --- no_error_log would let a test pass that
-# checks nothing.
-my %Supported = map { $_ => 1 } qw(
-    ONLY SKIP LAST
-    config http_config main_config init user_files log_level
-    request raw_request more_headers timeout abort wait ignore_response
-    error_code error_code_like
-    raw_response_headers_like raw_response_headers_unlike
-    response_headers response_headers_like
-    response_body response_body_like response_body_unlike
-    error_log no_error_log
-    must_die skip_nginx skip_eval
+# The sections this harness implements, each with the forms its value may
+# take once its filters ran (eval makes Perl values of it): those the real
+# Test::Nginx interprets for that section.  Any other section is an error,
+# and so is any other form: quietly ignoring, say, a misspelt
+# --- no_error_log would let a test pass that checks nothing, and the real
+# one reads a hash given to --- response_headers as the one line
+# "HASH(0x...)": a header of that name must be absent, which it is.
+my @Text = ('text');
+my @Texts = ('text', 'an array of texts (one per request)');
+my @Patterns = ('text', 'a qr// regex',
+                'an array of texts and qr// regexes (one per request)');
+
+my %Forms = (
+    (map { $_ => \@Text } qw(
+        ONLY SKIP LAST config http_config main_config init log_level
+        timeout abort wait ignore_response must_die skip_nginx skip_eval)),
+    (map { $_ => \@Texts } qw(
+        request raw_request more_headers error_code error_code_like
+        response_headers response_headers_like)),
+    (map { $_ => \@Patterns } qw(
+        raw_response_headers_like raw_response_headers_unlike
+        response_body response_body_like response_body_unlike)),
+    error_log    => ['text', 'a qr// regex',
+                     'an array of texts and qr// regexes (patterns)'],
+    no_error_log => ['text', 'a qr// regex',
+                     'an array of texts and qr// regexes (patterns)'],
+    user_files   => ['text', 'an array of [name, content, mtime] arrays'],
 );
+
+# Sections of which a block is checked by the first one only.
+my @Exclusive = (
+    [qw(error_code_like error_code)],
+    [qw(response_headers response_headers_like)],
+    [qw(response_body response_body_like response_body_unlike)],
+);
+
+# Whether a value is of a form named above.
+my %IsForm = (
+    'text' => sub { !ref $_[0] },
+    'a qr// regex' => sub { ref $_[0] eq 'Regexp' },
+    'an array of texts (one per request)' => sub {
+        ref $_[0] eq 'ARRAY' && !grep { ref } @{ $_[0] };
+    },
+    'an array of texts and qr// regexes (one per request)' => sub {
+        ref $_[0] eq 'ARRAY' && !grep { ref && ref ne 'Regexp' } @{ $_[0] };
+    },
+    'an array of texts and qr// regexes (patterns)' => sub {
+        ref $_[0] eq 'ARRAY' && !grep { ref && ref ne 'Regexp' } @{ $_[0] };
+    },
+    'an array of [name, content, mtime] arrays' => sub {
+        ref $_[0] eq 'ARRAY'
+        && !grep { ref ne 'ARRAY' || grep { ref } @$_ } @{ $_[0] };
+    },
+);
+
+# Test::Base's eval filter hands back $@ as the section's value when the
+# code dies or does not compile: a --- no_error_log eval with a typo would
+# look for the error message, and pass.  Refused instead, naming the block
+# and the section.  (Compiled in Test::Base::Filter, as the original, so
+# that the code sees the same names.)
+{
+    package Test::Base::Filter;
+
+    # loaded now, or it would later put its own back
+    BEGIN { require Test::Base::Filter }
+
+    no warnings 'redefine';
+
+    sub eval {
+        my $self = shift;
+        $self->assert_scalar(@_);
+        my $code = shift;
+        my @return = CORE::eval($code);
+        return @return unless $@;
+
+        my $block = $self->current_block;
+        my $orig = $block->original_values;
+        my ($section) = grep { ($orig->{$_} // '') eq $code }
+                        @{ $block->_section_order || [] };
+
+        IdemTestNginx::Runner::refuse("block \"" . $block->name . "\": the "
+            . "eval of --- " . ($section // '(a section)') . " failed: $@");
+    }
+}
 
 my $MainPid = $$;
 my $Prev;            # { block, rand_ports } of the last block with a config
@@ -50,6 +120,8 @@ sub run_tests {
 
     for my $block (@blocks) {
         $_->($block) for @BlockPreprocessors;
+        # the filters (eval) run here, as late as in the real one
+        check_forms($block);
         $block->set_value(name => "$0 " . $block->name);
         run_block($block);
     }
@@ -59,19 +131,79 @@ sub check_sections {
     my ($block) = @_;
 
     for my $section (@{ $block->_section_order || [] }) {
-        next if $Supported{$section};
+        next if $Forms{$section};
 
         my $what = $section eq 'pipelined_requests'
                    ? 'is not supported by' : 'is unknown to';
 
-        my $msg = "block \"" . $block->name . "\": --- $section $what the "
-                  . "compat Test::Nginx harness (t/compat); refusing to "
-                  . "ignore it";
-
-        # A failing test as well, so that the reason shows in the TAP.
-        Test::More::fail($msg);
-        die "$0: $msg.\n";
+        refuse("block \"" . $block->name . "\": --- $section $what the "
+               . "compat Test::Nginx harness (t/compat); refusing to "
+               . "ignore it");
     }
+
+    # The real Test::Nginx checks only the first of these it finds in a
+    # block, and so does this one: the others would check nothing.
+    my %in = map { $_ => 1 } @{ $block->_section_order || [] };
+
+    for my $group (@Exclusive) {
+        my ($used, @ignored) = grep { $in{$_} } @$group;
+
+        next unless @ignored;
+
+        refuse("block \"" . $block->name . "\": --- "
+               . join(' and --- ', @ignored) . " would be ignored, since "
+               . "the block has --- $used (as in the real Test::Nginx); "
+               . "refusing to check nothing");
+    }
+}
+
+# Each section's value, filtered, must be of one of its forms.
+sub check_forms {
+    my ($block) = @_;
+
+    for my $section (@{ $block->_section_order || [] }) {
+        my @values = @{ $block->{$section} || [] };
+
+        my $form = @values > 1 ? "a list of " . @values . " values"
+                                 . " (an eval giving a list, not one value)"
+                 : describe($values[0]);
+
+        next if @values <= 1
+                && grep { $IsForm{$_}->($values[0]) } @{ $Forms{$section} };
+
+        refuse("block \"" . $block->name . "\": --- $section given as "
+               . "$form, which the compat Test::Nginx harness (t/compat) "
+               . "cannot interpret there (it takes "
+               . join(' or ', @{ $Forms{$section} }) . "); refusing to "
+               . "check nothing");
+    }
+}
+
+# A value's form, in words.
+sub describe {
+    my ($v) = @_;
+
+    return 'nothing' unless defined $v;
+    return 'text' unless ref $v;
+    return 'a qr// regex' if ref $v eq 'Regexp';
+    return 'a ' . lc(ref $v) . ' reference' unless ref $v eq 'ARRAY';
+    return 'an empty array' unless @$v;
+
+    my (%seen, @in);
+    for my $form (map { describe($_) } @$v) {
+        push @in, $form unless $seen{$form}++;
+    }
+
+    return 'an array of ' . join(' and ', map { s/^an? //r } @in);
+}
+
+# A failing test, so that the reason shows in the TAP, and the end of the
+# run.
+sub refuse {
+    my ($msg) = @_;
+
+    Test::More::fail($msg);
+    die "$0: $msg.\n";
 }
 
 sub run_block {
@@ -384,20 +516,11 @@ sub check_response_headers {
 }
 
 # "Key: value" lines -> ([key, value], ...); "!Key" gives [key, undef].
-# A hash (a section given with eval as { Key => value }) is taken as its
-# pairs, as the real Test::Nginx takes it; any other reference is a
-# mistake in the test, said loudly rather than checking nothing.
+# (check_forms() let no other form through.)
 sub parse_headers {
     my ($text) = @_;
 
     my @headers;
-
-    if (ref $text eq 'HASH') {
-        return map { [$_, $text->{$_}] } sort keys %$text;
-    }
-
-    bail_out("response headers given as a " . ref($text) . " reference")
-        if ref $text;
 
     for my $line (split /\n/, $text // '') {
         $line =~ s/^\s+|\s+$//g;

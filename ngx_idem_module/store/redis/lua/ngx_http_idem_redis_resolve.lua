@@ -50,4 +50,9 @@ end
 if state ~= 'UNKNOWN' then return {'conflict', state} end
 redis.call('HSET', k, 'z:' .. last.t, string.format('%s %.0f %s %s',
   ARGV[1], now, ARGV[2], ARGV[3]))
+-- "z:" is of record format 1 (NGX_HTTP_IDEM_RECORD_VERSION): a record
+-- made by a gateway of format 0 (no "v") says so from now on; never lowered
+if (tonumber(redis.call('HGET', k, 'v')) or 0) < 1 then
+  redis.call('HSET', k, 'v', '1')
+end
 return fields({'resolved', string.format('%.0f', now)})

@@ -1,0 +1,514 @@
+# A rolling upgrade: the previous release (0.6.0, built from this
+# repository's history by util/build-release.sh) and this one serve the
+# same call ids on one Redis, with the same routes, as they do while
+# gateways are upgraded one at a time (docs/install.md, "Upgrading"):
+#
+#  1. 0.6 refuses idem_dedupe_wait (nginx -t): it has no waiting
+#     duplicates;
+#  2. records: one written by either version is read by the other's status
+#     endpoint, also when both wrote executions of the id; a record of
+#     this version states its format ("v" = 1), one of 0.6 has none; a
+#     short record (idem_record_short on, the default) is what 0.6 cannot
+#     read nor add to: the documented reason to hold it back;
+#  3. an answer stored by one is replayed by the other, both ways;
+#  4. an id in flight on one gateway: 409 on the other, both ways, and
+#     the other's status endpoint shows it in progress;
+#  5. the id with another body: 422 on the other, both ways;
+#  6. a duplicate that waits (idem_dedupe_wait) on this version for an
+#     owner on 0.6 gets the owner's answer;
+#  7. resolutions (idem_status resolve=on), held back until every gateway
+#     runs this version: the known outcome while a 0.6 gateway serves the
+#     id (it reads the resolved call UNKNOWN and answers 409
+#     call-outcome-unknown, never runs it again); a resolution of a
+#     record 0.6 made states the format it added ("v" = 1); a 0.6 write
+#     to a resolved record leaves the resolution in place.
+#
+# The backend counts each call id's executions (/log/ID): none ran twice.
+#
+# Plain Test::More: three nginx instances (0.6; this version as the
+# upgrade guide sets it, idem_record_short off; this version with its
+# defaults and a waiting route) run by t/lib/IdemNginx.pm; the clients
+# and the backend's counter are t/lib/IdemGateway.pm's, the records read
+# with t/lib/IdemRecord.pm.  Skipped, with a message, where the
+# repository has no history to build 0.6.0 from.
+
+use strict;
+use warnings;
+use Test::More;
+use IO::Socket::INET;
+use IO::Select;
+use Time::HiRes qw(sleep time);
+use lib 't/lib';
+use IdemNginx;
+use IdemGateway qw(send_all post get);
+use IdemRecord;
+
+my $redis = $ENV{TEST_NGINX_REDIS_PORT}
+    or plan skip_all => 'TEST_NGINX_REDIS_PORT is not set (use make test)';
+my $backend = $ENV{TEST_NGINX_BACKEND_PORT}
+    or plan skip_all => 'TEST_NGINX_BACKEND_PORT is not set (use make test)';
+
+# the previous release: the commit of its package (debian/changelog)
+my ($release, $commit) = ('0.6.0', '1db18b0');
+
+my $root = IdemNginx::root();
+my $old_so = `$root/util/build-release.sh $commit $release`;
+my $rc = $? >> 8;
+plan skip_all => "release $release cannot be built here (not a git "
+                 . 'checkout with its history)' if $rc == 2;
+BAIL_OUT("util/build-release.sh $commit $release failed") if $rc != 0;
+chomp $old_so;
+
+my $base = IdemNginx::base_port();
+my ($old, $new, $new2) = ($base + 200, $base + 201, $base + 202);
+my $prefix = "ru:$$:";            # the Redis keys of this run only
+my $timeout = 10;                 # seconds, every wait
+my $n = 0;
+
+END {
+    local $?;
+    system("redis-cli -p $redis --scan --pattern '$prefix*' "
+           . "| xargs -r redis-cli -p $redis del >/dev/null 2>&1")
+        if $redis;
+}
+
+
+# 1. 0.6 has no waiting duplicates
+
+{
+    my $ng = IdemNginx->new(name => 'ru-check', port => $old);
+    with_module($old_so, sub {
+        $ng->write_conf(conf($old, 'old', wait => '5s'));
+    });
+    my $cmd = IdemNginx::binary() . ' -t -p ' . $ng->servroot . '/ -c '
+              . $ng->conf_file;
+    my $out = `$cmd 2>&1`;
+    like($out, qr/unknown directive "idem_dedupe_wait"/,
+         "$release refuses idem_dedupe_wait: nginx -t fails");
+}
+
+my %name = ($old => $release, $new => 'this version',
+            $new2 => 'this version (defaults)');
+my %gw = (
+    $old => start_gw('ru-old', $old, $old_so, 'old'),
+    $new => start_gw('ru-new', $new, undef, 'new'),
+    $new2 => start_gw('ru-new2', $new2, undef, 'new2', wait => '10s'),
+);
+
+
+# 2. records
+
+{
+    my $id = fresh_id();
+    is(code(send_all([$new, get('/t', $id)])), 200, 'a call through this '
+       . 'version (records only)');
+    my %f = wait_fields($id, 'f:');
+    is(IdemRecord::type($redis, key($id)), 'hash', 'with idem_record_short '
+       . 'off its record is a hash');
+    is($f{v}, '1', 'its record states its format: v = 1');
+    my $st = settled_status($old, $id);
+    like($st && $st->{body}, qr/"state":"SUCCESS".*"executions":1[,}]/,
+         "$release reads it: SUCCESS, one execution");
+}
+
+{
+    my $id = fresh_id();
+    is(code(send_all([$old, get('/t', $id)])), 200, "a call through $release");
+    my %f = wait_fields($id, 'f:');
+    ok(!exists $f{v}, "$release\'s record has no v (its format, 0)");
+    my $st = settled_status($new, $id);
+    like($st && $st->{body}, qr/"state":"SUCCESS".*"executions":1[,}]/,
+         "this version reads it: SUCCESS, one execution");
+}
+
+{
+    my $id = fresh_id();
+    for my $gw ($old, $new, $old) {
+        my $execs = 1 + grep { /^f:/ } keys %{ { IdemRecord::fields($redis,
+                                                             key($id)) } };
+        is(code(send_all([$gw, get('/t', $id)])), 200, "the id again, "
+           . "through $name{$gw}");
+        wait_fields($id, ('f:') x $execs);
+    }
+    for my $gw ($old, $new) {
+        my $st = settled_status($gw, $id);
+        like($st && $st->{body}, qr/"state":"SUCCESS".*"executions":3[,}]/,
+             "$name{$gw} reads the three executions of both versions");
+    }
+}
+
+{
+    my $id = fresh_id();
+    is(code(send_all([$new2, get('/t', $id)])), 200, 'a call through this '
+       . 'version with idem_record_short on (the default)');
+    my %f = wait_fields($id, 'f:');
+    is(IdemRecord::type($redis, key($id)), 'string', 'its record is short');
+    is($f{v}, '1', 'a short record states its format too');
+
+    # the known outcome, and the reason for idem_record_short off
+    my $st = send_all([$old, get("/_idem/calls/$id")]);
+    is(code($st), 503, "$release cannot read a short record: 503");
+
+    my $pos = $gw{$old}->log_pos;
+    is(code(send_all([$old, get('/t', $id)])), 200, "the id through "
+       . "$release");
+    ok($gw{$old}->wait_log(qr/WRONGTYPE/, $pos, $timeout),
+       "$release\'s write to the short record fails (WRONGTYPE), logged");
+    $st = settled_status($new, $id);
+    like($st && $st->{body}, qr/"executions":1[,}]/,
+         "its execution is not in the record");
+}
+
+
+# 3. an answer stored by one version, replayed by the other
+
+my %done;           # gateway that ran it: id, body
+
+for my $pair ([$old, $new], [$new, $old]) {
+    my ($one, $two) = @$pair;
+    my $id = fresh_id();
+    my $body = qq({"order":"$id"});
+
+    my $orig = send_all([$one, post($id, $body, '/q')]);
+    ok(is_original($orig), "$name{$one} runs the call");
+    wait_fields($id, 'k:');
+
+    my $dup = send_all([$two, post($id, $body, '/q')]);
+    ok(is_replay($dup, $orig), "$name{$two} replays the answer "
+       . "$name{$one} stored")
+        or diag(describe($dup));
+    is(runs($id), 1, 'the backend ran it once');
+    $done{$one} = [$id, $body];
+}
+
+
+# 4. in flight on one version: 409 on the other
+
+for my $pair ([$old, $new], [$new, $old]) {
+    my ($one, $two) = @$pair;
+    my $id = fresh_id();
+    my $body = qq({"slow":"$id"});
+
+    my $owner = start_req($one, post($id, $body, '/d'));
+    wait_fields($id, 'd', 'o', 'l:');
+
+    my $dup = send_all([$two, post($id, $body, '/d')]);
+    is(code($dup), 409, "$name{$two} answers 409 while $name{$one} runs it")
+        or diag(describe($dup));
+
+    # 0.6 reads this version's first lease ("+<lease> <ttl>") as lapsed:
+    # the 409 says outcome unknown, not in flight (docs/install.md)
+    my $type = $two == $old && $one != $old ? 'call-outcome-unknown'
+                                        : 'call-in-flight';
+    like($dup && $dup->{body}, qr/problem:$type"/, "its type: $type");
+    like(status_body($two, $id), qr/"state":"(?:RECEIVED|PROCESSING)"/,
+         "$name{$two}'s status endpoint shows it in progress");
+
+    my $orig = finish($owner);
+    ok(is_original($orig), "$name{$one}\'s answer");
+    # the answer is stored by the final write, after the client has it
+    wait_fields($id, 'k:');
+    my $again = send_all([$two, post($id, $body, '/d')]);
+    ok(is_replay($again, $orig), "$name{$two} then replays it")
+        or diag(describe($again));
+    is(runs($id), 1, 'the backend ran it once');
+}
+
+
+# 5. another body under the id: 422 on the other version
+
+for my $pair ([$old, $new], [$new, $old]) {
+    my ($one, $two) = @$pair;
+    my ($id, $body) = @{ $done{$one} };
+    my $res = send_all([$two, post($id, qq({"order":"other"}), '/q')]);
+    is(code($res), 422, "$name{$two}: 422 for another body under "
+       . "$name{$one}\'s id");
+    like($res && $res->{body}, qr/problem:payload-mismatch"/,
+         'payload-mismatch');
+    is(runs($id), 1, 'the backend still ran it once');
+}
+
+
+# 6. a duplicate that waits on this version for an owner on 0.6
+
+{
+    my $id = fresh_id();
+    my $body = qq({"wait":"$id"});
+
+    my $owner = start_req($old, post($id, $body, '/d'));
+    wait_fields($id, 'd', 'o', 'l:');
+
+    my $t0 = time;
+    my $waiter = start_req($new2, post($id, $body, '/d'));
+    my $orig = finish($owner);
+    my $got = finish($waiter);
+    ok(is_original($orig), "the owner on $release answers");
+    ok(is_replay($got, $orig), 'the waiter on this version gets its '
+       . 'answer replayed') or diag(describe($got));
+    is(runs($id), 1, 'the backend ran it once');
+}
+
+
+# 7. resolutions: held back until every gateway runs this version; what
+#    a 0.6 gateway makes of them meanwhile
+
+{
+    my $id = fresh_id();
+    is(code(send_all([$new, post($id, 'x', '/u')])), 504, 'a call that '
+       . 'times out after it was sent (UNKNOWN)');
+    wait_fields($id, 'k:');
+    my $res = resolve($new, $id, 'applied');
+    like($res && $res->{body}, qr/"state":"SUCCESS".*"resolved":\{/,
+         'resolved applied through this version');
+
+    like(status_body($new, $id), qr/"state":"SUCCESS"/,
+         'this version reads SUCCESS');
+    like(status_body($old, $id), qr/"state":"UNKNOWN"/,
+         "$release ignores the resolution: UNKNOWN (the known outcome)");
+
+    like(body(send_all([$new, post($id, 'x', '/u')])),
+         qr/problem:call-applied"/, 'a resend through this version: 409 '
+         . 'call-applied');
+    like(body(send_all([$old, post($id, 'x', '/u')])),
+         qr/problem:call-outcome-unknown"/, "through $release: 409 "
+         . 'call-outcome-unknown, not run again');
+    is(runs($id), 1, 'the backend ran it once');
+
+    # a 0.6 write to the resolved record (another execution of the id)
+    is(code(send_all([$old, get('/t', $id)])), 200, "$release records "
+       . 'another execution of the id');
+    my %f = wait_fields($id, 'f:', 'f:');
+    is(scalar(grep { /^z:/ } keys %f), 1, 'the resolution is still there');
+    like(status_body($new, $id), qr/"resolved":\{"execution":1,/,
+         'this version still shows it');
+}
+
+{
+    my $id = fresh_id();
+    is(code(send_all([$new, post($id, 'x', '/u')])), 504, 'another call '
+       . 'ends UNKNOWN');
+    wait_fields($id, 'k:');
+    like(body(resolve($new, $id, 'not_applied')), qr/"state":"FAILED"/,
+         'resolved not applied through this version');
+
+    like(body(send_all([$old, post($id, 'x', '/u')])),
+         qr/problem:call-outcome-unknown"/, "a resend through $release: "
+         . '409 call-outcome-unknown (not released there)');
+    is(runs($id), 1, 'not run again');
+    is(code(send_all([$new, post($id, 'x', '/u')])), 200, 'through this '
+       . 'version: released, it runs');
+    is(runs($id), 2, 'the backend ran it a second time, as resolved');
+}
+
+{
+    my $id = fresh_id();
+    is(code(send_all([$old, post($id, 'x', '/u')])), 504, "a call through "
+       . "$release ends UNKNOWN");
+    my %f = wait_fields($id, 'k:');
+    ok(!exists $f{v}, "its record has no v ($release\'s format)");
+    like(body(resolve($new, $id, 'applied')), qr/"state":"SUCCESS"/,
+         'resolved through this version');
+    %f = IdemRecord::fields($redis, key($id));
+    is($f{v}, '1', 'the resolution states the format it added: v = 1');
+    like(status_body($old, $id), qr/"state":"UNKNOWN"/,
+         "$release still reads the record (UNKNOWN)");
+    is(runs($id), 1, 'the backend ran it once');
+}
+
+
+# every gateway stops cleanly; nothing went wrong but what was asked for
+
+for my $port (sort keys %gw) {
+    ok($gw{$port}->stop(20), "$name{$port} stops");
+    my @lines = $gw{$port}->bad_lines(
+        with_error => 1,
+        allow => qr/upstream timed out|WRONGTYPE/);
+    is(scalar @lines, 0, "$name{$port}: no error, alert or crash logged")
+        or diag(join "\n", @lines[0 .. ($#lines < 9 ? $#lines : 9)]);
+}
+
+done_testing();
+
+
+# --- helpers ---------------------------------------------------------------
+
+# the same routes on every gateway; this version adds a resolving status
+# location, and idem_record_short off as the upgrade guide says ('new'),
+# or keeps its defaults ('new2')
+sub conf {
+    my ($port, $kind, %o) = @_;
+    my $wait = $o{wait} ? "idem_dedupe_wait $o{wait};" : '';
+    # 'new2': a call is over before its arrival is written, so that its
+    # one write makes a short record
+    my $short = $kind eq 'new' ? 'idem_record_short off;'
+              : $kind eq 'new2' ? 'idem_record_arrival_delay 5s;' : '';
+    my $resolve = $kind eq 'old' ? '' : <<'LOC';
+        location /_idem/resolve/ {
+            idem_status resolve=on;
+        }
+LOC
+
+    return <<"HTTP";
+    idem_redis 127.0.0.1:$redis;
+    idem_key_prefix $prefix;
+    idem_node_id $kind;
+    $short
+    server {
+        listen 127.0.0.1:$port;
+        location /d {
+            idem on;
+            idem_call_id_missing reject;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            $wait
+            proxy_pass http://127.0.0.1:$backend/sleep/3000/1;
+        }
+        location /q {
+            idem on;
+            idem_call_id_missing reject;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            proxy_pass http://127.0.0.1:$backend/ok;
+        }
+        location /u {
+            idem on;
+            idem_call_id_missing reject;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            proxy_read_timeout 300ms;
+            proxy_pass http://127.0.0.1:$backend/sleep/3000/1;
+        }
+        location /t {
+            idem on;
+            idem_record on;
+            proxy_pass http://127.0.0.1:$backend/ok;
+        }
+        location /_idem/calls/ {
+            idem_status;
+        }
+$resolve    }
+HTTP
+}
+
+# runs $code with $so in place of this version's module (undef: as it is)
+sub with_module {
+    my ($so, $code) = @_;
+    local $ENV{TEST_NGINX_LOAD_MODULES} = $ENV{TEST_NGINX_LOAD_MODULES};
+    if (defined $so) {
+        $ENV{TEST_NGINX_LOAD_MODULES} = join ' ', map {
+            m{/ngx_http_idem_module\.so$} ? $so : $_
+        } split ' ', $ENV{TEST_NGINX_LOAD_MODULES} || '';
+    }
+    $code->();
+}
+
+sub start_gw {
+    my ($name, $port, $so, $kind, %o) = @_;
+    my $ng = IdemNginx->new(name => $name, port => $port, log_level => 'info');
+    with_module($so, sub { $ng->write_conf(conf($port, $kind, %o)) });
+    $ng->start or BAIL_OUT("nginx ($kind) on :$port does not start: "
+                           . $ng->out);
+    return $ng;
+}
+
+sub fresh_id { sprintf 'ru-%d-%d-%06d', $$, ++$n, int rand 1e6 }
+
+sub key { "${prefix}c:{$_[0]}" }
+
+# the record's fields once it holds each of @want (a name, or a prefix
+# ending in ':' counted as often as it is given), waiting at most $timeout
+sub wait_fields {
+    my ($id, @want) = @_;
+    my %f;
+    my $end = time + $timeout;
+    while (1) {
+        %f = IdemRecord::fields($redis, key($id));
+        my %need;
+        $need{$_}++ for @want;
+        my $ok = 1;
+        for my $w (keys %need) {
+            my $have = $w =~ /:$/ ? grep { /^\Q$w\E/ } keys %f
+                                  : exists $f{$w} ? 1 : 0;
+            $ok = 0 if $have < $need{$w};
+        }
+        return %f if $ok;
+        if (time > $end) {
+            fail("record of $id holds @want");
+            diag(join "\n", map { "$_ = $f{$_}" } sort keys %f);
+            return %f;
+        }
+        sleep 0.02;
+    }
+}
+
+sub code { defined $_[0] ? $_[0]{status} : 'no answer' }
+
+sub body { defined $_[0] ? $_[0]{body} : '' }
+
+sub is_original {
+    my ($r) = @_;
+    return defined $r && $r->{status} == 200
+           && !exists $r->{h}{'idempotent-replayed'};
+}
+
+sub is_replay {
+    my ($r, $orig) = @_;
+    return defined $r && defined $orig && $r->{status} == 200
+           && ($r->{h}{'idempotent-replayed'} // '') eq 'true'
+           && $r->{body} eq $orig->{body};
+}
+
+# a request written now, its answer read by finish()
+sub start_req {
+    my ($port, $req) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port",
+                                  Timeout => $timeout)
+        or return undef;
+    syswrite($s, $req);
+    return $s;
+}
+
+sub finish {
+    my ($s) = @_;
+    return undef unless $s;
+    my $sel = IO::Select->new($s);
+    my $buf = '';
+    my $end = time + $timeout + 5;
+    while (time < $end && $sel->can_read($end - time)) {
+        my $got = sysread($s, $buf, 65536, length $buf);
+        last unless $got;
+    }
+    close $s;
+    return IdemGateway::parse($buf);
+}
+
+sub status_body { body(send_all([$_[0], get("/_idem/calls/$_[1]")])) }
+
+# the status until its state is no longer RECEIVED or PROCESSING
+sub settled_status {
+    my ($port, $id) = @_;
+    my $end = time + $timeout;
+    while (1) {
+        my $r = send_all([$port, get("/_idem/calls/$id")]);
+        return $r unless defined $r && $r->{status} == 200
+                         && $r->{body} =~ /"state":"(?:RECEIVED|PROCESSING)"/
+                         && time < $end;
+        sleep 0.05;
+    }
+}
+
+sub resolve {
+    my ($port, $id, $outcome) = @_;
+    my $json = qq({"outcome":"$outcome","by":"t200"});
+    return send_all([$port, "POST /_idem/resolve/$id HTTP/1.0\r\n"
+                            . "Host: localhost\r\nContent-Length: "
+                            . length($json) . "\r\n\r\n$json"]);
+}
+
+sub runs { IdemGateway::backend_runs($backend, $_[0]) }
+
+sub describe {
+    my ($r) = @_;
+    return 'no answer' unless defined $r;
+    return substr($r->{raw}, 0, 1500);
+}

@@ -1,0 +1,110 @@
+package IdemWait;
+
+# Waiting for an event instead of sleeping a fixed time: a test that needs
+# an owner's request to have reached the backend, or its duplicates to be
+# parked, polls for exactly that, up to a deadline far beyond what a slow
+# or loaded machine needs.  A fixed sleep is a race a slower machine loses.
+#
+#   ok(IdemWait::wait_for('the owner at the backend',
+#                         sub { IdemWait::backend_runs('w-1') >= 1 }));
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use IO::Socket::INET ();
+use Time::HiRes qw(sleep time);
+
+our @EXPORT_OK = qw(wait_for backend_runs release log_count log_ok log_after
+                    metric get);
+
+# how long wait_for() polls unless told: only a test that is failing
+# waits this long
+our $Secs = 30;
+
+# the first true value $check returns, polled every 20 ms for at most
+# $secs; undef (and a diag naming $what) when the deadline passed first
+sub wait_for {
+    my ($what, $check, $secs) = @_;
+    $secs //= $Secs;
+    my $until = time + $secs;
+    while (1) {
+        my $v = $check->();
+        return $v if $v;
+        last if time >= $until;
+        sleep 0.02;
+    }
+    require Test::More;
+    Test::More::diag("gave up after $secs s waiting for $what");
+    return undef;
+}
+
+# the body of a GET to 127.0.0.1:$port ('' when there is no answer)
+sub get {
+    my ($port, $path) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+                                  Proto => 'tcp', Timeout => 5)
+        or return '';
+    print $s "GET $path HTTP/1.0\r\nHost: localhost\r\n\r\n";
+    local $/;
+    my $res = <$s> // '';
+    close $s;
+    return $res =~ /\r\n\r\n(.*)\z/s ? $1 : '';
+}
+
+# how many requests of call id $id util/backend.pl has seen (counted when
+# each arrived, before it sleeps or is held)
+sub backend_runs {
+    my ($id) = @_;
+    my $log = get($ENV{TEST_NGINX_BACKEND_PORT}, "/log/$id");
+    return scalar grep { length } split /\n/, $log;
+}
+
+# lets the backend's held requests of call id $id (/hold/K) answer
+sub release {
+    my ($id) = @_;
+    return get($ENV{TEST_NGINX_BACKEND_PORT}, "/release/$id") eq "released\n";
+}
+
+# how many lines of an error log ($file, by default the Test::Nginx
+# server's) match $re
+sub log_count {
+    my ($re, $file) = @_;
+    $file //= "$ENV{TEST_NGINX_SERVER_ROOT}/logs/error.log";
+    open my $fh, '<', $file or return 0;
+    my $n = 0;
+    while (<$fh>) {
+        $n++ if $_ =~ $re;
+    }
+    return $n;
+}
+
+# waits until a line of the Test::Nginx server's error log matches $re: a
+# passing test named $what if one came, a failing one if not
+sub log_ok {
+    my ($what, $re) = @_;
+    require Test::More;
+    return Test::More::ok(wait_for($what, sub { log_count($re) }), $what);
+}
+
+# runs $change (a sub), then waits for one more line matching $re in the
+# Test::Nginx server's error log than there was before: true if it came
+# (a failing test, named $what, if not)
+sub log_after {
+    my ($what, $re, $change) = @_;
+    my $n = log_count($re);
+    $change->();
+    require Test::More;
+    return Test::More::ok(wait_for($what, sub { log_count($re) > $n }),
+                          $what);
+}
+
+# a metric's value (name with its labels, as written) from an idem_metrics
+# location of the Test::Nginx server; undef when it is not there
+sub metric {
+    my ($name, $path) = @_;
+    my $text = get($ENV{TEST_NGINX_SERVER_PORT}, $path // '/metrics');
+    return $text =~ /^\Q$name\E (\d+)$/m ? $1 : undef;
+}
+
+1;
