@@ -4,10 +4,10 @@
  * parsed as nginx -t does, the body kept as the request body filter keeps
  * it, arriving in pieces of any size, and the id extracted from it.
  * Beyond the sanitizers (and LeakSanitizer: json-c's trees are freed):
- * the bytes kept are the body's first bytes, whatever the pieces; a body
- * longer than max= is never parsed; what the extraction finds is the same
- * from the pieces as from the whole body; a found value is a string or an
- * integer's decimal text, and an id found twice is the same.
+ * the bytes kept are the body's first bytes, whatever the pieces (the
+ * room for them growing as they come); a body longer than max= is never
+ * parsed; what the extraction finds is the same from the pieces as from
+ * the whole body, never longer than it; a refusal says why.
  *
  * Input: a line, the path; a byte, max= (times 16, at least 2); then
  * pieces, each a byte of its length (0: the rest), the body's bytes.
@@ -61,7 +61,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_memzero(&ctx, sizeof(ngx_http_idem_ctx_t));
 
     ctx.source.max = max;
-    ctx.source.capture = ngx_create_temp_buf(fz.pool, max);
+
+    /* little room at first, as for a chunked body: it grows to max= */
+
+    ctx.source.capture = ngx_create_temp_buf(fz.pool, ngx_min(max, 16));
     if (ctx.source.capture == NULL) {
         ngx_http_idem_fuzz_abort("no memory");
     }

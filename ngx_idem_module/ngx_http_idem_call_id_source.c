@@ -20,6 +20,10 @@
 #include "ngx_http_idem_util.h"
 
 
+/* a body of unknown length: the room kept for it at first */
+#define NGX_HTTP_IDEM_SOURCE_FIRST       4096
+
+
 static ngx_int_t ngx_http_idem_source_body(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_http_idem_json_conf_t *jcf,
     ngx_http_idem_inbound_t *in);
@@ -176,7 +180,11 @@ ngx_http_idem_source_read_body(ngx_http_request_t *r,
         ctx->source.over = 1;
 
     } else {
-        size = (len >= 0) ? (size_t) len : jcf->max;
+
+        /* a body of unknown length: room grows as it arrives, to max= */
+
+        size = (len >= 0) ? (size_t) len
+                          : ngx_min(jcf->max, NGX_HTTP_IDEM_SOURCE_FIRST);
 
         ctx->source.capture = ngx_create_temp_buf(r->pool, size ? size : 1);
         if (ctx->source.capture == NULL) {
@@ -239,6 +247,8 @@ ngx_http_idem_source_capture(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_buf_t *b)
 {
     off_t       size;
+    size_t      have, room;
+    u_char     *p;
     ssize_t     n;
     ngx_buf_t  *c;
 
@@ -255,12 +265,32 @@ ngx_http_idem_source_capture(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         return NGX_OK;
     }
 
-    if (size > c->end - c->last) {
+    have = c->last - c->pos;
+
+    if (size > (off_t) (ctx->source.max - have)) {
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                        "idem call id from the body: past %uz bytes",
                        ctx->source.max);
         ctx->source.over = 1;
         return NGX_OK;
+    }
+
+    if (size > c->end - c->last) {
+
+        /* twice the room, or what it takes, never past max= */
+
+        room = ngx_max(2 * (size_t) (c->end - c->pos), have + (size_t) size);
+        room = ngx_min(room, ctx->source.max);
+
+        p = ngx_pnalloc(r->pool, room);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        c->last = ngx_cpymem(p, c->pos, have);
+        c->pos = p;
+        c->start = p;
+        c->end = p + room;
     }
 
     if (ngx_buf_in_memory(b)) {

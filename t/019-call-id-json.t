@@ -501,3 +501,29 @@ id=evt_3QkT7uHw2mVb9ZxA1c0dEf4G
  qr/^idem_call_ids_total\{source="client"\} 1\n^idem_call_ids_total\{source="variable"\} 0\n^idem_call_ids_total\{source="body"\} 1\n^idem_call_ids_total\{source="gateway"\} 1\n(?:#[^\n]*\n)*^idem_body_call_ids_missing_total 1\n/m]
 --- no_error_log
 [error]
+
+
+
+=== TEST 14: a chunked body of unknown length grows its room to max= (64k by default): an id at the end of a 20 KB body is found, one past 64k is not
+--- config
+    location /hook {
+        idem on;
+        idem_call_id_json last.id;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        echo "id=$http_x_call_id";
+    }
+--- request eval
+["POST /hook\n" . main::chunked("{\"pad\":\"" . ("x" x 20000) . "\",\"last\":{\"id\":\"evt_14\"}}"),
+ "POST /hook\n" . main::chunked("{\"pad\":\"" . ("x" x 70000) . "\",\"last\":{\"id\":\"evt_14\"}}")]
+--- more_headers
+Transfer-Encoding: chunked
+--- error_code eval
+[200, 400]
+--- response_body_like eval
+['\Aid=evt_14\n\z',
+ '"detail":"body field \\\\"last.id\\\\": missing: the body is longer than max="']
+--- no_error_log
+[error]
