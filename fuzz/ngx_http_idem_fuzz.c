@@ -988,7 +988,7 @@ ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
 __attribute__((weak)) u_char
 ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
-    ngx_uint_t state, ngx_uint_t sent, ngx_str_t *answer)
+    ngx_uint_t state, ngx_uint_t sent, ngx_int_t grpc, ngx_str_t *answer)
 {
     ngx_http_idem_fuzz_unreached("ngx_http_idem_answer_keep");
     return 0;

@@ -313,7 +313,7 @@ ngx_http_idem_fuzz_keep(ngx_http_idem_fuzz_t *fz,
 
     /* the answer came from the upstream: the call was sent */
 
-    k = ngx_http_idem_answer_keep(r, fz->ctx, NGX_HTTP_IDEM_SUCCESS, 1,
+    k = ngx_http_idem_answer_keep(r, fz->ctx, NGX_HTTP_IDEM_SUCCESS, 1, -1,
                                   &kept);
 
     if (fz->ctx->answer.retry_later) {

@@ -42,7 +42,7 @@ static void ngx_http_idem_answer_content_type(ngx_http_request_t *r,
 static ngx_int_t ngx_http_idem_answer_trailers(ngx_http_request_t *r,
     ngx_str_t *answer);
 static ngx_uint_t ngx_http_idem_answer_replayed(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
+    ngx_http_idem_ctx_t *ctx, ngx_int_t grpc);
 
 
 /* not kept: hop-by-hop, computed again, this module's own, or a caller's */
@@ -372,12 +372,13 @@ ngx_http_idem_answer_append(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
 /*
  * What a finished owner leaves for the duplicates of its call, and the
- * answer to store with it; "sent": some attempt reached the upstream.
+ * answer to store with it; "sent": some attempt reached the upstream;
+ * "grpc": a gRPC call's grpc-status as the client got it, -1: none.
  */
 
 u_char
 ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
-    ngx_uint_t state, ngx_uint_t sent, ngx_str_t *answer)
+    ngx_uint_t state, ngx_uint_t sent, ngx_int_t grpc, ngx_str_t *answer)
 {
     if (state == NGX_HTTP_IDEM_UNKNOWN) {
         return NGX_HTTP_IDEM_KEEP_UNKNOWN;
@@ -391,7 +392,7 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     /* an answer idem_dedupe_replay leaves out: the next resend runs it */
 
-    if (!ngx_http_idem_answer_replayed(r, ctx)) {
+    if (!ngx_http_idem_answer_replayed(r, ctx, grpc)) {
         return NGX_HTTP_IDEM_KEEP_RELEASE;
     }
 
@@ -420,7 +421,8 @@ ngx_http_idem_answer_keep(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
  */
 
 static ngx_uint_t
-ngx_http_idem_answer_replayed(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+ngx_http_idem_answer_replayed(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_int_t grpc)
 {
     ngx_uint_t                 i, status, *code;
     ngx_http_idem_loc_conf_t  *ilcf;
@@ -435,15 +437,34 @@ ngx_http_idem_answer_replayed(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     status = r->err_status ? r->err_status : r->headers_out.status;
     code = ilcf->dedupe_replay->elts;
 
+    /* no code listed (grpc= alone): every HTTP status */
+
     for (i = 0; i < ilcf->dedupe_replay->nelts; i++) {
         if (code[i] == status || code[i] == status / 100) {
-            return 1;
+            break;
         }
     }
 
+    if (ilcf->dedupe_replay->nelts && i == ilcf->dedupe_replay->nelts) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem dedupe: a %ui answer is not kept "
+                       "(idem_dedupe_replay): the claim is released", status);
+        return 0;
+    }
+
+    /* grpc=: a gRPC call's grpc-status, in its trailers or Trailers-Only */
+
+    if (ilcf->dedupe_replay_grpc == 0 || !ctx->grpc.on) {
+        return 1;
+    }
+
+    if (grpc >= 0 && (ilcf->dedupe_replay_grpc & ((ngx_uint_t) 1 << grpc))) {
+        return 1;
+    }
+
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idem dedupe: a %ui answer is not kept "
-                   "(idem_dedupe_replay): the claim is released", status);
+                   "idem dedupe: an answer with grpc-status %i is not kept "
+                   "(idem_dedupe_replay grpc=): the claim is released", grpc);
 
     return 0;
 }

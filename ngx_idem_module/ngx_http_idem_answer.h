@@ -19,7 +19,7 @@ ngx_int_t ngx_http_idem_answer_replay(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_str_t *answer);
 u_char ngx_http_idem_answer_keep(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t state, ngx_uint_t sent,
-    ngx_str_t *answer);
+    ngx_int_t grpc, ngx_str_t *answer);
 
 
 #endif /* _NGX_HTTP_IDEM_ANSWER_H_INCLUDED_ */

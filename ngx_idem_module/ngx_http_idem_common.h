@@ -38,6 +38,10 @@ typedef struct ngx_http_idem_problem_s    ngx_http_idem_problem_t;
 #define NGX_HTTP_IDEM_FORM_TOKEN         0
 #define NGX_HTTP_IDEM_FORM_STRING        1
 
+/* idem_dedupe_client_abort: an owner's upstream call when its client goes */
+#define NGX_HTTP_IDEM_CLIENT_ABORT_RUN   0
+#define NGX_HTTP_IDEM_CLIENT_ABORT_ABORT 1
+
 #define NGX_HTTP_IDEM_SOURCE_CLIENT      0
 #define NGX_HTTP_IDEM_SOURCE_GATEWAY     1
 #define NGX_HTTP_IDEM_SOURCE_VARIABLE    2   /* idem_call_id_from */
@@ -267,6 +271,9 @@ struct ngx_http_idem_loc_conf_s {
     ngx_flag_t                dedupe_fingerprint_body;
     size_t                    dedupe_store_max;
     ngx_array_t              *dedupe_replay;    /* NULL: every answer */
+    ngx_uint_t                dedupe_replay_grpc;   /* bit per grpc-status,
+                                                       0: every one */
+    ngx_uint_t                dedupe_client_abort;
     ngx_http_idem_header_t    dedupe_expires_header;  /* name.len 0: off */
     ngx_msec_t                dedupe_lease;  /* 0: budget + 5s, or 60s */
     ngx_msec_t                dedupe_wait;   /* 0: off */
@@ -408,6 +415,7 @@ typedef struct {
 
     unsigned                  balanced:1;   /* the balancer is wrapped */
     unsigned                  expire_after_backoff:1;
+    unsigned                  run_on:1;     /* a client gone is ignored */
 } ngx_http_idem_upstream_ctx_t;
 
 
@@ -575,6 +583,7 @@ typedef struct {
     ngx_atomic_t              dedupe_waits_answered;
     ngx_atomic_t              dedupe_waits_timed_out;
     ngx_atomic_t              dedupe_waits_full;
+    ngx_atomic_t              dedupe_client_gone;
     ngx_atomic_t              resolved_applied;
     ngx_atomic_t              resolved_not_applied;
     ngx_atomic_t              resolve_invalid;

@@ -174,6 +174,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
      *     ilcf->receipt_header = { { 0, NULL }, NULL, 0 };
      *     ilcf->dedupe_expires_header = { { 0, NULL }, NULL, 0 };
      *     ilcf->dedupe_durable_timeout = 0;
+     *     ilcf->dedupe_replay_grpc = 0;
      *     ilcf->variable_upstream_logged = 0;
      */
 
@@ -208,6 +209,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->dedupe_lease = NGX_CONF_UNSET_MSEC;
     ilcf->dedupe_wait = NGX_CONF_UNSET_MSEC;
     ilcf->dedupe_replay = NGX_CONF_UNSET_PTR;
+    ilcf->dedupe_client_abort = NGX_CONF_UNSET_UINT;
     ilcf->dedupe_durable = NGX_CONF_UNSET_UINT;
 
     ngx_http_idem_storm_create_conf(&ilcf->storm);
@@ -350,7 +352,17 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                               64 * 1024);
     ngx_conf_merge_msec_value(conf->dedupe_lease, prev->dedupe_lease, 0);
     ngx_conf_merge_msec_value(conf->dedupe_wait, prev->dedupe_wait, 0);
+
+    /* idem_dedupe_replay is one directive: its codes and grpc= together */
+
+    if (conf->dedupe_replay == NGX_CONF_UNSET_PTR) {
+        conf->dedupe_replay_grpc = prev->dedupe_replay_grpc;
+    }
+
     ngx_conf_merge_ptr_value(conf->dedupe_replay, prev->dedupe_replay, NULL);
+    ngx_conf_merge_uint_value(conf->dedupe_client_abort,
+                              prev->dedupe_client_abort,
+                              NGX_HTTP_IDEM_CLIENT_ABORT_RUN);
 
     /* idem_dedupe_durable is one directive: replicas and timeout together */
 

@@ -12,6 +12,13 @@
 #include "ngx_http_idem_util.h"
 
 
+#define NGX_HTTP_IDEM_GRPC_STATUSES  17
+
+
+static ngx_int_t ngx_http_idem_grpc_statuses(ngx_conf_t *cf,
+    ngx_command_t *cmd, ngx_str_t *list, ngx_uint_t *mask);
+
+
 /* idem_retry on=: the failures a retry may follow */
 
 static ngx_conf_bitmask_t  ngx_http_idem_retry_on[] = {
@@ -23,6 +30,29 @@ static ngx_conf_bitmask_t  ngx_http_idem_retry_on[] = {
     { ngx_string("http_504"), NGX_HTTP_UPSTREAM_FT_HTTP_504 },
     { ngx_string("http_429"), NGX_HTTP_UPSTREAM_FT_HTTP_429 },
     { ngx_null_string, 0 }
+};
+
+
+/* idem_dedupe_replay grpc=: gRPC's status codes, by number */
+
+static ngx_str_t  ngx_http_idem_grpc_names[] = {
+    ngx_string("OK"),
+    ngx_string("CANCELLED"),
+    ngx_string("UNKNOWN"),
+    ngx_string("INVALID_ARGUMENT"),
+    ngx_string("DEADLINE_EXCEEDED"),
+    ngx_string("NOT_FOUND"),
+    ngx_string("ALREADY_EXISTS"),
+    ngx_string("PERMISSION_DENIED"),
+    ngx_string("RESOURCE_EXHAUSTED"),
+    ngx_string("FAILED_PRECONDITION"),
+    ngx_string("ABORTED"),
+    ngx_string("OUT_OF_RANGE"),
+    ngx_string("UNIMPLEMENTED"),
+    ngx_string("INTERNAL"),
+    ngx_string("UNAVAILABLE"),
+    ngx_string("DATA_LOSS"),
+    ngx_string("UNAUTHENTICATED")
 };
 
 
@@ -580,8 +610,9 @@ ngx_http_idem_set_fingerprint(ngx_conf_t *cf, ngx_command_t *cmd,
 
 
 /*
- * idem_dedupe_replay 2xx 3xx 4xx 5xx | CODE ...: which answers are kept
- * for duplicates; a class is kept as its digit, a code as itself
+ * idem_dedupe_replay [2xx 3xx 4xx 5xx | CODE ...] [grpc=STATUS,...]: which
+ * answers are kept for duplicates; a class is kept as its digit, a code as
+ * itself, gRPC statuses (names or numbers) as bits of their own
  */
 
 char *
@@ -590,7 +621,7 @@ ngx_http_idem_set_replay(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_idem_loc_conf_t *ilcf = conf;
 
     ngx_int_t    n;
-    ngx_str_t   *value;
+    ngx_str_t   *value, list;
     ngx_uint_t   i, *code;
 
     if (ilcf->dedupe_replay != NGX_CONF_UNSET_PTR) {
@@ -607,6 +638,29 @@ ngx_http_idem_set_replay(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     for (i = 1; i < cf->args->nelts; i++) {
 
+        if (value[i].len >= 5
+            && ngx_strncmp(value[i].data, "grpc=", 5) == 0)
+        {
+            if (ilcf->dedupe_replay_grpc != 0) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "duplicate \"grpc=\" in \"%V\" directive",
+                                   &cmd->name);
+                return NGX_CONF_ERROR;
+            }
+
+            list.data = value[i].data + 5;
+            list.len = value[i].len - 5;
+
+            if (ngx_http_idem_grpc_statuses(cf, cmd, &list,
+                                            &ilcf->dedupe_replay_grpc)
+                != NGX_OK)
+            {
+                return NGX_CONF_ERROR;
+            }
+
+            continue;
+        }
+
         if (value[i].len == 3
             && value[i].data[1] == 'x' && value[i].data[2] == 'x'
             && value[i].data[0] >= '1' && value[i].data[0] <= '5')
@@ -619,8 +673,8 @@ ngx_http_idem_set_replay(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             if (value[i].len != 3 || n < 100 || n > 599) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                    "invalid value \"%V\" in \"%V\" "
-                                   "directive, it must be a class (2xx ...) "
-                                   "or a status code (100 to 599)",
+                                   "directive, it must be a class (2xx ...), "
+                                   "a status code (100 to 599) or grpc=",
                                    &value[i], &cmd->name);
                 return NGX_CONF_ERROR;
             }
@@ -635,6 +689,65 @@ ngx_http_idem_set_replay(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * "OK,NOT_FOUND,5": gRPC status names (any case) or numbers 0 to 16, a bit
+ * each in "mask"
+ */
+
+static ngx_int_t
+ngx_http_idem_grpc_statuses(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *list, ngx_uint_t *mask)
+{
+    u_char      *p, *last, *comma;
+    ngx_int_t    n;
+    ngx_str_t    name;
+    ngx_uint_t   k;
+
+    p = list->data;
+    last = list->data + list->len;
+
+    for ( ;; ) {
+        comma = ngx_strlchr(p, last, ',');
+
+        name.data = p;
+        name.len = (comma ? comma : last) - p;
+
+        n = ngx_atoi(name.data, name.len);
+
+        if (n == NGX_ERROR) {
+            for (k = 0; k < NGX_HTTP_IDEM_GRPC_STATUSES; k++) {
+                if (name.len == ngx_http_idem_grpc_names[k].len
+                    && ngx_strncasecmp(name.data,
+                                       ngx_http_idem_grpc_names[k].data,
+                                       name.len)
+                       == 0)
+                {
+                    n = (ngx_int_t) k;
+                    break;
+                }
+            }
+        }
+
+        if (n == NGX_ERROR || n >= NGX_HTTP_IDEM_GRPC_STATUSES) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid gRPC status \"%V\" in \"%V\" "
+                               "directive, it must be a name (OK, "
+                               "NOT_FOUND ...) or a number (0 to 16)",
+                               &name, &cmd->name);
+            return NGX_ERROR;
+        }
+
+        *mask |= (ngx_uint_t) 1 << n;
+
+        if (comma == NULL) {
+            return NGX_OK;
+        }
+
+        p = comma + 1;
+    }
 }
 
 

@@ -16,6 +16,7 @@
 #include "ngx_http_idem_deadline.h"
 #include "ngx_http_idem_dedupe.h"
 #include "ngx_http_idem_grpc.h"
+#include "ngx_http_idem_metrics.h"
 #include "ngx_http_idem_problem.h"
 #include "ngx_http_idem_record.h"
 
@@ -25,6 +26,7 @@ static ngx_int_t ngx_http_idem_deadline_page(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 static ngx_int_t ngx_http_idem_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
+static void ngx_http_idem_sink(ngx_chain_t *in);
 static ngx_int_t ngx_http_idem_request_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 
@@ -88,6 +90,19 @@ ngx_http_idem_header_filter(ngx_http_request_t *r)
         && ngx_http_idem_answer_header(r, ctx) != NGX_OK)
     {
         return NGX_ERROR;
+    }
+
+    /*
+     * An owner that runs on after its client left (idem_dedupe_client_
+     * abort run): the answer goes to the store, and nowhere else, so that
+     * nginx reads it to its end instead of giving up at the first write.
+     */
+
+    if (ctx->upstream.run_on && r->connection->error) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem: the client is gone, the answer is only kept");
+        ngx_http_idem_count(dedupe_client_gone);
+        return NGX_OK;
     }
 
     u = r->upstream;
@@ -171,13 +186,18 @@ ngx_http_idem_deadline_page(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 static ngx_int_t
 ngx_http_idem_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 {
+    ngx_int_t             rc;
     ngx_http_idem_ctx_t  *ctx;
 
+    ctx = ngx_http_idem_get_ctx(r);
+
     if (in == NULL) {
+        if (ctx != NULL && ctx->upstream.run_on && r->connection->error) {
+            return NGX_OK;
+        }
+
         return ngx_http_next_body_filter(r, in);
     }
-
-    ctx = ngx_http_idem_get_ctx(r);
 
     /* nginx's page goes, the problem comes in its place */
 
@@ -195,7 +215,43 @@ ngx_http_idem_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
         ngx_http_idem_answer_body(r, ctx, in);
     }
 
-    return ngx_http_next_body_filter(r, in);
+    if (ctx == NULL || !ctx->upstream.run_on) {
+        return ngx_http_next_body_filter(r, in);
+    }
+
+    /* an owner that runs on: a client gone takes nothing more (above) */
+
+    if (!r->connection->error) {
+        rc = ngx_http_next_body_filter(r, in);
+
+        if (rc != NGX_ERROR || !r->connection->error) {
+            return rc;
+        }
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem: the client went during the answer, "
+                       "the rest is only kept");
+        ngx_http_idem_count(dedupe_client_gone);
+    }
+
+    ngx_http_idem_sink(in);
+
+    return NGX_OK;
+}
+
+
+/* the buffers are taken, as a write would take them: nginx reads on */
+
+static void
+ngx_http_idem_sink(ngx_chain_t *in)
+{
+    for ( /* void */ ; in; in = in->next) {
+        in->buf->pos = in->buf->last;
+
+        if (in->buf->in_file) {
+            in->buf->file_pos = in->buf->file_last;
+        }
+    }
 }
 
 

@@ -110,6 +110,10 @@ static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
         "result=\"timed_out\"", NULL, dedupe_waits_timed_out),
     ngx_http_idem_metric("idem_dedupe_waits_total", "result=\"full\"",
         NULL, dedupe_waits_full),
+    ngx_http_idem_metric("idem_dedupe_client_gone_total", "",
+        "Owners on dedupe routes whose answer came after nginx found their "
+        "client gone: the upstream call ran on, the answer was only kept "
+        "(idem_dedupe_client_abort run).", dedupe_client_gone),
     ngx_http_idem_metric("idem_resolutions_total", "outcome=\"applied\"",
         "Calls that ended UNKNOWN resolved through the status endpoint.",
         resolved_applied),

@@ -51,6 +51,13 @@ static ngx_conf_enum_t  ngx_http_idem_forms[] = {
 };
 
 
+static ngx_conf_enum_t  ngx_http_idem_client_aborts[] = {
+    { ngx_string("run"), NGX_HTTP_IDEM_CLIENT_ABORT_RUN },
+    { ngx_string("abort"), NGX_HTTP_IDEM_CLIENT_ABORT_ABORT },
+    { ngx_null_string, 0 }
+};
+
+
 /*
  * idem_deadline (a budget over 10 minutes is most likely a unit mistake:
  * a warning), idem_dedupe_wait, idem_record_ttl, idem_dedupe_lease; a
@@ -309,6 +316,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
+
+    { ngx_string("idem_dedupe_client_abort"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_enum,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, dedupe_client_abort),
+      &ngx_http_idem_client_aborts },
 
     { ngx_string("idem_dedupe_durable"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE12,

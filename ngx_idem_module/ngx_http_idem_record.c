@@ -52,8 +52,8 @@
  * else UNKNOWN if any was UNKNOWN, else the latest's) and its first
  * execution survive the trim.  An execution dropped before it finished
  * counts as UNKNOWN: it may have run.  The claim's fields of the execution
- * that holds the dedupe claim ("o") stay: duplicates are answered from
- * them.
+ * that holds the dedupe claim ("o": "l:", "k:" and its resolution "z:")
+ * stay: duplicates are answered from them.
  */
 
 
@@ -438,7 +438,7 @@ ngx_http_idem_attempt_end(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         a->outcome = (a->status < NGX_HTTP_BAD_REQUEST)
                      ? NGX_HTTP_IDEM_OUTCOME_OK : NGX_HTTP_IDEM_OUTCOME_HTTP;
 
-    } else if (r->connection->error) {
+    } else if (r->connection->error && !ctx->upstream.run_on) {
         a->outcome = NGX_HTTP_IDEM_OUTCOME_CLIENT_ABORT;
 
     } else if (c != NULL && (c->read->timedout || c->write->timedout)) {
@@ -746,6 +746,8 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         keep = ngx_http_idem_answer_keep(r, ctx, state,
                                          ngx_http_idem_sent(r, ctx,
                                                             &unanswered),
+                                         ctx->grpc.on
+                                         ? ngx_http_idem_grpc_status(r) : -1,
                                          &answer);
     }
 

@@ -32,6 +32,8 @@
 
 static ngx_int_t ngx_http_idem_init_peer(ngx_http_request_t *r,
     ngx_http_upstream_srv_conf_t *us);
+static void ngx_http_idem_run_on(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_http_upstream_conf_t *conf);
 static ngx_int_t ngx_http_idem_get_peer(ngx_peer_connection_t *pc,
     void *data);
 static void ngx_http_idem_free_peer(ngx_peer_connection_t *pc, void *data,
@@ -236,7 +238,46 @@ ngx_http_idem_init_peer(ngx_http_request_t *r,
         u->peer.tries = 1;
     }
 
+    if (ctx->dedupe.owner
+        && ilcf->dedupe_client_abort == NGX_HTTP_IDEM_CLIENT_ABORT_RUN)
+    {
+        ngx_http_idem_run_on(r, ctx, conf);
+    }
+
     return NGX_OK;
+}
+
+
+/*
+ * A claim's owner runs its upstream call to its end when its client goes
+ * (idem_dedupe_client_abort run): its answer is kept for the resend,
+ * where an abort would leave the call UNKNOWN.  The budget and the
+ * upstream's timeouts still end it.  nginx set its checks of the client
+ * from the location's conf before this init ran: they are undone as
+ * ignore_client_abort would have left them (the body is read whole on a
+ * dedupe route).
+ */
+
+static void
+ngx_http_idem_run_on(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_http_upstream_conf_t *conf)
+{
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem dedupe: the owner's call runs on if its client goes");
+
+    ctx->upstream.run_on = 1;
+
+    if (conf->ignore_client_abort || conf->store || r->post_action) {
+        return;
+    }
+
+    conf->ignore_client_abort = 1;
+
+    if (!r->reading_body) {
+        r->read_event_handler = ngx_http_block_reading;
+    }
+
+    r->write_event_handler = ngx_http_request_empty_handler;
 }
 
 
@@ -429,7 +470,9 @@ ngx_http_idem_may_retry(ngx_http_idem_ctx_t *ctx, ngx_http_upstream_t *u)
     r = ctx->request;
     ilcf = ctx->conf;
 
-    if (r->connection->error) {
+    /* an owner that runs on retries for the resend (client_abort run) */
+
+    if (r->connection->error && !ctx->upstream.run_on) {
         return 0;
     }
 

@@ -3,7 +3,7 @@
 
 use Test::Nginx::Socket 'no_plan';
 
-# No repeat_each(2): 49 of its 54 blocks are configurations nginx must
+# No repeat_each(2): 56 of its 63 blocks are configurations nginx must
 # refuse (no request, no worker); running each twice only doubles the time.
 
 no_long_string();
@@ -530,7 +530,107 @@ invalid value "scope_digest=yes" in "idem_status" directive, it must be "scope_d
 
 
 
-=== TEST 48: idem_call_id_from needs a variable
+=== TEST 48: idem_dedupe_client_abort takes run or abort
+--- config
+    location /t { idem_dedupe_client_abort stop; }
+--- must_die
+--- error_log
+invalid value "stop" in "idem_dedupe_client_abort" directive, it must be "run" or "abort"
+
+
+
+=== TEST 49: idem_dedupe_client_abort takes one value
+--- config
+    location /t { idem_dedupe_client_abort run abort; }
+--- must_die
+--- error_log
+invalid number of arguments in "idem_dedupe_client_abort" directive
+
+
+
+=== TEST 50: idem_dedupe_client_abort run and abort are accepted in http, server and location
+--- http_config
+    idem_dedupe_client_abort abort;
+--- config
+    idem_dedupe_client_abort run;
+    location /t {
+        idem_dedupe_client_abort abort;
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- no_error_log
+[error]
+
+
+
+=== TEST 51: idem_dedupe_replay grpc= refuses a status it does not know
+--- config
+    location /t { idem_dedupe_replay 2xx grpc=OK,GONE; }
+--- must_die
+--- error_log
+invalid gRPC status "GONE" in "idem_dedupe_replay" directive, it must be a name (OK, NOT_FOUND ...) or a number (0 to 16)
+
+
+
+=== TEST 52: ... a number past 16
+--- config
+    location /a { idem_dedupe_replay grpc=17; }
+--- must_die
+--- error_log
+invalid gRPC status "17" in "idem_dedupe_replay" directive
+
+
+
+=== TEST 53: ... an empty list
+--- config
+    location /a { idem_dedupe_replay grpc=; }
+--- must_die
+--- error_log
+invalid gRPC status "" in "idem_dedupe_replay" directive
+
+
+
+=== TEST 54: ... an empty item
+--- config
+    location /a { idem_dedupe_replay grpc=OK,,5; }
+--- must_die
+--- error_log
+invalid gRPC status "" in "idem_dedupe_replay" directive
+
+
+
+=== TEST 55: ... and a second grpc=
+--- config
+    location /a { idem_dedupe_replay grpc=OK grpc=5; }
+--- must_die
+--- error_log
+duplicate "grpc=" in "idem_dedupe_replay" directive
+
+
+
+=== TEST 56: idem_dedupe_replay with grpc= alone, with codes, by names in any case and by numbers
+--- config
+    location /a {
+        idem_dedupe_replay grpc=OK,not_found,Unavailable,16;
+        return 200 "a\n";
+    }
+    location /b {
+        idem_dedupe_replay 2xx 409 grpc=0;
+        return 200 "b\n";
+    }
+--- request
+GET /a
+--- response_body
+a
+--- no_error_log
+[error]
+
+
+
+=== TEST 57: idem_call_id_from needs a variable
 --- config
     location /t { idem_call_id_from fixed-id; }
 --- must_die
@@ -539,7 +639,7 @@ invalid value "fixed-id" in "idem_call_id_from" directive, it must hold a variab
 
 
 
-=== TEST 49: idem_call_id_json refuses a path that is not keys and [indexes]
+=== TEST 58: idem_call_id_json refuses a path that is not keys and [indexes]
 --- config
     location /t { idem_call_id_json data..id; }
 --- must_die
@@ -548,7 +648,7 @@ invalid path "data..id" in "idem_call_id_json" directive: an empty key
 
 
 
-=== TEST 50: idem_call_id_json refuses an index that is not digits
+=== TEST 59: idem_call_id_json refuses an index that is not digits
 --- config
     location /t { idem_call_id_json Records[first].messageId; }
 --- must_die
@@ -557,7 +657,7 @@ invalid path "Records[first].messageId" in "idem_call_id_json" directive: an ind
 
 
 
-=== TEST 51: idem_call_id_json max= is a size from 2 to 16m
+=== TEST 60: idem_call_id_json max= is a size from 2 to 16m
 --- config
     location /t { idem_call_id_json id max=1g; }
 --- must_die
@@ -566,7 +666,7 @@ invalid value "max=1g" in "idem_call_id_json" directive, max must be a size from
 
 
 
-=== TEST 52: idem_call_id_json with an unknown parameter
+=== TEST 61: idem_call_id_json with an unknown parameter
 --- config
     location /t { idem_call_id_json id hash; }
 --- must_die
@@ -575,7 +675,7 @@ invalid parameter "hash" in "idem_call_id_json" directive
 
 
 
-=== TEST 53: idem_call_id_from and idem_call_id_json in one place
+=== TEST 62: idem_call_id_from and idem_call_id_json in one place
 --- config
     location /t {
         idem_call_id_from $http_x_github_delivery;
@@ -587,7 +687,7 @@ invalid parameter "hash" in "idem_call_id_json" directive
 
 
 
-=== TEST 54: idem_dedupe_fingerprint is "method uri" or "method uri body"
+=== TEST 63: idem_dedupe_fingerprint is "method uri" or "method uri body"
 --- config
     location /t { idem_dedupe_fingerprint method body; }
 --- must_die

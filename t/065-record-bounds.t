@@ -248,6 +248,83 @@ GET /calls/rb-huge
 
 
 
+=== TEST 7b: ... and so does its resolution: applied, summarised by the trim, a resend still gets 409 call-applied
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_record_max_executions 2;
+--- config
+    location /u {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /r {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- request eval
+["POST /u\norder=1", "POST /calls/rb-res-a\n{\"outcome\": \"applied\"}",
+ "GET /r", "GET /r", "GET /r", "POST /u\norder=1", "GET /calls/rb-res-a"]
+--- more_headers eval
+["X-Call-Id: rb-res-a", "", "X-Call-Id: rb-res-a", "X-Call-Id: rb-res-a",
+ "X-Call-Id: rb-res-a", "X-Call-Id: rb-res-a", ""]
+--- wait: 0.05
+--- error_code eval
+[504, 200, 200, 200, 200, 409, 200]
+--- response_body_like eval
+["", '"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied"',
+ '\nn=2 [^\n]*\n\z', '\nn=3 [^\n]*\n\z', '\nn=4 [^\n]*\n\z',
+ 'problem:call-applied"',
+ '^\{"call_id":"rb-res-a",.*"state":"SUCCESS",.*"uri":"/u",.*"executions":4,"attempts":\[\{"execution":3,"n":1,[^}]*\},\{"execution":4,"n":1,[^}]*\}\]\}$']
+--- no_error_log
+[alert]
+
+
+
+=== TEST 7c: ... not_applied, summarised: a resend is still released, and runs
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_record_max_executions 2;
+--- config
+    location /u {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /r {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- request eval
+["POST /u\norder=1", "POST /calls/rb-res-n\n{\"outcome\": \"not_applied\"}",
+ "GET /r", "GET /r", "GET /r", "POST /u\norder=1"]
+--- more_headers eval
+["X-Call-Id: rb-res-n", "", "X-Call-Id: rb-res-n", "X-Call-Id: rb-res-n",
+ "X-Call-Id: rb-res-n", "X-Call-Id: rb-res-n"]
+--- wait: 0.05
+--- error_code eval
+[504, 200, 200, 200, 200, 200]
+--- response_body_like eval
+["", '"state":"FAILED",.*"resolved":\{"execution":1,"outcome":"not_applied"',
+ '\nn=2 [^\n]*\n\z', '\nn=3 [^\n]*\n\z', '\nn=4 [^\n]*\n\z',
+ '\nn=5 [^\n]*method=POST body=order=1\n\z']
+--- no_error_log
+[alert]
+
+
+
 === TEST 8: with a cap of 8, older executions go in batches: 10 calls keep 10
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;

@@ -141,7 +141,7 @@ X-Call-Id: rp-4
     }
 --- must_die
 --- error_log
-invalid value "6xx" in "idem_dedupe_replay" directive, it must be a class (2xx ...) or a status code (100 to 599)
+invalid value "6xx" in "idem_dedupe_replay" directive, it must be a class (2xx ...), a status code (100 to 599) or grpc=
 
 
 

@@ -4,7 +4,8 @@
 #     starts (the worker ends the call and exits);
 #   - a reload during the backoff: the old worker finishes the call, the
 #     next attempt included;
-#   - the client leaves during the backoff: no further attempt.
+#   - the client leaves during the backoff: no further attempt (on a
+#     dedupe route the owner's call goes on: t/118 TEST 7).
 # The backend asks for the wait with Retry-After; its log (util/backend.pl)
 # shows what reached it.
 #

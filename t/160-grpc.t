@@ -791,3 +791,105 @@ H1 1 200 "-" "chunked" "true" "0" POST /h1/svc/Call HTTP/1.1
 H1 2 200 "5" "-" "-" "-" GET /next HTTP/1.1
 --- no_error_log
 [error]
+
+
+
+=== TEST 20: idem_dedupe_replay grpc=OK: a Trailers-Only UNAVAILABLE (14) is not kept, the claim is released and the resend runs again; its OK is kept and replayed
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_call_id_missing reject;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            idem_dedupe_replay grpc=OK;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location /g/svc/Pay {
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/grpc/14/1;
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /g/svc/Pay\nm1", "POST /g/svc/Pay\nm1", "POST /g/svc/Pay\nm1",
+ "GET /log/g-20"]
+--- more_headers eval
+["Content-Type: application/grpc\nX-Call-Id: g-20",
+ "Content-Type: application/grpc\nX-Call-Id: g-20",
+ "Content-Type: application/grpc\nX-Call-Id: g-20", ""]
+--- error_code eval
+[200, 200, 200, 200]
+--- response_headers eval
+["grpc-status: 14\n!Idempotent-Replayed",
+ "grpc-status: 0\n!Idempotent-Replayed",
+ "grpc-status: 0\nIdempotent-Replayed: true", ""]
+--- response_body_like eval
+["\\A\\z", "\\An=1 [^\n]*\nn=2 [^\n]*\n\\z", "\\An=1 [^\n]*\nn=2 [^\n]*\n\\z",
+ "\\An=1 [^\n]*\nn=2 [^\n]*\n\\z"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 21: idem_dedupe_replay grpc=OK,NOT_FOUND reads grpc-status in the trailers: NOT_FOUND (5) is kept and replayed, UNAVAILABLE (14) is not (the resend runs again: the service's log shows two requests)
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_call_id_missing reject;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            idem_dedupe_replay 2xx grpc=OK,NOT_FOUND;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location /g/svc/Find {
+            add_trailer grpc-status 5;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+        }
+        location /g/svc/Down {
+            add_trailer grpc-status 14;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /g/svc/Find\nm1", "POST /g/svc/Find\nm1",
+ "POST /g/svc/Down\nm1", "POST /g/svc/Down\nm1"]
+--- more_headers eval
+["Content-Type: application/grpc\nX-Call-Id: g-21a",
+ "Content-Type: application/grpc\nX-Call-Id: g-21a",
+ "Content-Type: application/grpc\nX-Call-Id: g-21b",
+ "Content-Type: application/grpc\nX-Call-Id: g-21b"]
+--- error_code eval
+[200, 200, 200, 200]
+--- response_body_like eval
+["\\An=1 [^\n]*\n\\z", "\\An=1 [^\n]*\n\\z",
+ "\\An=1 [^\n]*\n\\z", "\\An=1 [^\n]*\nn=2 [^\n]*\n\\z"]
+--- response_headers eval
+["!Idempotent-Replayed", "Idempotent-Replayed: true",
+ "!Idempotent-Replayed", "!Idempotent-Replayed"]
+--- no_error_log
+[error]

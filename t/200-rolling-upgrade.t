@@ -1,36 +1,54 @@
 # A rolling upgrade: the previous release (0.6.0, built from this
 # repository's history by util/build-release.sh) and this one serve the
 # same call ids on one Redis, with the same routes, as they do while
-# gateways are upgraded one at a time (docs/install.md, "Upgrading"):
+# gateways are upgraded one at a time (docs/install.md, "Upgrading").
+# Packages of 0.6.0 were built from several commits (debian/changelog
+# read 0.6.0 until 5764a76): two of them run here, the first package's
+# (1db18b0, "0.6.0" below) and the last one before resolutions (72fcf72,
+# the parent of 0726471), which has the trim (idem_record_max_executions),
+# short records, leases as this version writes them and "v" = 1:
 #
 #  1. 0.6 refuses idem_dedupe_wait (nginx -t): it has no waiting
-#     duplicates;
+#     duplicates; 1db18b0 refuses idem_record_max_executions (no trim);
 #  2. records: one written by either version is read by the other's status
 #     endpoint, also when both wrote executions of the id; a record of
 #     this version states its format ("v" = 1), one of 0.6 has none; a
 #     short record (idem_record_short on, the default) is what 0.6 cannot
-#     read nor add to: the documented reason to hold it back;
+#     read nor add to: the documented reason to hold it back; 72fcf72
+#     writes "v" = 1 and short records itself, reads this version's and
+#     adds to them;
 #  3. an answer stored by one is replayed by the other, both ways;
 #  4. an id in flight on one gateway: 409 on the other, both ways, and
-#     the other's status endpoint shows it in progress;
+#     the other's status endpoint shows it in progress (call-in-flight,
+#     but 1db18b0 reads this version's lease as lapsed);
 #  5. the id with another body: 422 on the other, both ways;
 #  6. a duplicate that waits (idem_dedupe_wait) on this version for an
 #     owner on 0.6 gets the owner's answer;
+#  (3-6 with each of the two 0.6.0 builds)
 #  7. resolutions (idem_status resolve=on), held back until every gateway
 #     runs this version: the known outcome while a 0.6 gateway serves the
 #     id (it reads the resolved call UNKNOWN and answers 409
 #     call-outcome-unknown, never runs it again); a resolution of a
 #     record 0.6 made states the format it added ("v" = 1); a 0.6 write
-#     to a resolved record leaves the resolution in place.
+#     to a resolved record leaves the resolution in place;
+#  8. but the trim of 72fcf72 (a record past idem_record_max_executions)
+#     loses it: the resolved execution is folded into the summary as
+#     UNKNOWN and its "z:" left orphaned; every gateway then reads the
+#     record UNKNOWN without the resolution, a resend gets 409
+#     call-outcome-unknown on 72fcf72 and what the resolution said on
+#     this version (409 call-applied, or released and run again), also
+#     after a trim of its own, which keeps the claim's "z:".
 #
 # The backend counts each call id's executions (/log/ID): none ran twice.
 #
-# Plain Test::More: three nginx instances (0.6; this version as the
-# upgrade guide sets it, idem_record_short off; this version with its
-# defaults and a waiting route) run by t/lib/IdemNginx.pm; the clients
+# Plain Test::More: five nginx instances (0.6.0 of 1db18b0; this version
+# as the upgrade guide sets it, idem_record_short off; this version with
+# its defaults and a waiting route; 0.6.0 of 72fcf72 with its defaults
+# and idem_record_max_executions 2; this version with idem_record_short
+# off and the same cap) run by t/lib/IdemNginx.pm; the clients
 # and the backend's counter are t/lib/IdemGateway.pm's, the records read
 # with t/lib/IdemRecord.pm.  Skipped, with a message, where the
-# repository has no history to build 0.6.0 from.
+# repository has no history to build the 0.6.0 builds from.
 
 use strict;
 use warnings;
@@ -48,19 +66,36 @@ my $redis = $ENV{TEST_NGINX_REDIS_PORT}
 my $backend = $ENV{TEST_NGINX_BACKEND_PORT}
     or plan skip_all => 'TEST_NGINX_BACKEND_PORT is not set (use make test)';
 
-# the previous release: the commit of its package (debian/changelog)
+# the releases are built against Debian's nginx, as their packages were
+# (an upgrade of the package is what runs two of them side by side): with
+# another nginx (make test NGINX=...), their modules would not load
+{
+    my ($want, $have) = map { my $v = `$_ -v 2>&1`; chomp $v; $v }
+                        '/usr/sbin/nginx', IdemNginx::binary();
+    plan skip_all => "the previous releases are built for Debian's nginx "
+                     . "($want), not for this one ($have)"
+        if $want ne $have;
+}
+
+# the previous release: the commit of its first package (debian/changelog)
 my ($release, $commit) = ('0.6.0', '1db18b0');
+# and the last commit whose debian/changelog still read 0.6.0 before
+# resolutions came (0726471): packages of 0.6.0 were built from it too
+my ($pre_release, $pre_commit) = ('0.6-pre-resolutions', '72fcf72');
 
 my $root = IdemNginx::root();
-my $old_so = `$root/util/build-release.sh $commit $release`;
-my $rc = $? >> 8;
-plan skip_all => "release $release cannot be built here (not a git "
-                 . 'checkout with its history)' if $rc == 2;
-BAIL_OUT("util/build-release.sh $commit $release failed") if $rc != 0;
-chomp $old_so;
+my ($old_so, $pre_so) = map {
+    my $so = `$root/util/build-release.sh $_->[0] $_->[1]`;
+    my $rc = $? >> 8;
+    plan skip_all => "release $_->[1] cannot be built here (not a git "
+                     . 'checkout with its history)' if $rc == 2;
+    BAIL_OUT("util/build-release.sh $_->[0] $_->[1] failed") if $rc != 0;
+    chomp $so;
+    $so;
+} [$commit, $release], [$pre_commit, $pre_release];
 
 my $base = IdemNginx::base_port();
-my ($old, $new, $new2) = ($base + 200, $base + 201, $base + 202);
+my ($old, $new, $new2, $pre, $new3) = map { $base + $_ } 200 .. 204;
 my $prefix = "ru:$$:";            # the Redis keys of this run only
 my $timeout = 10;                 # seconds, every wait
 my $n = 0;
@@ -69,7 +104,7 @@ END {
     local $?;
     system("redis-cli -p $redis --scan --pattern '$prefix*' "
            . "| xargs -r redis-cli -p $redis del >/dev/null 2>&1")
-        if $redis;
+        if $redis && defined $prefix;
 }
 
 
@@ -85,14 +120,29 @@ END {
     my $out = `$cmd 2>&1`;
     like($out, qr/unknown directive "idem_dedupe_wait"/,
          "$release refuses idem_dedupe_wait: nginx -t fails");
+
+    # which 0.6.0 build runs: only those with the trim know
+    # idem_record_max_executions (docs/install.md)
+    with_module($old_so, sub { $ng->write_conf(conf($old, 'pre')) });
+    $out = `$cmd 2>&1`;
+    like($out, qr/unknown directive "idem_record_max_executions"/,
+         "$release ($commit) refuses idem_record_max_executions: no trim");
 }
 
-my %name = ($old => $release, $new => 'this version',
-            $new2 => 'this version (defaults)');
+my $v06 = "$release ($commit)";     # in the tests' names
+my %name = ($old => $v06, $new => 'this version',
+            $new2 => 'this version (defaults)',
+            $pre => "0.6.0 ($pre_commit)",
+            $new3 => 'this version (a cap of 2)');
 my %gw = (
     $old => start_gw('ru-old', $old, $old_so, 'old'),
     $new => start_gw('ru-new', $new, undef, 'new'),
     $new2 => start_gw('ru-new2', $new2, undef, 'new2', wait => '10s'),
+    # idem_record_max_executions 2: its trim runs at a record's third
+    # execution
+    $pre => start_gw('ru-pre', $pre, $pre_so, 'pre'),
+    # this version as 'new', with the same cap
+    $new3 => start_gw('ru-new3', $new3, undef, 'new3'),
 );
 
 
@@ -108,14 +158,14 @@ my %gw = (
     is($f{v}, '1', 'its record states its format: v = 1');
     my $st = settled_status($old, $id);
     like($st && $st->{body}, qr/"state":"SUCCESS".*"executions":1[,}]/,
-         "$release reads it: SUCCESS, one execution");
+         "$v06 reads it: SUCCESS, one execution");
 }
 
 {
     my $id = fresh_id();
-    is(code(send_all([$old, get('/t', $id)])), 200, "a call through $release");
+    is(code(send_all([$old, get('/t', $id)])), 200, "a call through $v06");
     my %f = wait_fields($id, 'f:');
-    ok(!exists $f{v}, "$release\'s record has no v (its format, 0)");
+    ok(!exists $f{v}, "$v06\'s record has no v (its format, 0)");
     my $st = settled_status($new, $id);
     like($st && $st->{body}, qr/"state":"SUCCESS".*"executions":1[,}]/,
          "this version reads it: SUCCESS, one execution");
@@ -147,24 +197,58 @@ my %gw = (
 
     # the known outcome, and the reason for idem_record_short off
     my $st = send_all([$old, get("/_idem/calls/$id")]);
-    is(code($st), 503, "$release cannot read a short record: 503");
+    is(code($st), 503, "$v06 cannot read a short record: 503");
 
     my $pos = $gw{$old}->log_pos;
     is(code(send_all([$old, get('/t', $id)])), 200, "the id through "
-       . "$release");
+       . "$v06");
     ok($gw{$old}->wait_log(qr/WRONGTYPE/, $pos, $timeout),
-       "$release\'s write to the short record fails (WRONGTYPE), logged");
+       "$v06\'s write to the short record fails (WRONGTYPE), logged");
     $st = settled_status($new, $id);
     like($st && $st->{body}, qr/"executions":1[,}]/,
          "its execution is not in the record");
 }
 
+# the later 0.6.0 build: its records are of format 1 already, short ones
+# by default, and it reads and adds to this version's short records
+
+{
+    my $id = fresh_id();
+    is(code(send_all([$pre, get('/t', $id)])), 200, "a call through "
+       . "$name{$pre}");
+    my %f = wait_fields($id, 'f:');
+    is(IdemRecord::type($redis, key($id)), 'string', 'its record is short '
+       . '(idem_record_short on, its default)');
+    is($f{v}, '1', 'it states format 1: v = 1');
+    my $st = settled_status($new, $id);
+    like($st && $st->{body}, qr/"state":"SUCCESS".*"executions":1[,}]/,
+         'this version reads it: SUCCESS, one execution');
+}
+
+{
+    my $id = fresh_id();
+    is(code(send_all([$new2, get('/t', $id)])), 200, 'a short record '
+       . 'written by this version');
+    wait_fields($id, 'f:');
+    is(IdemRecord::type($redis, key($id)), 'string', 'it is short');
+    my $st = settled_status($pre, $id);
+    like($st && $st->{body}, qr/"state":"SUCCESS".*"executions":1[,}]/,
+         "$name{$pre} reads it");
+    is(code(send_all([$pre, get('/t', $id)])), 200, "the id through "
+       . "$name{$pre}");
+    wait_fields($id, ('f:') x 2);
+    $st = settled_status($new, $id);
+    like($st && $st->{body}, qr/"state":"SUCCESS".*"executions":2[,}]/,
+         'its execution is added: this version reads two');
+}
+
 
 # 3. an answer stored by one version, replayed by the other
 
-my %done;           # gateway that ran it: id, body
+my %done;           # "<gateway that ran it> <the other>": id, body
+my @pairs = map { ([$_, $new], [$new, $_]) } $old, $pre;
 
-for my $pair ([$old, $new], [$new, $old]) {
+for my $pair (@pairs) {
     my ($one, $two) = @$pair;
     my $id = fresh_id();
     my $body = qq({"order":"$id"});
@@ -178,13 +262,13 @@ for my $pair ([$old, $new], [$new, $old]) {
        . "$name{$one} stored")
         or diag(describe($dup));
     is(runs($id), 1, 'the backend ran it once');
-    $done{$one} = [$id, $body];
+    $done{"$one $two"} = [$id, $body];
 }
 
 
 # 4. in flight on one version: 409 on the other
 
-for my $pair ([$old, $new], [$new, $old]) {
+for my $pair (@pairs) {
     my ($one, $two) = @$pair;
     my $id = fresh_id();
     my $body = qq({"slow":"$id"});
@@ -196,8 +280,9 @@ for my $pair ([$old, $new], [$new, $old]) {
     is(code($dup), 409, "$name{$two} answers 409 while $name{$one} runs it")
         or diag(describe($dup));
 
-    # 0.6 reads this version's first lease ("+<lease> <ttl>") as lapsed:
-    # the 409 says outcome unknown, not in flight (docs/install.md)
+    # 0.6.0 of 1db18b0 reads this version's first lease ("+<lease>
+    # <ttl>") as lapsed: the 409 says outcome unknown, not in flight; the
+    # later build reads it (docs/install.md)
     my $type = $two == $old && $one != $old ? 'call-outcome-unknown'
                                         : 'call-in-flight';
     like($dup && $dup->{body}, qr/problem:$type"/, "its type: $type");
@@ -217,9 +302,9 @@ for my $pair ([$old, $new], [$new, $old]) {
 
 # 5. another body under the id: 422 on the other version
 
-for my $pair ([$old, $new], [$new, $old]) {
+for my $pair (@pairs) {
     my ($one, $two) = @$pair;
-    my ($id, $body) = @{ $done{$one} };
+    my ($id, $body) = @{ $done{"$one $two"} };
     my $res = send_all([$two, post($id, qq({"order":"other"}), '/q')]);
     is(code($res), 422, "$name{$two}: 422 for another body under "
        . "$name{$one}\'s id");
@@ -231,18 +316,18 @@ for my $pair ([$old, $new], [$new, $old]) {
 
 # 6. a duplicate that waits on this version for an owner on 0.6
 
-{
+for my $o ($old, $pre) {
     my $id = fresh_id();
     my $body = qq({"wait":"$id"});
 
-    my $owner = start_req($old, post($id, $body, '/d'));
+    my $owner = start_req($o, post($id, $body, '/d'));
     wait_fields($id, 'd', 'o', 'l:');
 
     my $t0 = time;
     my $waiter = start_req($new2, post($id, $body, '/d'));
     my $orig = finish($owner);
     my $got = finish($waiter);
-    ok(is_original($orig), "the owner on $release answers");
+    ok(is_original($orig), "the owner on $name{$o} answers");
     ok(is_replay($got, $orig), 'the waiter on this version gets its '
        . 'answer replayed') or diag(describe($got));
     is(runs($id), 1, 'the backend ran it once');
@@ -264,18 +349,18 @@ for my $pair ([$old, $new], [$new, $old]) {
     like(status_body($new, $id), qr/"state":"SUCCESS"/,
          'this version reads SUCCESS');
     like(status_body($old, $id), qr/"state":"UNKNOWN"/,
-         "$release ignores the resolution: UNKNOWN (the known outcome)");
+         "$v06 ignores the resolution: UNKNOWN (the known outcome)");
 
     like(body(send_all([$new, post($id, 'x', '/u')])),
          qr/problem:call-applied"/, 'a resend through this version: 409 '
          . 'call-applied');
     like(body(send_all([$old, post($id, 'x', '/u')])),
-         qr/problem:call-outcome-unknown"/, "through $release: 409 "
+         qr/problem:call-outcome-unknown"/, "through $v06: 409 "
          . 'call-outcome-unknown, not run again');
     is(runs($id), 1, 'the backend ran it once');
 
     # a 0.6 write to the resolved record (another execution of the id)
-    is(code(send_all([$old, get('/t', $id)])), 200, "$release records "
+    is(code(send_all([$old, get('/t', $id)])), 200, "$v06 records "
        . 'another execution of the id');
     my %f = wait_fields($id, 'f:', 'f:');
     is(scalar(grep { /^z:/ } keys %f), 1, 'the resolution is still there');
@@ -292,7 +377,7 @@ for my $pair ([$old, $new], [$new, $old]) {
          'resolved not applied through this version');
 
     like(body(send_all([$old, post($id, 'x', '/u')])),
-         qr/problem:call-outcome-unknown"/, "a resend through $release: "
+         qr/problem:call-outcome-unknown"/, "a resend through $v06: "
          . '409 call-outcome-unknown (not released there)');
     is(runs($id), 1, 'not run again');
     is(code(send_all([$new, post($id, 'x', '/u')])), 200, 'through this '
@@ -303,16 +388,97 @@ for my $pair ([$old, $new], [$new, $old]) {
 {
     my $id = fresh_id();
     is(code(send_all([$old, post($id, 'x', '/u')])), 504, "a call through "
-       . "$release ends UNKNOWN");
+       . "$v06 ends UNKNOWN");
     my %f = wait_fields($id, 'k:');
-    ok(!exists $f{v}, "its record has no v ($release\'s format)");
+    ok(!exists $f{v}, "its record has no v ($v06\'s format)");
     like(body(resolve($new, $id, 'applied')), qr/"state":"SUCCESS"/,
          'resolved through this version');
     %f = IdemRecord::fields($redis, key($id));
     is($f{v}, '1', 'the resolution states the format it added: v = 1');
     like(status_body($old, $id), qr/"state":"UNKNOWN"/,
-         "$release still reads the record (UNKNOWN)");
+         "$v06 still reads the record (UNKNOWN)");
     is(runs($id), 1, 'the backend ran it once');
+}
+
+
+# 8. a resolution and the trim of a 0.6.0 build that has one
+#    (idem_record_max_executions) but no resolutions (72fcf72): a call
+#    ends UNKNOWN on this version, is resolved here, and the later 0.6.0
+#    build then writes two more executions of the id (its /tf: records
+#    only, the backend answers 409, so FAILED), the record's third: its
+#    trim keeps the newest two and folds the resolved one into the
+#    summary "x" as UNKNOWN (its script does not know "z:"), deleting
+#    its fields but the claim's (k:, l:) and "z:", left without its
+#    execution.  The known outcome (docs/install.md): every gateway reads
+#    the record UNKNOWN, with no resolution; a resend gets 409
+#    call-outcome-unknown on 0.6.0, and on this version what the
+#    resolution said (its claim script reads the "z:" of the claim's
+#    execution, which is still there, and which a trim of this version
+#    keeps: fails without it); nothing ran twice that the resolution did
+#    not release.
+
+for my $outcome ('applied', 'not_applied') {
+    my $id = fresh_id();
+    is(code(send_all([$new, post($id, 'x', '/u')])), 504, "$outcome: a "
+       . 'call ends UNKNOWN on this version');
+    my %f = wait_fields($id, 'k:');
+    my $o = $f{o};
+    my $state = $outcome eq 'applied' ? 'SUCCESS' : 'FAILED';
+    like(body(resolve($new, $id, $outcome)), qr/"state":"$state"/,
+         "resolved $outcome through this version: $state");
+    like(status_body($pre, $id), qr/"state":"UNKNOWN"/,
+         "$name{$pre} ignores the resolution: UNKNOWN");
+
+    is(code(send_all([$pre, get('/tf', $id)])), 409, "$name{$pre} "
+       . 'records another execution of the id (FAILED)');
+    wait_fields($id, ('f:') x 2);
+    like(status_body($new, $id), qr/"state":"$state".*"resolved":\{/,
+         "below the cap, this version still reads it $state, resolved");
+    is(code(send_all([$pre, get('/tf', $id)])), 409, 'and another, the '
+       . "record's third: past idem_record_max_executions 2");
+    %f = wait_fields($id, 'x');
+    like($f{x} // '', qr/^1 0 1 /, "its trim folded the resolved "
+         . 'execution into the summary as UNKNOWN (x: 1 dropped, 0 '
+         . 'succeeded, 1 unknown)') or diag("x = " . ($f{x} // 'none'));
+    ok(!exists $f{"e:$o"} && !exists $f{"f:$o"}, 'its fields are gone');
+    ok(exists $f{"z:$o"}, 'its resolution is left, without its execution '
+       . '(orphaned)');
+    ok(exists $f{"k:$o"} && exists $f{"l:$o"}, 'its claim stays (k:, l:)');
+
+    for my $gw ($new, $pre) {
+        my $st = settled_status($gw, $id);
+        like($st && $st->{body}, qr/"state":"UNKNOWN".*"executions":3[,}]/,
+             "$name{$gw} reads the record UNKNOWN, three executions (the "
+             . 'resolution lost)');
+        unlike($st && $st->{body}, qr/"resolved"/, '"resolved" is gone');
+    }
+
+    like(body(send_all([$pre, post($id, 'x', '/u')])),
+         qr/problem:call-outcome-unknown"/, "a resend through $name{$pre}: "
+         . '409 call-outcome-unknown');
+    is(posts($id), 1, 'not run again');
+
+    # a trim by this version (same cap) keeps the claim's z:, orphaned
+    # or not (t/065)
+    is(code(send_all([$new3, get('/tf', $id)])), 409, 'this version '
+       . 'records another execution of the id: its own trim runs');
+    my $end = time + $timeout;
+    sleep 0.05 until (field($id, 'x') // '') =~ /^2 / || time > $end;
+    like(field($id, 'x'), qr/^2 0 1 /, 'its summary counts one more '
+         . 'dropped (FAILED), still one UNKNOWN');
+    ok(defined field($id, "z:$o"), 'the orphaned resolution is kept (the '
+       . "claim's)");
+
+    if ($outcome eq 'applied') {
+        like(body(send_all([$new, post($id, 'x', '/u')])),
+             qr/problem:call-applied"/, 'through this version: 409 '
+             . 'call-applied (the claim reads the orphaned z:)');
+        is(posts($id), 1, 'the backend ran the call once');
+    } else {
+        is(code(send_all([$new, post($id, 'x', '/u')])), 200, 'through '
+           . 'this version: released by the orphaned z:, it runs');
+        is(posts($id), 2, 'the backend ran it a second time, as resolved');
+    }
 }
 
 
@@ -341,8 +507,12 @@ sub conf {
     # 'new2': a call is over before its arrival is written, so that its
     # one write makes a short record
     my $short = $kind eq 'new' ? 'idem_record_short off;'
-              : $kind eq 'new2' ? 'idem_record_arrival_delay 5s;' : '';
-    my $resolve = $kind eq 'old' ? '' : <<'LOC';
+              : $kind eq 'new3' ? 'idem_record_short off; '
+                                  . 'idem_record_max_executions 2;'
+              : $kind eq 'new2' ? 'idem_record_arrival_delay 5s;'
+              : $kind eq 'pre' ? 'idem_record_max_executions 2; '
+                                . 'idem_record_arrival_delay 5s;' : '';
+    my $resolve = $kind =~ /^(?:old|pre)$/ ? '' : <<'LOC';
         location /_idem/resolve/ {
             idem_status resolve=on;
         }
@@ -382,6 +552,11 @@ LOC
             idem on;
             idem_record on;
             proxy_pass http://127.0.0.1:$backend/ok;
+        }
+        location /tf {
+            idem on;
+            idem_record on;
+            proxy_pass http://127.0.0.1:$backend/status/409/1000;
         }
         location /_idem/calls/ {
             idem_status;
@@ -506,6 +681,15 @@ sub resolve {
 }
 
 sub runs { IdemGateway::backend_runs($backend, $_[0]) }
+
+# one field of the record (undef: none)
+sub field { my %f = IdemRecord::fields($redis, key($_[0])); $f{$_[1]} }
+
+# the backend's POSTs of an id (the calls of /u), its GETs left out
+sub posts {
+    scalar grep { /method=POST/ }
+        split /\n/, IdemGateway::backend_log($backend, $_[0]);
+}
 
 sub describe {
     my ($r) = @_;

@@ -1,13 +1,16 @@
 -- Trims a record to the newest executions.  KEYS[1]: the record;
 -- ARGV[1]: idem_record_max_executions.  Keeps the newest ARGV[1]
 -- executions, folds the others into "x" and deletes their fields, and
--- fields of no execution, but for the claim's own fields of the execution
--- named by "o" (the dedupe claim reads them); sets "n" to the executions
--- kept after the first.  Replies how many executions were dropped.  The
--- hash is about the cap when this runs (a record of an older version
--- aside, hence the chunks: Lua's unpack() has a limit).  The short
--- prelude goes before it: a record trimmed is one counted, a hash, unless
--- it went and came back short since its count.
+-- fields of no execution, but for the fields of the execution named by
+-- "o" that the dedupe claim reads: its "l:", "k:" and resolution "z:"
+-- (folded into "x" all the same: a resend is still answered as resolved,
+-- and a "z:" a trim of 0.6.0 left without its execution stays one the
+-- claim reads); sets "n" to the executions kept after the first.
+-- Replies how many executions were dropped.  The hash is about the cap
+-- when this runs (a record of an older version aside, hence the chunks:
+-- Lua's unpack() has a limit).  The short prelude goes before it: a
+-- record trimmed is one counted, a hash, unless it went and came back
+-- short since its count.
 local k, max = KEYS[1], tonumber(ARGV[1])
 hash()
 local h = redis.call('HGETALL', k)
@@ -16,6 +19,7 @@ local o = redis.call('HGET', k, 'o')
 if o then
   claim['l:' .. o] = true
   claim['k:' .. o] = true
+  claim['z:' .. o] = true
 end
 local function drop(e)
   for _, f in ipairs(e.fields) do
