@@ -205,3 +205,30 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
  '"call_id":"6a0d2c4e-8b1f-4d3a-9e5c-7f6b8a9c0d1e".*"state":"SUCCESS".*"source":"variable"']
 --- no_error_log
 [error]
+
+
+
+=== TEST 7: the two sources are inherited as one: a location's idem_call_id_json replaces the server's idem_call_id_from, the other locations keep it
+--- config
+    idem_call_id_from $http_x_github_delivery;
+
+    location /var {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /json {
+        idem on;
+        idem_call_id_json id;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        echo "id=$http_x_call_id source=$http_x_call_id_source";
+    }
+--- request eval
+["POST /var\n{\"id\":\"from-body-7\"}", "POST /json\n{\"id\":\"from-body-7\"}"]
+--- more_headers
+X-GitHub-Delivery: from-header-7
+--- response_body eval
+["id=from-header-7 source=variable\n", "id=from-body-7 source=body\n"]
+--- no_error_log
+[error]
