@@ -145,9 +145,19 @@ ngx_http_idem_answer_header(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         len += h->key.len + sizeof(": \n") - 1 + h->value.len;
     }
 
+    /*
+     * idem_dedupe_store_max 0 keeps no answer at all: an empty body's
+     * status and headers (a 201's Location, say) are an answer too
+     */
+
     if (status == NGX_HTTP_SWITCHING_PROTOCOLS
+        || ctx->answer.capture_max == 0
         || r->headers_out.content_length_n > (off_t) ctx->answer.capture_max)
     {
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem: a %ui answer of %O bytes: not kept", status,
+                       r->headers_out.content_length_n);
+
         ctx->answer.capture_over = 1;
         return NGX_OK;
     }

@@ -455,7 +455,7 @@ typedef struct {
 
 /*
  * dedupe.c: duplicate suppression, the claim and its verdict; handler.c
- * makes a claim's owner, record.c clears claim_rest once written
+ * makes a claim's owner (unsure), record.c clears claim_rest once written
  */
 typedef struct {
     ngx_uint_t                state;        /* NGX_HTTP_IDEM_DEDUPE_* */
@@ -476,6 +476,7 @@ typedef struct {
 
     unsigned                  claim_rest:1; /* to write: digest, lease */
     unsigned                  owner:1;      /* this request holds a claim */
+    unsigned                  unsure:1;     /* or may: no answer came */
     unsigned                  md_failed:1;
     unsigned                  waiting:1;    /* counted among the waiters */
 } ngx_http_idem_dedupe_ctx_t;

@@ -676,10 +676,14 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
     default: /* NGX_HTTP_IDEM_STORE_UNAVAILABLE */
 
-        /* the claim may have been made: the final write releases it */
+        /*
+         * The claim may have been made: the final write releases it, and
+         * writes nothing if another execution holds the call (unsure)
+         */
 
         ctx->dedupe.verdict = NGX_HTTP_IDEM_UNAVAILABLE;
         ctx->dedupe.owner = 1;
+        ctx->dedupe.unsure = 1;
         return;
     }
 }
@@ -938,7 +942,10 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                                   "the call id could not be claimed: "
                                   "nothing was forwarded");
 
-        /* a claim sent and not answered is released by the final write */
+        /*
+         * a claim sent and not answered is released by the final write,
+         * if it was made
+         */
 
         ctx->record.on = ctx->dedupe.owner;
         break;

@@ -395,11 +395,13 @@ ngx_http_idem_log_handler(ngx_http_request_t *r)
 
         /*
          * The request ends while its claim is out (a worker shutting down,
-         * say): the claim may be made, and is released by the final write,
-         * which leaves after it on the same connection.
+         * a waiting duplicate's client gone, say): the claim may be made,
+         * and is released by the final write, which leaves after it on the
+         * same connection and writes nothing if the claim is not its own.
          */
 
         ctx->dedupe.owner = 1;
+        ctx->dedupe.unsure = 1;
         ctx->record.on = 1;
     }
 

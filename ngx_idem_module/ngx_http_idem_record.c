@@ -920,6 +920,22 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         w.ttl = imcf->record_ttl;
     }
 
+    if (final && ctx->dedupe.unsure) {
+
+        /*
+         * Its claim got no answer: an execution only if the claim was
+         * made, else the record stays the owner's.  A durable claim's
+         * write goes after it, on its connection.
+         */
+
+        w.owned = 1;
+        w.wait = ctx->dedupe.claim.replicas ? ctx->dedupe.claim.wait : 0;
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem call \"%V\": its claim got no answer: written "
+                       "only if it was made", &ctx->ids.call_id);
+    }
+
     if (!ctx->record.counted) {
 
         /*

@@ -1415,3 +1415,45 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
  "the application says no\n"]
 --- no_error_log
 [error]
+
+
+
+=== TEST 44: idem_dedupe_store_max 0 keeps no answer, an empty body's neither (its headers are the answer): 409 answer-not-stored; a 503 with Retry-After is still released
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_store_max 0;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/made;
+    }
+    location /r {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_store_max 0;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/503/1/2;
+    }
+    location /made {
+        add_header Location /orders/7;
+        return 201 "";
+    }
+--- request eval
+["POST /d\nx", "POST /d\nx", "POST /r\nx", "POST /r\nx"]
+--- more_headers eval
+["X-Call-Id: dd-44a", "X-Call-Id: dd-44a", "X-Call-Id: dd-44b",
+ "X-Call-Id: dd-44b"]
+--- error_code eval
+[201, 409, 503, 200]
+--- response_headers eval
+["Location: /orders/7\n!Idempotent-Replayed",
+ "!Location\n!Idempotent-Replayed\nContent-Type: application/problem+json",
+ "", ""]
+--- response_body_like eval
+['\A\z',
+ '^\{"type":"urn:ngx-idem:problem:answer-not-stored",.*"record":\{"call_id":"dd-44a",.*"state":"SUCCESS",.*"final_status":201,"executions":1,',
+ "failing 1", "n=2 "]
+--- no_error_log
+[error]

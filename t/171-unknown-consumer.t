@@ -374,3 +374,69 @@ my $d = Digest::SHA::sha256_hex("tenant-secret-8");
 --- no_error_log
 [alert]
 [crit]
+
+
+
+=== TEST 12: two more calls end UNKNOWN; the gateway the verdicts go to refuses one with 409 while its record is still UNKNOWN
+--- init
+main::redis("del idem:comp");
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream comp;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/9;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location = /rs/uc-10 {
+        return 409 '{"type":"urn:ngx-idem:problem:resolution-conflict","status":409,"detail":"the call\'s latest execution is FAILED, not UNKNOWN"}';
+    }
+    location /rs/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/calls/;
+    }
+--- request eval
+["POST /t\na=1", "POST /t\na=2"]
+--- more_headers eval
+["X-Call-Id: uc-10", "X-Call-Id: uc-11"]
+--- error_code eval
+[502, 502]
+--- wait: 0.1
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 13: ... a 409 is done with only when the record is settled: uc-11, resolved first by someone else (its check), is; uc-10, still UNKNOWN, stays pending, then goes to a person
+--- init
+my $url = "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}";
+my $check = qq{'case \$IDEM_CALL_ID in uc-11) curl -s -o /dev/null -d "{\\"outcome\\":\\"applied\\"}" $url/calls/uc-11;; esac; exit 0'};
+my $l = main::consume("--group refused --retry-after 0 --rounds 2 --check $check --resolve-url $url/rs/");
+Test::More::like(main::line_of($l, 'uc-11'),
+    qr{ uc-11: round 1/2: took effect: refused \(409: [^)]*\); resolved already: the service's word is in the record already: applied$},
+    'uc-11: the 409 of a record resolved first: done');
+my @l8 = grep { / uc-10: / } @$l;
+Test::More::like($l8[0] // '',
+    qr{ uc-10: round 1/2: took effect: refused \(409: the call's latest execution is FAILED, not UNKNOWN\), and the record is not settled$},
+    'uc-10: refused, its record not settled');
+Test::More::like($l8[1] // '',
+    qr{ uc-10: round 1/2: still UNKNOWN \(final status 502\), the gateway refused the verdict: would ask },
+    '... pending, a round used');
+Test::More::is(main::pending('refused'), 1, 'uc-10 left pending');
+$l = main::consume("--group refused --retry-after 0 --rounds 2 --check 'exit 0' --resolve-url $url/rs/");
+Test::More::like((grep { / uc-10: / } @$l)[-1] // '',
+    qr{ uc-10: ESCALATE to a person: still UNKNOWN \(final status 502\), the gateway refused the verdict after 2 rounds },
+    'uc-10: a person after the last round');
+Test::More::is(main::pending('refused'), 0, 'nothing pending');
+--- request eval
+["GET /calls/uc-10", "GET /calls/uc-11"]
+--- response_body_like eval
+['"state":"UNKNOWN",',
+ '"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied",']
+--- no_error_log
+[alert]
+[crit]

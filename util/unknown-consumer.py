@@ -32,12 +32,17 @@ the check's verdict goes back to the gateway: POST URL<call id> with
 check printed, when it is a receipt>, "by": "unknown-consumer:<consumer>"},
 so that the record, the status endpoint and, on a dedupe route, a resend
 learn the truth (not_applied: the resend runs; applied: it gets 409
-call-applied).  A 409 (resolved by someone else first) or 404 (the record
-is gone) is taken as done; no answer keeps the entry pending, a round
-used.  A call under a dedupe scope is posted with its scope's digest (the
-entry's key carries it): POST URL<call id>?scope_digest=<digest>, which
-only a status location with "idem_status ... scope_digest=on" takes (one
-for operators: any other answers 400, and the entry stays pending).
+call-applied).  A 404 (the record is gone) is taken as done.  A 409 is
+taken as done only when the record, read again, is settled (resolved by
+someone else first, or an execution succeeded); otherwise (the gateway
+resolves only a latest execution that is UNKNOWN, and one that is not
+stands in front of this one) the entry stays pending, a round used, and
+goes to a person after the last round.  No answer keeps the entry
+pending too, a round used.  A call under a dedupe scope is posted with
+its scope's digest (the entry's key carries it): POST URL<call
+id>?scope_digest=<digest>, which only a status location with
+"idem_status ... scope_digest=on" takes (one for operators: any other
+answers 400, and the entry stays pending).
 
 Without --resolve-url it never changes the record.  --once makes one pass
 (entries due again, then the new ones) and exits, for cron or for tests.
@@ -46,6 +51,7 @@ Needs Debian's python3 and python3-redis (util/deps.sh installs them).
 """
 
 import argparse
+import http.client
 import json
 import os
 import re
@@ -171,8 +177,9 @@ def check(cmd, f, rnd):
 PLAIN = re.compile(r"^[A-Za-z0-9._~:-]{1,128}$")
 
 
-def resolve(args, f, applied, receipt):
-    """Posts the verdict to the gateway: (done, what happened)."""
+def resolve(r, args, f, applied, receipt):
+    """Posts the verdict to the gateway: (done, what happened, and when
+    not done, what the entry's detail says of it)."""
     # a scoped record's key names the scope by its digest, and so does
     # the post: the status location reads the record under it
     scoped = re.search(r"s:\{([0-9a-f]{64}):", f.get("key", ""))
@@ -188,15 +195,35 @@ def resolve(args, f, applied, receipt):
         headers={"Content-Type": "application/json"}, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=10) as rsp:
-            return True, "resolved in the record (%d)" % rsp.status
+            return True, "resolved in the record (%d)" % rsp.status, None
     except urllib.error.HTTPError as e:
         if e.code == 409:
-            return True, "already resolved, or no longer UNKNOWN (409)"
+            return refused(r, f, e)
         if e.code == 404:
-            return True, "its record is gone (404)"
-        return False, "the gateway answered %d" % e.code
+            return True, "its record is gone (404)", None
+        return False, "the gateway answered %d" % e.code, \
+            "the gateway was not told"
     except (urllib.error.URLError, OSError) as e:
-        return False, "the gateway did not answer (%s)" % e
+        return False, "the gateway did not answer (%s)" % e, \
+            "the gateway was not told"
+
+
+def refused(r, f, e):
+    """A 409: done only if the record, read again, is settled (someone
+    resolved it first, an execution succeeded); a 409 alone says only that
+    the gateway did not take this verdict."""
+    try:
+        why = json.loads(e.read().decode(errors="replace")).get("detail")
+    except (ValueError, AttributeError, OSError, http.client.HTTPException):
+        why = None
+    why = "refused (409%s)" % (": " + why if isinstance(why, str) else "")
+    verdict, detail = judge(f, record(r, f["key"]) if "key" in f else {})
+    if verdict == "resolved":
+        return True, "%s; resolved already: %s" % (why, detail), None
+    if verdict == "gone":
+        return True, "%s; its record is gone" % why, None
+    return False, "%s, and the record is not settled" % why, \
+        "the gateway refused the verdict"
 
 
 def escalate(r, args, entry_id, f, why):
@@ -246,14 +273,14 @@ def follow(r, args, entry_id, f, rnd):
     if args.check:
         rc, receipt = check(args.check, f, rnd)
         if rc in (0, 1) and args.resolve_url:
-            done, what = resolve(args, f, rc == 0, receipt)
+            done, what, note = resolve(r, args, f, rc == 0, receipt)
             say(entry_id, f, "round %d/%d: %s%s: %s"
                 % (rnd, args.rounds,
                    "took effect" if rc == 0 else "did not take effect",
                    " (receipt %s)" % receipt if receipt else "", what))
             if done:
                 return True
-            detail += ", the gateway was not told"
+            detail += ", " + note
         elif rc == 0:
             say(entry_id, f, "round %d/%d: took effect: the service has its "
                 "receipt; would confirm it to the caller" % (rnd, args.rounds))

@@ -130,20 +130,26 @@ typedef struct {
  * the record); claim: the rest of a claim that said so (its digest, and
  * its lease unless the execution is done; the lease needs the ttl);
  * whole: the execution's first write is its only one, and no claim
- * needs its record (a record it makes may take a cheaper form).
+ * needs its record (a record it makes may take a cheaper form); owned:
+ * written only if the record's claim is this execution's (token), else
+ * not at all: the execution's claim got no answer, it may have been made
+ * or not (wait: that claim was durable, with this WAIT timeout: the write
+ * goes after it, on its connection).
  */
 typedef struct {
     ngx_str_t                  key;
-    ngx_str_t                  token;          /* claim */
+    ngx_str_t                  token;          /* claim, owned */
     ngx_str_t                  digest;         /* claim */
     ngx_msec_t                 lease;          /* claim, 0: none */
     ngx_str_t                 *fields;         /* field, value, ... */
     ngx_uint_t                 nfields;        /* strings, 2 a field */
     ngx_msec_t                 ttl;
     ngx_uint_t                 max_executions;
+    ngx_msec_t                 wait;           /* owned, 0: not durable */
     unsigned                   first:1;
     unsigned                   claim:1;
     unsigned                   whole:1;
+    unsigned                   owned:1;
 } ngx_http_idem_store_write_t;
 
 

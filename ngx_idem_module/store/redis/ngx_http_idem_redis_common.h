@@ -85,12 +85,14 @@ typedef void (*ngx_http_idem_redis_reply_pt)(void *data, ngx_int_t rc,
  * A Lua script (ngx_idem_module/ngx_http_idem_redis_*.lua, made into C by
  * the config script), run by its SHA1: EVALSHA, and EVAL once a node says
  * NOSCRIPT (a restart, a failover, another cluster node), after which that
- * node keeps it.
+ * node keeps it.  A script of a rare path whose reply may come too late to
+ * be sent again ("eval") goes as EVAL with its text at once.
  */
 typedef struct {
     ngx_str_t                        text;
     u_char                           sha1[40];   /* hex, at first use */
     unsigned                         hashed:1;
+    unsigned                         eval:1;     /* always with its text */
 } ngx_http_idem_redis_script_t;
 
 

@@ -135,7 +135,17 @@ ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
 
     p = (u_char *) &op->lens[n];
 
-    if (script != NULL) {
+    if (script != NULL && script->eval) {
+
+        /* no NOSCRIPT to wait for: it runs whenever Redis reads it */
+
+        op->argv[0] = "EVAL";
+        op->lens[0] = sizeof("EVAL") - 1;
+        op->argv[1] = (const char *) script->text.data;
+        op->lens[1] = script->text.len;
+        op->resent = 1;
+
+    } else if (script != NULL) {
         op->argv[0] = "EVALSHA";
         op->lens[0] = sizeof("EVALSHA") - 1;
         op->argv[1] = (const char *) script->sha1;

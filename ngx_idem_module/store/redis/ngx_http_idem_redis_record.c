@@ -96,6 +96,10 @@ static void ngx_http_idem_redis_resolved(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_write_short(
     ngx_http_idem_store_write_t *w);
+static ngx_int_t ngx_http_idem_redis_write_owned(
+    ngx_http_idem_store_write_t *w);
+static void ngx_http_idem_redis_owned_written(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_short_written(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_first_written(void *data, ngx_int_t rc,
@@ -115,29 +119,36 @@ static void ngx_http_idem_redis_ttl(ngx_http_idem_store_found_t *found,
 static ngx_http_idem_redis_script_t  ngx_http_idem_redis_claim_lua = {
     ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_RECORD
                NGX_HTTP_IDEM_REDIS_LUA_CLAIM),
-    { 0 }, 0
+    { 0 }, 0, 0
 };
 
 static ngx_http_idem_redis_script_t  ngx_http_idem_redis_read_lua = {
     ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_RECORD
                NGX_HTTP_IDEM_REDIS_LUA_READ),
-    { 0 }, 0
+    { 0 }, 0, 0
 };
 
 static ngx_http_idem_redis_script_t  ngx_http_idem_redis_resolve_lua = {
     ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_RECORD
                NGX_HTTP_IDEM_REDIS_LUA_RESOLVE),
-    { 0 }, 0
+    { 0 }, 0, 0
 };
 
 static ngx_http_idem_redis_script_t  ngx_http_idem_redis_trim_lua = {
     ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_TRIM),
-    { 0 }, 0
+    { 0 }, 0, 0
 };
 
 static ngx_http_idem_redis_script_t  ngx_http_idem_redis_upgrade_lua = {
     ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_UPGRADE),
-    { 0 }, 0
+    { 0 }, 0, 0
+};
+
+/* sent with its text: it must run even when its reply comes too late */
+
+static ngx_http_idem_redis_script_t  ngx_http_idem_redis_owned_lua = {
+    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_OWNED),
+    { 0 }, 0, 1
 };
 
 
@@ -160,6 +171,10 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 
     if (n == 0) {
         return NGX_OK;
+    }
+
+    if (w->owned && w->nfields) {
+        return ngx_http_idem_redis_write_owned(w);
     }
 
     if (w->whole && w->first && w->ttl && !w->claim && w->nfields) {
@@ -324,6 +339,113 @@ ngx_http_idem_redis_write_short(ngx_http_idem_store_write_t *w)
     ngx_free(value);
 
     return (rc == NGX_OK) ? NGX_OK : NGX_DECLINED;
+}
+
+
+/*
+ * The owned script (ngx_http_idem_redis_owned.lua): the fields written,
+ * and the expiry set, only where the record's claim names the execution.
+ * It goes where the claim went, after it: to the durable claims'
+ * connection when the claim was durable.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_write_owned(ngx_http_idem_store_write_t *w)
+{
+    u_char                        ttl[NGX_INT64_LEN];
+    ngx_str_t                     argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv;
+    ngx_uint_t                    i, argc;
+    ngx_http_idem_store_op_t     *op;
+    ngx_http_idem_redis_first_t  *first;
+
+    argc = 4 + w->nfields;
+
+    if (argc <= NGX_HTTP_IDEM_REDIS_ARGS) {
+        argv = argv_buf;
+
+    } else {
+        argv = ngx_alloc(argc * sizeof(ngx_str_t), ngx_cycle->log);
+        if (argv == NULL) {
+            return NGX_DECLINED;
+        }
+    }
+
+    ngx_str_set(&argv[0], "1");
+    argv[1] = w->key;
+    argv[2] = w->token;
+    argv[3].data = ttl;
+    argv[3].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
+
+    for (i = 0; i < w->nfields; i++) {
+        argv[4 + i] = w->fields[i];
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: write \"%V\": %ui fields, if its claim is "
+                   "\"%V\"'s", &w->key, w->nfields / 2, &w->token);
+
+    ngx_http_idem_redis_lazy(1);
+    ngx_http_idem_redis_durable(w->wait);
+
+    op = ngx_http_idem_redis_read(&ngx_http_idem_redis_owned_lua, argc, argv,
+                                  ngx_http_idem_redis_owned_written, NULL,
+                                  sizeof(ngx_http_idem_redis_first_t));
+
+    ngx_http_idem_redis_durable(0);
+    ngx_http_idem_redis_lazy(0);
+
+    if (argv != argv_buf) {
+        ngx_free(argv);
+    }
+
+    if (op == NULL) {
+        return NGX_DECLINED;
+    }
+
+    op->data = op;
+
+    /* counted as an execution's first write is, when it is one */
+
+    first = op->ext;
+    first->max_executions = w->first ? w->max_executions : 0;
+    first->nfields = w->nfields / 2;
+
+    return NGX_OK;
+}
+
+
+/* the owned script's answer: -1, nothing written (not the owner's claim) */
+
+static void
+ngx_http_idem_redis_owned_written(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_http_idem_redis_first_t  *first;
+
+    first = op->ext;
+
+    /* a store that did not answer says so itself */
+
+    if (rc != NGX_OK || n != 1) {
+        return;
+    }
+
+    if (elts[0].len && elts[0].data[0] == '-') {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "idem store: the claim is another execution's: "
+                       "nothing written");
+        return;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: the claim was made: written, %V new",
+                   &elts[0]);
+
+    if (first->max_executions) {
+        ngx_http_idem_redis_first_written(data, rc, elts, n);
+    }
 }
 
 
