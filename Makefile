@@ -53,8 +53,8 @@ NGINX       ?=
 # ../shared/nginx-src into build/fuzz-nginx-<version>/ (FUZZ_NGINX)
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 6
-FUZZ_TARGETS ?= call_id deadline retry_after answer record status resolution \
-                redis_reply redis_cluster
+FUZZ_TARGETS ?= call_id call_id_json deadline retry_after answer record status \
+                resolution redis_reply redis_cluster
 FUZZ_BUILD   := $(BUILD)/fuzz
 FUZZ_NGINX   ?=
 FUZZ_COMMON  := fuzz/ngx_http_idem_fuzz.c
@@ -73,7 +73,7 @@ FUZZ_INCS    := -I $(FUZZ_NGINX)/objs \
 # what needs a running event loop or a configured server (fuzz/*.c says)
 FUZZ_WRAP    := -Wl,--wrap=ngx_http_finalize_request \
                 -Wl,--wrap=ngx_http_core_run_phases
-FUZZ_LIBS    := -lhiredis -luuid
+FUZZ_LIBS    := -lhiredis -luuid -ljson-c
 # fuzz/nginx.sh prints the folder of nginx's objects; exit 2: skipped
 FUZZ_NGINX_SH = rc=0; nginx=$$(fuzz/nginx.sh) || rc=$$?; \
                 case $$rc in 0) ;; 2) exit 0 ;; *) exit 1 ;; esac

@@ -22,6 +22,10 @@
 #            the replica of Redis, on loopback (started when this variant
 #            runs: every variant's writes then go to it too)
 #                                                    (a new call id per call)
+#   dedupe4k dedupe, a POST of a 4 KB JSON body (bench/bench-webhook.lua),
+#            the id in X-Call-Id                     (a new call id per call)
+#   webhook  the same bodies, the id only in the body's "id":
+#            idem_call_id_json id                    (a new call id per call)
 #   peer     the OpenResty peer: the claim in Lua with SET NX / GET, the
 #            answer stored from a timer (bench/bench-peer.lua)
 #                                                    (a new call id per call)
@@ -31,7 +35,8 @@
 # After a warm-up, rounds of every variant in turn (interleaved), wrk -t1;
 # the report gives medians over the rounds, the ratios the goals are about
 # (idem/hdrs, record/hdrsid, dedupe/peer, record's p99 over plain's;
-# durable/dedupe and their p99 apart, no goal: what a durable claim costs), and
+# durable/dedupe and their p99 apart, no goal: what a durable claim costs;
+# webhook/dedupe4k: what taking the id from a 4 KB body costs), and
 # Redis CPU per call from INFO commandstats (reset before each run: the
 # usec Redis spent on the variant's commands / the calls wrk completed).
 # Every run starts on an empty Redis (FLUSHALL, outside the measured time).
@@ -56,6 +61,7 @@
 #                         between a connection's calls; 0: none
 #   BENCH_PIN=1           0: leave every process to the scheduler
 #   BENCH_VARIANTS="plain hdrs hdrsid idem record dedupe durable peer"
+#                         (dedupe4k and webhook only when named here)
 #   NGINX_BIN=/usr/sbin/nginx
 
 set -euo pipefail
@@ -90,6 +96,7 @@ if [ "$rounds" -lt 1 ] || [ "$duration" -lt 1 ] || [ "$conns" -lt 1 ]; then
 fi
 for v in "${variants[@]}"; do
     case $v in plain|hdrs|hdrsid|idem|record|dedupe|durable|peer) ;;
+        dedupe4k|webhook) ;;
         *) die "unknown variant '$v' in BENCH_VARIANTS" ;; esac
 done
 
@@ -419,6 +426,18 @@ $(dedupe_location /paced/durable replicas=1)
         }
 
 $(dedupe_location /dedupe off)
+$(dedupe_location /dedupe4k off)
+
+        # the id from the body's "id" (a 4 KB JSON delivery)
+        location /webhook {
+            idem                  on;
+            idem_deadline         3s;
+            idem_call_id_missing  reject;
+            idem_call_id_json     id;
+            idem_dedupe           on;
+            idem_dedupe_scope     off;
+            proxy_pass            http://backend;
+        }
 
         # each claim waits until the replica has it (WAIT 1)
 $(dedupe_location /durable replicas=1)
@@ -519,7 +538,8 @@ url_of() {
 }
 
 newid() {    # the variants that get a new call id on every call
-    case $1 in hdrsid|record|dedupe|durable|peer) return 0 ;; esac
+    case $1 in hdrsid|record|dedupe|durable|peer|dedupe4k|webhook) return 0 ;;
+    esac
     return 1
 }
 
@@ -529,6 +549,10 @@ for v in "${variants[@]}"; do
     url=$(url_of "$v")
     hdr=()
     newid "$v" && hdr=(-H "X-Call-Id: probe-$v")
+    case $v in
+        dedupe4k) hdr+=(--data-binary '{"id":"probe-dedupe4k"}') ;;
+        webhook) hdr=(--data-binary '{"id":"probe-webhook"}') ;;
+    esac
     for _ in $(seq 50); do
         [ "$(curl -s -o /dev/null -w '%{http_code}' "${hdr[@]}" "$url")" \
             = 200 ] && break
@@ -542,7 +566,8 @@ for v in "${variants[@]}"; do
                || die "$v: no X-Call-Id in the answer: $resp" ;;
     esac
     case $v in
-        dedupe|durable|peer) grep -qi '^idempotent-replayed: true' <<<"$resp" \
+        dedupe|durable|peer|dedupe4k|webhook)
+            grep -qi '^idempotent-replayed: true' <<<"$resp" \
                || die "$v: the duplicate was not replayed: $resp" ;;
     esac
 done
@@ -557,6 +582,10 @@ wrk_run() {    # variant seconds outfile tag [pace]: pace, ms between calls
     local v=$1 args=() p url
     url=$(url_of "$v")
     newid "$v" && args=(-s "$root/bench/bench-newid.lua" -- "$4")
+    case $v in
+        dedupe4k) args=(-s "$root/bench/bench-webhook.lua" -- "$4" header) ;;
+        webhook) args=(-s "$root/bench/bench-webhook.lua" -- "$4" body) ;;
+    esac
     if [ -n "${5:-}" ]; then
         args=(-s "$root/bench/bench-paced.lua" -- "$5")
         newid "$v" && args+=("$4")
@@ -789,6 +818,8 @@ alerts=$(cat "$run/gateway/error.log" "$run/peer/error.log" 2>/dev/null \
         "$(ratio dedupe peer)" "$(cost dedupe peer)"
     printf '  %-15s %-6s %7s %7s\n' "durable/dedupe" "-" \
         "$(ratio durable dedupe)" "$(cost dedupe durable)"
+    printf '  %-15s %-6s %7s %7s\n' "webhook/dedupe4k" ">=0.91" \
+        "$(ratio webhook dedupe4k)" "$(cost webhook dedupe4k)"
     if grep -q '^plain ' "$run/wrk/paced.txt" 2>/dev/null; then
         pp=$(awk '$1 == "plain" { print $4 }' "$run/wrk/paced.txt" | median)
         pr=$(awk '$1 == "record" { print $4 }' "$run/wrk/paced.txt" | median)

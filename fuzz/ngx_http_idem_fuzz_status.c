@@ -27,6 +27,8 @@
 #include "ngx_http_idem_call_id.c"
 #include "ngx_http_idem_problem.c"
 #include "ngx_http_idem_headers.c"
+#include "ngx_http_idem_call_id_source.c"
+#include "ngx_http_idem_json.c"
 #include "ngx_http_idem_util.c"
 
 #include "ngx_http_idem_fuzz.h"

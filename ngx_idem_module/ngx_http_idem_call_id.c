@@ -14,8 +14,14 @@
 
 static ngx_int_t ngx_http_idem_check_id(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_header_t *name,
-    ngx_table_elt_t *h, ngx_uint_t count, ngx_uint_t is_call_id,
+    ngx_table_elt_t *h, ngx_uint_t count, ngx_http_idem_inbound_t *in,
     ngx_str_t *id, ngx_http_idem_problem_t *problem);
+static void ngx_http_idem_call_id_problem(ngx_http_request_t *r,
+    ngx_http_idem_inbound_t *in, ngx_http_idem_header_t *name,
+    ngx_http_idem_problem_t *problem, ngx_http_idem_problem_e id,
+    char *reason);
+static ngx_int_t ngx_http_idem_call_id_digest(ngx_http_request_t *r,
+    ngx_http_idem_inbound_t *in, ngx_str_t *id);
 static ngx_int_t ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
     ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem);
@@ -44,10 +50,10 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
     if (in->call_id_count == 0
         && ilcf->call_id_missing == NGX_HTTP_IDEM_MISSING_REJECT)
     {
-        ngx_http_idem_problem_set(r, problem,
-                                  NGX_HTTP_IDEM_P_MISSING_CALL_ID,
-                                  &ilcf->call_id_header.name,
-                                  "missing");
+        ngx_http_idem_call_id_problem(r, in, &ilcf->call_id_header, problem,
+                                      NGX_HTTP_IDEM_P_MISSING_CALL_ID,
+                                      in->call_id_missing
+                                      ? in->call_id_missing : "missing");
         rc = NGX_DECLINED;
 
     } else if (in->call_id_count == 0) {
@@ -55,8 +61,14 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
 
     } else {
         rc = ngx_http_idem_check_id(r, ilcf, &ilcf->call_id_header,
-                                    in->call_id, in->call_id_count, 1,
+                                    in->call_id, in->call_id_count, in,
                                     &id, problem);
+
+        /* idem_call_id_json ... digest: an invalid id stands for its hash */
+
+        if (rc == NGX_DECLINED && in->call_id_digest) {
+            rc = ngx_http_idem_call_id_digest(r, in, &id);
+        }
 
         /* the client's own header name never gets a gateway id back */
 
@@ -69,8 +81,8 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
 
     if (rc == NGX_OK && in->call_id != NULL) {
         ctx->ids.call_id = id;
-        ctx->ids.call_id_echo = in->call_id->value;
-        ctx->ids.source = NGX_HTTP_IDEM_SOURCE_CLIENT;
+        ctx->ids.call_id_echo = in->call_id_digest ? id : in->call_id->value;
+        ctx->ids.source = in->call_id_source;
 
     } else {
         /* a rejected call gets an id too, so that its answer can be traced */
@@ -128,7 +140,7 @@ ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
 
     if (in->trace_id_count) {
         rc = ngx_http_idem_check_id(r, ilcf, &ilcf->trace_id_header,
-                                    in->trace_id, in->trace_id_count, 0,
+                                    in->trace_id, in->trace_id_count, NULL,
                                     NULL, problem ? problem : &ignored);
         if (rc == NGX_OK) {
             ctx->ids.trace_id = in->trace_id->value;
@@ -173,30 +185,37 @@ ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
 
 
 /*
- * Checks one id header.  A call id may come as an RFC 8941 String; "id"
- * then gets its content (the call id itself), else the value as sent.
+ * Checks one id header ("in" for a call id, NULL for a trace id).  A call
+ * id may come as an RFC 8941 String; "id" then gets its content (the call
+ * id itself), else the value as sent.  An id of idem_call_id_from or
+ * idem_call_id_json is taken as it is: no String form.
  */
 
 static ngx_int_t
 ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     ngx_http_idem_header_t *name, ngx_table_elt_t *h, ngx_uint_t count,
-    ngx_uint_t is_call_id, ngx_str_t *id, ngx_http_idem_problem_t *problem)
+    ngx_http_idem_inbound_t *in, ngx_str_t *id,
+    ngx_http_idem_problem_t *problem)
 {
-    char       *reason;
-    u_char     *p, *last, buf[64];
-    ngx_str_t  *v, content;
+    char        *reason;
+    u_char      *p, *last, buf[64];
+    ngx_str_t   *v, content;
+    ngx_uint_t   is_call_id;
 #if (NGX_PCRE)
-    ngx_int_t   rc;
+    ngx_int_t    rc;
 #endif
 
     v = &h->value;
+    is_call_id = (in != NULL);
 
     if (count > 1) {
         reason = "sent more than once";
         goto invalid;
     }
 
-    if (is_call_id && v->len && v->data[0] == '"') {
+    if (is_call_id && in->call_id_source == NGX_HTTP_IDEM_SOURCE_CLIENT
+        && v->len && v->data[0] == '"')
+    {
 
         /* the IETF draft's form: an RFC 8941 String, its content the id */
 
@@ -269,12 +288,83 @@ ngx_http_idem_check_id(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
 
 invalid:
 
-    ngx_http_idem_problem_set(r, problem,
-                              is_call_id ? NGX_HTTP_IDEM_P_INVALID_CALL_ID
-                                         : NGX_HTTP_IDEM_P_INVALID_TRACE_ID,
-                              &name->name, reason);
+    if (is_call_id) {
+        ngx_http_idem_call_id_problem(r, in, name, problem,
+                                      NGX_HTTP_IDEM_P_INVALID_CALL_ID,
+                                      reason);
+
+    } else {
+        ngx_http_idem_problem_set(r, problem,
+                                  NGX_HTTP_IDEM_P_INVALID_TRACE_ID,
+                                  &name->name, reason);
+    }
 
     return NGX_DECLINED;
+}
+
+
+/* the problem names the header, the body field or the variable */
+
+static void
+ngx_http_idem_call_id_problem(ngx_http_request_t *r,
+    ngx_http_idem_inbound_t *in, ngx_http_idem_header_t *name,
+    ngx_http_idem_problem_t *problem, ngx_http_idem_problem_e id,
+    char *reason)
+{
+    u_char  *p;
+    size_t   len;
+    char    *what;
+
+    if (in->call_id_source == NGX_HTTP_IDEM_SOURCE_CLIENT) {
+        ngx_http_idem_problem_set(r, problem, id, &name->name, reason);
+        return;
+    }
+
+    ngx_http_idem_problem_set(r, problem, id, NULL, reason);
+
+    what = (in->call_id_source == NGX_HTTP_IDEM_SOURCE_BODY)
+           ? "body field" : "value";
+
+    len = ngx_strlen(what) + sizeof(" \"\": ") - 1 + in->call_id_name.len
+          + problem->detail.len;
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return;
+    }
+
+    problem->detail.len = ngx_sprintf(p, "%s \"%V\": %V", what,
+                                      &in->call_id_name, &problem->detail)
+                          - p;
+    problem->detail.data = p;
+}
+
+
+/* an id that failed validation, as the lowercase hex of its SHA-256 */
+
+static ngx_int_t
+ngx_http_idem_call_id_digest(ngx_http_request_t *r,
+    ngx_http_idem_inbound_t *in, ngx_str_t *id)
+{
+    u_char  *p;
+
+    p = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_SHA256_HEX_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_idem_sha256_hex(p, &in->call_id->value, 1) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    id->data = p;
+    id->len = NGX_HTTP_IDEM_SHA256_HEX_LEN;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem call id: \"%V\" is not a valid id, its digest "
+                   "\"%V\" stands for it", &in->call_id->value, id);
+
+    return NGX_OK;
 }
 
 

@@ -44,6 +44,11 @@ typedef struct ngx_http_idem_problem_s    ngx_http_idem_problem_t;
 
 #define NGX_HTTP_IDEM_SOURCE_CLIENT      0
 #define NGX_HTTP_IDEM_SOURCE_GATEWAY     1
+#define NGX_HTTP_IDEM_SOURCE_VARIABLE    2   /* idem_call_id_from */
+#define NGX_HTTP_IDEM_SOURCE_BODY        3   /* idem_call_id_json */
+
+/* idem_call_id_json's default max= */
+#define NGX_HTTP_IDEM_JSON_MAX           (64 * 1024)
 
 #define NGX_HTTP_IDEM_UUID_LEN           36
 #define NGX_HTTP_IDEM_TRACE_ID_LEN       32
@@ -199,6 +204,21 @@ struct ngx_http_idem_main_conf_s {
 };
 
 
+/* idem_call_id_json: where the id is in a JSON body */
+typedef struct {
+    ngx_str_t                 key;          /* len 0: an array's element */
+    ngx_int_t                 index;        /* -1: an object's member */
+} ngx_http_idem_json_step_t;
+
+
+typedef struct {
+    ngx_str_t                 path;         /* as written, for problems */
+    ngx_array_t              *steps;        /* ngx_http_idem_json_step_t */
+    size_t                    max;          /* bytes parsed at most */
+    ngx_flag_t                digest;       /* an invalid id: its SHA-256 */
+} ngx_http_idem_json_conf_t;
+
+
 /* per upstream{} block: the balancer the module wraps */
 typedef struct {
     ngx_http_upstream_init_peer_pt   original_init;
@@ -222,6 +242,11 @@ struct ngx_http_idem_loc_conf_s {
     ngx_str_t                 call_id_pattern_src;
 #endif
 
+    /* the call id from elsewhere than the header, NULL: the header's */
+    ngx_http_complex_value_t *call_id_from;
+    ngx_str_t                 call_id_from_src;   /* as written */
+    ngx_http_idem_json_conf_t  *call_id_json;
+
     ngx_msec_t                deadline;     /* 0: no route budget */
     ngx_http_idem_header_t    deadline_header;  /* name.len 0: off */
 
@@ -243,6 +268,7 @@ struct ngx_http_idem_loc_conf_s {
     ngx_flag_t                dedupe;
     ngx_http_complex_value_t *dedupe_scope;  /* NULL: off (one scope) */
     ngx_flag_t                dedupe_scope_set;
+    ngx_flag_t                dedupe_fingerprint_body;
     size_t                    dedupe_store_max;
     ngx_array_t              *dedupe_replay;    /* NULL: every answer */
     ngx_uint_t                dedupe_replay_grpc;   /* bit per grpc-status,
@@ -461,6 +487,20 @@ typedef struct {
 } ngx_http_idem_dedupe_ctx_t;
 
 
+/*
+ * call_id_source.c: a call id from a JSON body, read before it is settled
+ * (handler.c settles it once read)
+ */
+typedef struct {
+    ngx_buf_t                *capture;      /* the body's first bytes */
+    size_t                    max;          /* bytes kept, at most */
+
+    unsigned                  pending:1;    /* the id waits for the body */
+    unsigned                  reading:1;    /* the body is being read */
+    unsigned                  over:1;       /* longer than max */
+} ngx_http_idem_source_ctx_t;
+
+
 /* answer.c: an owner's answer, kept for duplicates, or one replayed */
 typedef struct {
     ngx_buf_t                *capture;      /* "status\nheaders\n\nbody" */
@@ -491,6 +531,7 @@ struct ngx_http_idem_ctx_s {
     ngx_http_idem_record_ctx_t    record;
     ngx_http_idem_dedupe_ctx_t    dedupe;
     ngx_http_idem_answer_ctx_t    answer;
+    ngx_http_idem_source_ctx_t    source;
 };
 
 
@@ -507,6 +548,13 @@ typedef struct {
     ngx_uint_t                deadline_count;
     ngx_uint_t                grpc_timeout_count;
     ngx_uint_t                owned_count;  /* copies of headers we write */
+
+    /* a call id from idem_call_id_from or _json: where, what it is called */
+    ngx_uint_t                call_id_source;   /* NGX_HTTP_IDEM_SOURCE_* */
+    ngx_str_t                 call_id_name;
+    ngx_table_elt_t           call_id_value;
+    char                     *call_id_missing;  /* why, NULL: "missing" */
+    ngx_flag_t                call_id_digest;
 } ngx_http_idem_inbound_t;
 
 
@@ -550,6 +598,11 @@ typedef struct {
     ngx_atomic_t              resolve_unavailable;
     ngx_atomic_t              resolve_early;
     ngx_atomic_t              dedupe_not_durable;
+    ngx_atomic_t              call_ids_client;
+    ngx_atomic_t              call_ids_variable;
+    ngx_atomic_t              call_ids_body;
+    ngx_atomic_t              call_ids_gateway;
+    ngx_atomic_t              body_ids_missing;
 } ngx_http_idem_counters_t;
 
 

@@ -8,6 +8,7 @@
 
 #include "ngx_http_idem_conf.h"
 #include "ngx_http_idem_call_id.h"
+#include "ngx_http_idem_call_id_source.h"
 #include "ngx_http_idem_directive.h"
 #include "ngx_http_idem_headers.h"
 #include "ngx_http_idem_record_parse.h"
@@ -187,6 +188,9 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->call_id_pattern = NGX_CONF_UNSET_PTR;
 #endif
 
+    ilcf->call_id_from = NGX_CONF_UNSET_PTR;
+    ilcf->call_id_json = NGX_CONF_UNSET_PTR;
+
     ilcf->deadline = NGX_CONF_UNSET_MSEC;
     ilcf->idempotent = NGX_CONF_UNSET;
     ilcf->retry_unsent = NGX_CONF_UNSET;
@@ -200,6 +204,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->unknown_stream_maxlen = NGX_CONF_UNSET_UINT;
     ilcf->dedupe = NGX_CONF_UNSET;
     ilcf->dedupe_scope_set = NGX_CONF_UNSET;
+    ilcf->dedupe_fingerprint_body = NGX_CONF_UNSET;
     ilcf->dedupe_store_max = NGX_CONF_UNSET_SIZE;
     ilcf->dedupe_lease = NGX_CONF_UNSET_MSEC;
     ilcf->dedupe_wait = NGX_CONF_UNSET_MSEC;
@@ -263,6 +268,10 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->call_id_pattern = NULL;
     }
 #endif
+
+    if (ngx_http_idem_source_merge(cf, conf, prev) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
 
     ngx_conf_merge_msec_value(conf->deadline, prev->deadline, 0);
 
@@ -337,6 +346,8 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     }
 
     ngx_conf_merge_value(conf->dedupe_scope_set, prev->dedupe_scope_set, 0);
+    ngx_conf_merge_value(conf->dedupe_fingerprint_body,
+                         prev->dedupe_fingerprint_body, 1);
     ngx_conf_merge_size_value(conf->dedupe_store_max, prev->dedupe_store_max,
                               64 * 1024);
     ngx_conf_merge_msec_value(conf->dedupe_lease, prev->dedupe_lease, 0);

@@ -169,10 +169,12 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         /*
          * The body is hashed as it arrives (the request body filter), so
          * that a body spooled to a file is never read back; one read
-         * before us (r->request_body) is hashed from its buffers.
+         * before us (r->request_body) is hashed from its buffers, unless
+         * a body id's read hashed it (ngx_http_idem_dedupe_digest_begin).
+         * idem_dedupe_fingerprint may leave the body out.
          */
 
-        if (r->request_body == NULL) {
+        if (r->request_body == NULL && ilcf->dedupe_fingerprint_body) {
             ctx->dedupe.md = EVP_MD_CTX_new();
 
             if (ctx->dedupe.md == NULL
@@ -222,6 +224,41 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return r->err_status ? (ngx_int_t) r->err_status
                              : NGX_HTTP_BAD_REQUEST;
     }
+}
+
+
+/*
+ * The digest started before the body is read for a body id (handler.c):
+ * the request body filter feeds it as for dedupe's own read.
+ */
+
+ngx_int_t
+ngx_http_idem_dedupe_digest_begin(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx)
+{
+    ngx_pool_cleanup_t  *cln;
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_idem_dedupe_cleanup;
+    cln->data = ctx;
+
+    ctx->dedupe.md = EVP_MD_CTX_new();
+
+    if (ctx->dedupe.md == NULL
+        || EVP_DigestInit_ex(ctx->dedupe.md, EVP_sha256(), NULL) != 1
+        || ngx_http_idem_dedupe_digest_start(r, ctx->dedupe.md) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem dedupe: digest started before the body id's read");
+
+    return NGX_OK;
 }
 
 
@@ -417,15 +454,16 @@ static ngx_int_t
 ngx_http_idem_dedupe_digest(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     u_char *hex)
 {
-    u_char        *buf, md[EVP_MAX_MD_SIZE];
-    off_t          pos;
-    size_t         size;
-    ssize_t        n;
-    ngx_int_t      rc;
-    ngx_buf_t     *b;
-    EVP_MD_CTX    *mdctx;
-    ngx_chain_t   *cl;
-    unsigned int   len;
+    u_char                    *buf, md[EVP_MAX_MD_SIZE];
+    off_t                      pos;
+    size_t                     size;
+    ssize_t                    n;
+    ngx_int_t                  rc;
+    ngx_buf_t                 *b;
+    EVP_MD_CTX                *mdctx;
+    ngx_chain_t               *cl;
+    unsigned int               len;
+    ngx_http_idem_loc_conf_t  *ilcf;
 
     if (ctx->dedupe.md != NULL) {
         mdctx = ctx->dedupe.md;
@@ -453,7 +491,10 @@ ngx_http_idem_dedupe_digest(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     buf = NULL;
 
-    for (cl = r->request_body ? r->request_body->bufs : NULL;
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    for (cl = (r->request_body && ilcf->dedupe_fingerprint_body)
+              ? r->request_body->bufs : NULL;
          cl;
          cl = cl->next)
     {

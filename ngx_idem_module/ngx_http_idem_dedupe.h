@@ -15,6 +15,8 @@ ngx_int_t ngx_http_idem_dedupe_expires(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_http_idem_loc_conf_t *ilcf);
 ngx_int_t ngx_http_idem_dedupe(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
+ngx_int_t ngx_http_idem_dedupe_digest_begin(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
 void ngx_http_idem_dedupe_body_filter(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_chain_t *in);
 

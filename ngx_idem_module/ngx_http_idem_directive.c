@@ -575,6 +575,40 @@ ngx_http_idem_set_scope(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* idem_dedupe_fingerprint method uri [body]: what a duplicate must match */
+
+char *
+ngx_http_idem_set_fingerprint(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_idem_loc_conf_t *ilcf = conf;
+
+    ngx_str_t  *value;
+
+    if (ilcf->dedupe_fingerprint_body != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (!ngx_http_idem_str_is(&value[1], "method")) {
+        return ngx_http_idem_conf_invalid(cf, cmd, &value[1]);
+    }
+
+    if (!ngx_http_idem_str_is(&value[2], "uri")) {
+        return ngx_http_idem_conf_invalid(cf, cmd, &value[2]);
+    }
+
+    if (cf->args->nelts == 4 && !ngx_http_idem_str_is(&value[3], "body")) {
+        return ngx_http_idem_conf_invalid(cf, cmd, &value[3]);
+    }
+
+    ilcf->dedupe_fingerprint_body = (cf->args->nelts == 4);
+
+    return NGX_CONF_OK;
+}
+
+
 /*
  * idem_dedupe_replay [2xx 3xx 4xx 5xx | CODE ...] [grpc=STATUS,...]: which
  * answers are kept for duplicates; a class is kept as its digit, a code as
@@ -886,8 +920,15 @@ ngx_http_idem_check_loc_conf(ngx_conf_t *cf, ngx_http_idem_loc_conf_t *conf,
                            "it has no effect there");
     }
 
+    /*
+     * A sender whose id comes from a variable or the body never reads a
+     * generated one back: generating is for its messages without one
+     * (Slack's url_verification), not a retry that lost its id.
+     */
+
     if (conf->dedupe && here && conf->enable
-        && conf->call_id_missing == NGX_HTTP_IDEM_MISSING_GENERATE)
+        && conf->call_id_missing == NGX_HTTP_IDEM_MISSING_GENERATE
+        && conf->call_id_from == NULL && conf->call_id_json == NULL)
     {
         ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
                            "\"idem_dedupe\" is on where missing call ids "

@@ -38,6 +38,8 @@ char *ngx_http_idem_set_retry(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_idem_set_scope(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+char *ngx_http_idem_set_fingerprint(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 char *ngx_http_idem_set_replay(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_idem_set_durable(ngx_conf_t *cf, ngx_command_t *cmd,

@@ -11,6 +11,7 @@
 
 #include "ngx_http_idem_filter.h"
 #include "ngx_http_idem_answer.h"
+#include "ngx_http_idem_call_id_source.h"
 #include "ngx_http_idem_ctx.h"
 #include "ngx_http_idem_deadline.h"
 #include "ngx_http_idem_dedupe.h"
@@ -262,9 +263,14 @@ ngx_http_idem_request_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     ctx = ngx_http_get_module_ctx(r, ngx_http_idem_module);
 
     if (ctx != NULL && ctx->dedupe.md != NULL
-        && ctx->dedupe.state == NGX_HTTP_IDEM_DEDUPE_BODY)
+        && (ctx->dedupe.state == NGX_HTTP_IDEM_DEDUPE_BODY
+            || ctx->source.reading))
     {
         ngx_http_idem_dedupe_body_filter(r, ctx, in);
+    }
+
+    if (ctx != NULL && ctx->source.reading) {
+        ngx_http_idem_source_body_filter(r, ctx, in);
     }
 
     return ngx_http_next_request_body_filter(r, in);

@@ -8,6 +8,7 @@
 
 #include "ngx_http_idem_handler.h"
 #include "ngx_http_idem_call_id.h"
+#include "ngx_http_idem_call_id_source.h"
 #include "ngx_http_idem_ctx.h"
 #include "ngx_http_idem_deadline.h"
 #include "ngx_http_idem_dedupe.h"
@@ -20,6 +21,9 @@
 #include "ngx_http_idem_stream.h"
 
 
+static ngx_int_t ngx_http_idem_settle(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+static void ngx_http_idem_body_read(ngx_http_request_t *r);
 static ngx_int_t ngx_http_idem_refused(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 
@@ -33,9 +37,7 @@ static ngx_int_t ngx_http_idem_refused(ngx_http_request_t *r,
 ngx_int_t
 ngx_http_idem_handler(ngx_http_request_t *r)
 {
-    ngx_int_t                  rc;
     ngx_http_idem_ctx_t       *ctx;
-    ngx_http_idem_problem_t    problem;
     ngx_http_idem_inbound_t    in;
     ngx_http_idem_loc_conf_t  *ilcf;
 
@@ -100,8 +102,44 @@ ngx_http_idem_handler(ngx_http_request_t *r)
     ctx->ids.call_id_header = &ilcf->call_id_header;
     ctx->ids.trace_id_header = &ilcf->trace_id_header;
 
-    if (ngx_http_idem_scan_request(r, ilcf, &in) != NGX_OK) {
+    if (ilcf->call_id_json != NULL) {
+
+        /* the id is in the body: settled once it is read (precontent) */
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem handler: the call id waits for the body");
+
+        ctx->source.pending = 1;
+        return NGX_DECLINED;
+    }
+
+    return ngx_http_idem_settle(r, ctx);
+}
+
+
+/*
+ * The ids and the budget of the call, or its refusal: NGX_DECLINED goes
+ * on, anything else is the request's answer.
+ */
+
+static ngx_int_t
+ngx_http_idem_settle(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_int_t                  rc;
+    ngx_http_idem_problem_t    problem;
+    ngx_http_idem_inbound_t    in;
+    ngx_http_idem_loc_conf_t  *ilcf;
+
+    ilcf = ctx->conf;
+
+    if (ngx_http_idem_scan_request(r, ilcf, &in) != NGX_OK
+        || ngx_http_idem_source_value(r, ctx, &in) != NGX_OK)
+    {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (in.call_id_source == NGX_HTTP_IDEM_SOURCE_BODY && in.call_id == NULL) {
+        ngx_http_idem_count(body_ids_missing);
     }
 
     rc = ngx_http_idem_resolve_ids(r, ilcf, &in, ctx, &problem);
@@ -137,18 +175,61 @@ ngx_http_idem_handler(ngx_http_request_t *r)
 
     ngx_http_idem_count(calls);
 
-    if (ctx->ids.source == NGX_HTTP_IDEM_SOURCE_GATEWAY) {
+    switch (ctx->ids.source) {
+
+    case NGX_HTTP_IDEM_SOURCE_GATEWAY:
         ngx_http_idem_count(generated);
+        ngx_http_idem_count(call_ids_gateway);
+        break;
+
+    case NGX_HTTP_IDEM_SOURCE_VARIABLE:
+        ngx_http_idem_count(call_ids_variable);
+        break;
+
+    case NGX_HTTP_IDEM_SOURCE_BODY:
+        ngx_http_idem_count(call_ids_body);
+        break;
+
+    default: /* NGX_HTTP_IDEM_SOURCE_CLIENT */
+        ngx_http_idem_count(call_ids_client);
     }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idem call id: \"%V\" (%s), trace id: \"%V\"",
+                   "idem call id: \"%V\" (%V), trace id: \"%V\"",
                    &ctx->ids.call_id,
-                   ctx->ids.source == NGX_HTTP_IDEM_SOURCE_CLIENT
-                   ? "client" : "gateway",
+                   ngx_http_idem_source_name(ctx->ids.source),
                    &ctx->ids.trace_id);
 
     return NGX_DECLINED;
+}
+
+
+/* a body id's body is read: the call's ids, then the phases go on */
+
+static void
+ngx_http_idem_body_read(ngx_http_request_t *r)
+{
+    ngx_int_t             rc;
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ngx_http_idem_get_ctx(r);
+
+    ctx->source.reading = 0;
+    ctx->source.pending = 0;
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem handler: body read, settling the call id");
+
+    r->write_event_handler = ngx_http_core_run_phases;
+
+    rc = ngx_http_idem_settle(r, ctx);
+
+    if (rc != NGX_DECLINED) {
+        ngx_http_finalize_request(r, rc);
+        return;
+    }
+
+    ngx_http_core_run_phases(r);
 }
 
 
@@ -177,11 +258,26 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    if (ctx->source.pending && ctx->refused == NULL) {
+
+        /* the body's digest for dedupe, as it arrives: never read back */
+
+        if (ilcf->dedupe && ilcf->dedupe_fingerprint_body
+            && r->request_body == NULL
+            && ngx_http_idem_dedupe_digest_begin(r, ctx) != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_idem_source_read_body(r, ctx,
+                                              ngx_http_idem_body_read);
+    }
+
     if (ctx->refused != NULL || !ctx->ids.settled) {
         return ngx_http_idem_refused(r, ctx);
     }
-
-    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
     if (!ilcf->dedupe) {
         rc = ngx_http_idem_grpc_read_body(r, ctx);

@@ -7,6 +7,7 @@
 
 
 #include "ngx_http_idem_headers.h"
+#include "ngx_http_idem_call_id_source.h"
 #include "ngx_http_idem_deadline.h"
 #include "ngx_http_idem_util.h"
 
@@ -139,6 +140,14 @@ ngx_http_idem_owned(ngx_http_idem_main_conf_t *imcf,
         return 1;
     }
 
+    /* the id comes from elsewhere: a client's header never passes */
+
+    if ((ilcf->call_id_from != NULL || ilcf->call_id_json != NULL)
+        && ngx_http_idem_header_is(h, &ilcf->call_id_header))
+    {
+        return 1;
+    }
+
     return ngx_http_idem_header_alias(h, &ilcf->call_id_header)
            || ngx_http_idem_header_alias(h, &ilcf->trace_id_header)
            || ngx_http_idem_header_alias(h, &imcf->source_header)
@@ -165,7 +174,9 @@ ngx_http_idem_scan_request(ngx_http_request_t *r,
          h != NULL;
          h = ngx_http_idem_header_next(&it))
     {
-        if (ngx_http_idem_header_is(h, &ilcf->call_id_header)) {
+        if (ilcf->call_id_from == NULL && ilcf->call_id_json == NULL
+            && ngx_http_idem_header_is(h, &ilcf->call_id_header))
+        {
             in->call_id = h;
             in->call_id_count++;
             continue;
@@ -269,7 +280,6 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     ngx_http_idem_inbound_t *in, ngx_http_idem_ctx_t *ctx)
 {
     u_char                     *p;
-    ngx_str_t                   value;
     ngx_list_t                 *list;
     ngx_http_idem_main_conf_t  *imcf;
 
@@ -280,7 +290,10 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
         return NGX_ERROR;
     }
 
-    if (in->call_id == NULL
+    /* a configured source's id replaces the client's header, dropped */
+
+    if ((in->call_id == NULL
+         || in->call_id_source != NGX_HTTP_IDEM_SOURCE_CLIENT)
         && ngx_http_idem_push(list, ctx->ids.call_id_header,
                               &ctx->ids.call_id_echo)
            == NULL)
@@ -296,14 +309,10 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
         return NGX_ERROR;
     }
 
-    if (ctx->ids.source == NGX_HTTP_IDEM_SOURCE_CLIENT) {
-        ngx_str_set(&value, "client");
-
-    } else {
-        ngx_str_set(&value, "gateway");
-    }
-
-    if (ngx_http_idem_push(list, &imcf->source_header, &value) == NULL) {
+    if (ngx_http_idem_push(list, &imcf->source_header,
+                           ngx_http_idem_source_name(ctx->ids.source))
+        == NULL)
+    {
         return NGX_ERROR;
     }
 
@@ -487,7 +496,8 @@ ngx_int_t
 ngx_http_idem_set_response_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx)
 {
-    ngx_table_elt_t  *h;
+    ngx_table_elt_t            *h;
+    ngx_http_idem_main_conf_t  *imcf;
 
     ngx_http_idem_hide_response_headers(r, ctx);
 
@@ -517,6 +527,18 @@ ngx_http_idem_set_response_headers(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
+    /* an id not from the call id header says where it came from */
+
+    if (ctx->ids.source >= NGX_HTTP_IDEM_SOURCE_VARIABLE) {
+        imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+        h = ngx_http_idem_push(&r->headers_out.headers, &imcf->source_header,
+                               ngx_http_idem_source_name(ctx->ids.source));
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
     return NGX_OK;
 }
 
@@ -528,7 +550,10 @@ ngx_http_idem_hide_response_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx)
 {
     ngx_table_elt_t              *h;
+    ngx_http_idem_main_conf_t    *imcf;
     ngx_http_idem_header_iter_t   it;
+
+    imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
     for (h = ngx_http_idem_header_first(&it, &r->headers_out.headers);
          h != NULL;
@@ -537,7 +562,10 @@ ngx_http_idem_hide_response_headers(ngx_http_request_t *r,
         if (h->hash != 0
             && (ngx_http_idem_header_named(h, &ctx->ids.call_id_header->name)
                 || ngx_http_idem_header_named(h,
-                                              &ctx->ids.trace_id_header->name)))
+                                              &ctx->ids.trace_id_header->name)
+                || (ctx->ids.source >= NGX_HTTP_IDEM_SOURCE_VARIABLE
+                    && ngx_http_idem_header_named(h,
+                                                  &imcf->source_header.name))))
         {
             h->hash = 0;
         }

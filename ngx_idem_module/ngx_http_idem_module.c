@@ -10,6 +10,7 @@
 
 #include "ngx_http_idem_common.h"
 #include "ngx_http_idem_conf.h"
+#include "ngx_http_idem_call_id_source.h"
 #include "ngx_http_idem_directive.h"
 #include "ngx_http_idem_filter.h"
 #include "ngx_http_idem_handler.h"
@@ -104,6 +105,20 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       ngx_http_idem_set_header,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idem_loc_conf_t, trace_id_header),
+      NULL },
+
+    { ngx_string("idem_call_id_from"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_set_call_id_from,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("idem_call_id_json"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE123,
+      ngx_http_idem_set_call_id_json,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
       NULL },
 
     { ngx_string("idem_call_id_missing"),
@@ -270,6 +285,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
     { ngx_string("idem_dedupe_scope"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_scope,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("idem_dedupe_fingerprint"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE23,
+      ngx_http_idem_set_fingerprint,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },

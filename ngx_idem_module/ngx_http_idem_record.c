@@ -60,6 +60,7 @@
 #include "ngx_http_idem_record.h"
 #include "ngx_http_idem_answer.h"
 #include "ngx_http_idem_call_id.h"
+#include "ngx_http_idem_call_id_source.h"
 #include "ngx_http_idem_deadline.h"
 #include "ngx_http_idem_grpc.h"
 #include "ngx_http_idem_metrics.h"
@@ -1002,9 +1003,8 @@ ngx_http_idem_record_arrival(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     ngx_http_idem_record_uri(r, &uri);
 
-    return ngx_sprintf(p, "%uL %s %V %V %V %V", ctx->record.created_ms,
-                       ctx->ids.source == NGX_HTTP_IDEM_SOURCE_CLIENT
-                       ? "client" : "gateway",
+    return ngx_sprintf(p, "%uL %V %V %V %V %V", ctx->record.created_ms,
+                       ngx_http_idem_source_name(ctx->ids.source),
                        &imcf->node_id, &r->method_name, &ctx->ids.trace_id,
                        &uri);
 }
@@ -1021,7 +1021,9 @@ ngx_http_idem_record_arrival_len(ngx_http_request_t *r,
 
     ngx_http_idem_record_uri(r, &uri);
 
-    return sizeof("R  gateway     ") - 1 + NGX_INT64_LEN + imcf->node_id.len
+    /* "variable", the longest source name */
+
+    return sizeof("R  variable     ") - 1 + NGX_INT64_LEN + imcf->node_id.len
            + r->method_name.len + ctx->ids.trace_id.len + uri.len;
 }
 

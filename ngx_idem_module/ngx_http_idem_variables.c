@@ -5,6 +5,7 @@
 
 
 #include "ngx_http_idem_variables.h"
+#include "ngx_http_idem_call_id_source.h"
 #include "ngx_http_idem_ctx.h"
 #include "ngx_http_idem_deadline.h"
 #include "ngx_http_idem_record.h"
@@ -101,6 +102,7 @@ static ngx_int_t
 ngx_http_idem_variable_source(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
+    ngx_str_t            *name;
     ngx_http_idem_ctx_t  *ctx;
 
     ctx = ngx_http_idem_get_ctx(r);
@@ -110,14 +112,11 @@ ngx_http_idem_variable_source(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    if (ctx->ids.source == NGX_HTTP_IDEM_SOURCE_CLIENT) {
-        ngx_http_idem_variable_value(v, (u_char *) "client",
-                                     sizeof("client") - 1);
+    /* client (the header), variable, body or gateway */
 
-    } else {
-        ngx_http_idem_variable_value(v, (u_char *) "gateway",
-                                     sizeof("gateway") - 1);
-    }
+    name = ngx_http_idem_source_name(ctx->ids.source);
+
+    ngx_http_idem_variable_value(v, name->data, name->len);
 
     return NGX_OK;
 }

@@ -3,7 +3,7 @@
 
 use Test::Nginx::Socket 'no_plan';
 
-# No repeat_each(2): 49 of its 56 blocks are configurations nginx must
+# No repeat_each(2): 56 of its 63 blocks are configurations nginx must
 # refuse (no request, no worker); running each twice only doubles the time.
 
 no_long_string();
@@ -627,3 +627,69 @@ GET /a
 a
 --- no_error_log
 [error]
+
+
+
+=== TEST 57: idem_call_id_from needs a variable
+--- config
+    location /t { idem_call_id_from fixed-id; }
+--- must_die
+--- error_log
+invalid value "fixed-id" in "idem_call_id_from" directive, it must hold a variable
+
+
+
+=== TEST 58: idem_call_id_json refuses a path that is not keys and [indexes]
+--- config
+    location /t { idem_call_id_json data..id; }
+--- must_die
+--- error_log
+invalid path "data..id" in "idem_call_id_json" directive: an empty key
+
+
+
+=== TEST 59: idem_call_id_json refuses an index that is not digits
+--- config
+    location /t { idem_call_id_json Records[first].messageId; }
+--- must_die
+--- error_log
+invalid path "Records[first].messageId" in "idem_call_id_json" directive: an index that is not [digits]
+
+
+
+=== TEST 60: idem_call_id_json max= is a size from 2 to 16m
+--- config
+    location /t { idem_call_id_json id max=1g; }
+--- must_die
+--- error_log
+invalid value "max=1g" in "idem_call_id_json" directive, max must be a size from 2 to 16m
+
+
+
+=== TEST 61: idem_call_id_json with an unknown parameter
+--- config
+    location /t { idem_call_id_json id hash; }
+--- must_die
+--- error_log
+invalid parameter "hash" in "idem_call_id_json" directive
+
+
+
+=== TEST 62: idem_call_id_from and idem_call_id_json in one place
+--- config
+    location /t {
+        idem_call_id_from $http_x_github_delivery;
+        idem_call_id_json id;
+    }
+--- must_die
+--- error_log
+"idem_call_id_from" and "idem_call_id_json" are both set here
+
+
+
+=== TEST 63: idem_dedupe_fingerprint is "method uri" or "method uri body"
+--- config
+    location /t { idem_dedupe_fingerprint method body; }
+--- must_die
+--- error_log
+invalid parameter "body" in "idem_dedupe_fingerprint" directive

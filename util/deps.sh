@@ -20,7 +20,7 @@ if [ "$1" = --list ]; then
 fi
 
 pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev
-      zlib1g-dev redis-server"
+      zlib1g-dev libjson-c-dev redis-server"
 
 if [ "$1" != run ]; then
     pkgs="$pkgs libnginx-mod-http-echo perl libtest-base-perl
