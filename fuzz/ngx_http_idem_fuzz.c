@@ -977,6 +977,17 @@ ngx_http_idem_record_key(ngx_http_request_t *r,
 }
 
 
+/* status.c: a key by a scope's digest, only where scope_digest=on */
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_record_key_digest(ngx_http_request_t *r, ngx_str_t *digest,
+    ngx_str_t *id, ngx_str_t *key)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_record_key_digest");
+    return NGX_ERROR;
+}
+
+
 __attribute__((weak)) ngx_int_t
 ngx_http_idem_record_key_digest(ngx_http_request_t *r, ngx_str_t *digest,
     ngx_str_t *id, ngx_str_t *key)

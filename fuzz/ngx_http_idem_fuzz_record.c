@@ -29,6 +29,7 @@ static ngx_uint_t ngx_http_idem_fuzz_kept(ngx_http_idem_record_t *rec,
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    char                            *want;
     off_t                            now;
     ngx_int_t                        rc;
     ngx_str_t                        time, *elts;
@@ -103,14 +104,31 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                               e->token.len) != 0);
         }
 
-        /* a claim lapsed by "now" without a final state: UNKNOWN */
+        /*
+         * a claim lapsed by "now" without a final state: UNKNOWN, or what
+         * the service resolved it to
+         */
 
         if (e->final_status.len == 0 && e->lease_ms && now > 0
             && (uint64_t) now >= e->lease_ms)
         {
-            ngx_http_idem_fuzz_assert(e->state.len == 7
-                                      && ngx_strncmp(e->state.data,
-                                                     "UNKNOWN", 7) == 0);
+            want = (e->resolved[0].len == 0) ? "UNKNOWN"
+                   : (e->resolved[0].len == 7) ? "SUCCESS" : "FAILED";
+
+            ngx_http_idem_fuzz_assert(e->state.len == ngx_strlen(want)
+                                      && ngx_strncmp(e->state.data, want,
+                                                     e->state.len) == 0);
+        }
+
+        /* overridden: resolved, then a final write that was not UNKNOWN */
+
+        if (e->overridden) {
+            ngx_http_idem_fuzz_assert(e->resolved[0].len > 0
+                                      && e->final_status.len > 0
+                                      && !(e->state.len == 7
+                                           && ngx_strncmp(e->state.data,
+                                                          "UNKNOWN", 7)
+                                              == 0));
         }
 
         if (e->state.len == 7

@@ -309,7 +309,8 @@ typedef enum {
     NGX_HTTP_IDEM_P_INVALID_RESOLUTION,
     NGX_HTTP_IDEM_P_RESOLUTION_CONFLICT,
     NGX_HTTP_IDEM_P_CLAIM_NOT_DURABLE,
-    NGX_HTTP_IDEM_P_INVALID_SCOPE_DIGEST
+    NGX_HTTP_IDEM_P_INVALID_SCOPE_DIGEST,
+    NGX_HTTP_IDEM_P_RESOLUTION_EARLY
 } ngx_http_idem_problem_e;
 
 
@@ -463,6 +464,10 @@ typedef struct {
     ngx_http_idem_store_op_t *claim_op;
     ngx_str_t                 digest;       /* the claim's, hex */
     ngx_msec_t                lease;        /* how long the claim holds */
+    ngx_msec_t                bound;        /* how long the owner may
+                                               answer, 0: no bound */
+    ngx_msec_t                claimed;      /* ngx_current_msec, sent */
+    ngx_event_t               bound_ev;     /* still running near it */
     ngx_event_t               resume_ev;
     ngx_str_t                 found;        /* an answer, or a record */
     void                     *md;           /* EVP_MD_CTX: the digest */
@@ -591,6 +596,7 @@ typedef struct {
     ngx_atomic_t              resolve_conflict;
     ngx_atomic_t              resolve_not_found;
     ngx_atomic_t              resolve_unavailable;
+    ngx_atomic_t              resolve_early;
     ngx_atomic_t              dedupe_not_durable;
     ngx_atomic_t              call_ids_client;
     ngx_atomic_t              call_ids_variable;

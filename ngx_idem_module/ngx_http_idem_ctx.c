@@ -83,7 +83,7 @@ ngx_http_idem_cleanup(void *data)
     ngx_http_idem_ctx_t *ctx = data;
 
     ngx_uint_t    i;
-    ngx_event_t  *ev[6];
+    ngx_event_t  *ev[7];
 
     ev[0] = &ctx->deadline.ev;
     ev[1] = &ctx->deadline.try_ev;
@@ -91,6 +91,7 @@ ngx_http_idem_cleanup(void *data)
     ev[3] = &ctx->record.arrival_ev;
     ev[4] = &ctx->dedupe.resume_ev;
     ev[5] = &ctx->dedupe.poll_ev;
+    ev[6] = &ctx->dedupe.bound_ev;
 
     for (i = 0; i < sizeof(ev) / sizeof(ev[0]); i++) {
 

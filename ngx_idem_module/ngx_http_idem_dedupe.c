@@ -67,6 +67,9 @@
 #define NGX_HTTP_IDEM_LEASE_SLACK        5000
 #define NGX_HTTP_IDEM_LEASE_DEFAULT      60000
 
+/* an owner still running this long before its bound says so */
+#define NGX_HTTP_IDEM_BOUND_MARGIN       1000
+
 /* a waiting duplicate's claim again after this, doubling, up to the most */
 #define NGX_HTTP_IDEM_POLL_FIRST         5
 #define NGX_HTTP_IDEM_POLL_MOST          100
@@ -90,6 +93,9 @@ static void ngx_http_idem_dedupe_resume(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_dedupe_wait(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 static void ngx_http_idem_dedupe_poll(ngx_event_t *ev);
+static void ngx_http_idem_dedupe_bound_start(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+static void ngx_http_idem_dedupe_bound(ngx_event_t *ev);
 static void ngx_http_idem_dedupe_unwait(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 static ngx_int_t ngx_http_idem_dedupe_answer(ngx_http_request_t *r,
@@ -356,6 +362,19 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         lease = NGX_HTTP_IDEM_LEASE_DEFAULT;
     }
 
+    /*
+     * How long its owner may answer: the budget ends its wait for the
+     * upstream, and its final write follows; the slack covers that write.
+     * Without a budget nothing bounds it (0), whatever the lease says: a
+     * lapsed lease is when duplicates stop waiting, not proof that the
+     * owner has gone, so a resolution waits for the bound.
+     */
+
+    claim.bound = ctx->deadline.set
+                  ? (ngx_msec_t) ngx_max(ngx_http_idem_remaining(ctx), 0)
+                    + NGX_HTTP_IDEM_LEASE_SLACK
+                  : 0;
+
     claim.key = ctx->record.key;
     claim.token = ctx->record.token;
     claim.lease = (ngx_msec_t) lease;
@@ -375,6 +394,8 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ctx->dedupe.digest = claim.digest;
     ctx->dedupe.lease = claim.lease;
+    ctx->dedupe.bound = claim.bound;
+    ctx->dedupe.claimed = ngx_current_msec;
 
     p += NGX_HTTP_IDEM_SHA256_HEX_LEN;
 
@@ -395,10 +416,10 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_ERROR;
     }
 
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem dedupe: claim of \"%V\" sent, lease %M, "
-                   "%ui replicas", &ctx->record.key, claim.lease,
-                   claim.replicas);
+                   "bound %M, %ui replicas", &ctx->record.key, claim.lease,
+                   claim.bound, claim.replicas);
 
     return NGX_OK;
 }
@@ -690,6 +711,84 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
 
 /*
+ * The owner of a claim with a bound: a resolution waits for the bound
+ * (resolve.lua), but an answer whose header came before the budget ran
+ * out is never cut, and may still be on its way to a slow client when
+ * the bound passes.  So an owner still running a little before its bound
+ * says so: "b:<token>" becomes "-", and a resolution waits for its final
+ * write.  One write, for the rare owner that outlives its budget.
+ */
+
+static void
+ngx_http_idem_dedupe_bound_start(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx)
+{
+    ngx_msec_int_t  left;
+
+    if (ctx->dedupe.bound == 0) {
+        return;     /* no bound: "-" already */
+    }
+
+    ctx->dedupe.bound_ev.handler = ngx_http_idem_dedupe_bound;
+    ctx->dedupe.bound_ev.data = ctx;
+    ctx->dedupe.bound_ev.log = r->connection->log;
+    ctx->dedupe.bound_ev.cancelable = 1;
+
+    /* by this worker's clock, from the claim sent: before Redis's bound */
+
+    left = (ngx_msec_int_t) (ctx->dedupe.claimed + ctx->dedupe.bound
+                             - NGX_HTTP_IDEM_BOUND_MARGIN - ngx_current_msec);
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem dedupe: owner's bound in %i ms", (ngx_int_t) left);
+
+    ngx_add_timer(&ctx->dedupe.bound_ev, (ngx_msec_t) ngx_max(left, 1));
+}
+
+
+static void
+ngx_http_idem_dedupe_bound(ngx_event_t *ev)
+{
+    ngx_http_idem_ctx_t *ctx = ev->data;
+
+    u_char                       *p;
+    ngx_str_t                     fields[2];
+    ngx_http_request_t           *r;
+    ngx_http_idem_store_write_t   w;
+
+    r = ctx->request;
+
+    if (ctx->record.final_state) {
+        return;     /* its final write went: it says how the call ended */
+    }
+
+    p = ngx_pnalloc(r->pool, 2 + ctx->record.token.len);
+    if (p == NULL) {
+        return;
+    }
+
+    fields[0].data = p;
+    fields[0].len = ngx_sprintf(p, "b:%V", &ctx->record.token) - p;
+    ngx_str_set(&fields[1], "-");
+
+    ngx_memzero(&w, sizeof(ngx_http_idem_store_write_t));
+
+    w.key = ctx->record.key;
+    w.token = ctx->record.token;
+    w.fields = fields;
+    w.nfields = 2;
+
+    ngx_log_error(NGX_LOG_INFO, ev->log, 0,
+                  "idem: call \"%V\" still running at its bound: its "
+                  "resolution waits for its final write", &ctx->ids.call_id);
+
+    if (ngx_http_idem_store_write(&w) != NGX_OK) {
+        ngx_http_idem_count(record_drops);
+    }
+}
+
+
+/*
  * The call is in flight: wait for it (idem_dedupe_wait), the claim sent
  * again after the next delay.  NGX_DECLINED: no more waiting, it is
  * answered as in flight now.
@@ -864,6 +963,8 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
             ctx->record.on = 1;
 
             ngx_http_idem_count(dedupe_claims);
+
+            ngx_http_idem_dedupe_bound_start(r, ctx);
 
             if (ctx->dedupe.claim_rest) {
 

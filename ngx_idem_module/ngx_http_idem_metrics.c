@@ -128,6 +128,8 @@ static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
         "reason=\"not_found\"", NULL, resolve_not_found),
     ngx_http_idem_metric("idem_resolutions_refused_total",
         "reason=\"unavailable\"", NULL, resolve_unavailable),
+    ngx_http_idem_metric("idem_resolutions_refused_total",
+        "reason=\"early\"", NULL, resolve_early),
     { NULL, NULL, NULL, 0 }
 };
 

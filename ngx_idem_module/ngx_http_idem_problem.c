@@ -91,7 +91,12 @@ static ngx_http_idem_problem_def_t  ngx_http_idem_problems[] = {
     /* a status read by a scope's digest (status.c): not a call */
 
     { NGX_HTTP_BAD_REQUEST, "invalid-scope-digest", "Invalid scope digest",
-      -1 }
+      -1 },
+
+    /* a resolution of a lapsed claim whose owner may still answer */
+
+    { NGX_HTTP_CONFLICT, "resolution-too-early", "Owner may still answer",
+      ngx_http_idem_counter(resolve_early) }
 };
 
 

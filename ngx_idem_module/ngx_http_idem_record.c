@@ -917,6 +917,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         w.claim = 1;
         w.digest = ctx->dedupe.digest;
         w.lease = final ? 0 : ctx->dedupe.lease;
+        w.bound = ctx->dedupe.bound;
         w.ttl = imcf->record_ttl;
     }
 

@@ -21,7 +21,8 @@ static u_char *ngx_http_idem_json_resolved(u_char *p,
 /*
  * {"call_id", "trace_id", "state", "source", "node", "method", "uri",
  *  "created_ms", "updated_ms", "final_status", ["receipt",]
- *  ["resolved": {"execution", "outcome", "at_ms", "receipt", "by"},]
+ *  ["resolved": {"execution", "outcome", "at_ms", "receipt", "by"
+ *                [, "overridden": true]},]
  *  "executions",
  *  "attempts": [{"execution", "n", "start_ms", "duration_ms", "outcome",
  *                "sent", "status", "span_id"[, "receipt"]}]}
@@ -29,7 +30,9 @@ static u_char *ngx_http_idem_json_resolved(u_char *p,
  * "receipt": the service's (idem_receipt_header), on the attempt whose
  * answer carried it, and at the top the newest execution's; only where
  * there is one.  "resolved": the service's word on the newest execution
- * it resolved (POST to the status endpoint), where there is one.
+ * it resolved (POST to the status endpoint), where there is one;
+ * "overridden" where that execution's final write came after it (its
+ * state is the final write's).
  *
  * Executions are numbered in the order they arrived, those a trim
  * summarised included; "executions" counts them all.  The attempts shown
@@ -78,7 +81,8 @@ ngx_http_idem_record_json(ngx_http_request_t *r, ngx_str_t *id,
 
     if (rec.resolved != NULL) {
         len += sizeof(",\"resolved\":{\"execution\":,\"outcome\":\"\","
-                      "\"at_ms\":,\"receipt\":\"\",\"by\":\"\"}")
+                      "\"at_ms\":,\"receipt\":\"\",\"by\":\"\","
+                      "\"overridden\":true}")
                + NGX_INT_T_LEN;
 
         for (i = 0; i < 4; i++) {
@@ -219,6 +223,13 @@ ngx_http_idem_json_resolved(u_char *p, ngx_http_idem_record_exec_t *e)
         p = ngx_http_idem_json_string(p, (i == 2) ? ",\"receipt" : ",\"by",
                                       (v->len == 1 && v->data[0] == '-')
                                       ? NULL : v);
+    }
+
+    /* the owner's final write came after it: the state is that write's */
+
+    if (e->overridden) {
+        p = ngx_cpymem(p, ",\"overridden\":true",
+                       sizeof(",\"overridden\":true") - 1);
     }
 
     *p++ = '}';

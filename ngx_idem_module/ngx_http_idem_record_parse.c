@@ -47,7 +47,9 @@ static int ngx_libc_cdecl ngx_http_idem_record_attempt_cmp(const void *one,
  *
  * An execution's state: the final one if written, else UNKNOWN once its
  * claim has lapsed by "now", else PROCESSING, else RECEIVED; an UNKNOWN
- * one the service resolved is SUCCESS (applied) or FAILED.  The record's
+ * one the service resolved is SUCCESS (applied) or FAILED; a resolved one
+ * whose final write came later keeps that write's state, the resolution
+ * "overridden".  The record's
  * state: SUCCESS if any execution succeeded (the summarised ones
  * included), else UNKNOWN if any was UNKNOWN, else the latest one's.
  */
@@ -237,6 +239,15 @@ ngx_http_idem_record_parse(ngx_pool_t *pool, ngx_str_t *elts, ngx_uint_t n,
                 } else {
                     ngx_str_set(&e->state, "FAILED");
                 }
+
+            } else if (e->final_status.len) {
+
+                /*
+                 * its owner's final write came after the resolution and
+                 * says how the upstream answered: that stands
+                 */
+
+                e->overridden = 1;
             }
 
             rec->resolved = e;

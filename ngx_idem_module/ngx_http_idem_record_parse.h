@@ -48,6 +48,8 @@ struct ngx_http_idem_record_exec_s {
     ngx_str_t                        resolved[4];   /* outcome at_ms receipt
                                                        by ("-": none); len 0:
                                                        not resolved */
+    ngx_uint_t                       overridden;    /* resolved, then its
+                                                       final write came */
     ngx_uint_t                       index;     /* 1, 2 ... by arrival */
     ngx_uint_t                       hash;
     ngx_http_idem_record_exec_t     *next;      /* same hash bucket */

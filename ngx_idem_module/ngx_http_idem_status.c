@@ -20,6 +20,10 @@
 #include "ngx_http_idem_util.h"
 
 
+/* a resolution refused as too early: its detail's room */
+#define NGX_HTTP_IDEM_EARLY_DETAIL  256
+
+
 typedef struct {
     ngx_http_request_t         *request;
     ngx_http_idem_store_op_t   *op;
@@ -45,6 +49,8 @@ static void ngx_http_idem_status_resolved(void *data, ngx_int_t rc,
     ngx_str_t *state, ngx_http_idem_store_record_t *record);
 static ngx_int_t ngx_http_idem_status_refuse(ngx_http_request_t *r,
     ngx_http_idem_problem_e id, ngx_str_t *detail);
+static ngx_int_t ngx_http_idem_status_early(ngx_http_request_t *r,
+    ngx_str_t *left);
 static void ngx_http_idem_status_cleanup(void *data);
 static ngx_int_t ngx_http_idem_status_send(ngx_http_request_t *r,
     ngx_http_idem_status_ctx_t *sctx, ngx_uint_t status, ngx_str_t *body);
@@ -749,6 +755,10 @@ ngx_http_idem_status_resolved(void *data, ngx_int_t rc, ngx_str_t *state,
                                          &detail);
         break;
 
+    case NGX_AGAIN:
+        rc = ngx_http_idem_status_early(r, state);
+        break;
+
     default:
         ngx_http_idem_count(resolve_unavailable);
         rc = ngx_http_idem_status_send(r, sctx, NGX_HTTP_SERVICE_UNAVAILABLE,
@@ -778,4 +788,67 @@ ngx_http_idem_status_refuse(ngx_http_request_t *r, ngx_http_idem_problem_e id,
                   "idem: resolution refused: %V", detail);
 
     return ngx_http_idem_send_problem(r, &problem, NULL);
+}
+
+
+/*
+ * 409 resolution-too-early: the latest execution's claim lapsed, but its
+ * owner may still answer (store: "left", the ms until its bound passes,
+ * or "-": nothing bounds it: no deadline, still running at it, or a
+ * claim that does not say, as 0.6.0's).
+ * Not settled: a resolver asks again later (Retry-After, where the bound
+ * is known).
+ */
+
+static ngx_int_t
+ngx_http_idem_status_early(ngx_http_request_t *r, ngx_str_t *left)
+{
+    u_char      *p;
+    ngx_int_t    ms;
+    ngx_str_t    detail, value;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem status: resolution too early, \"%V\" left", left);
+
+    ms = (left->len && left->data[0] != '-')
+         ? ngx_atoi(left->data, left->len) : NGX_ERROR;
+
+    p = ngx_pnalloc(r->pool, NGX_HTTP_IDEM_EARLY_DETAIL + NGX_INT_T_LEN);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    detail.data = p;
+
+    if (ms == NGX_ERROR) {
+        p = ngx_snprintf(p, NGX_HTTP_IDEM_EARLY_DETAIL,
+                         "the call's latest execution has no final state "
+                         "and its owner may still answer: its claim lapsed, "
+                         "but nothing bounds its owner (no deadline, still "
+                         "running at it, or a claim that does not say); "
+                         "only its final write settles it");
+
+    } else {
+        p = ngx_snprintf(p, NGX_HTTP_IDEM_EARLY_DETAIL,
+                         "the call's latest execution has no final state "
+                         "and its owner may still answer: its claim lapsed, "
+                         "but its deadline passes for certain in %i ms; "
+                         "resolve it after that", ms);
+
+        /* whole seconds, rounded up: asked again once the bound passed */
+
+        value.data = p;
+        value.len = ngx_sprintf(p, "%i", (ms + 999) / 1000) - p;
+
+        if (ngx_http_idem_add_response_header(r, "Retry-After", &value)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+
+    detail.len = p - detail.data;
+
+    return ngx_http_idem_status_refuse(r, NGX_HTTP_IDEM_P_RESOLUTION_EARLY,
+                                       &detail);
 }

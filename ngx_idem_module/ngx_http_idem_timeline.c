@@ -332,7 +332,8 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
           + sizeof("<dt>Receipt</dt><dd><code></code></dd>\n")
           + 6 * rec.receipt.len
           + sizeof("<dt>Resolved</dt><dd>#: not_applied, by <code></code> "
-                   "at , receipt <code></code></dd>\n")
+                   "at , receipt <code></code>; overridden by its final "
+                   "write, which came later</dd>\n")
           + NGX_INT_T_LEN + NGX_HTTP_IDEM_TIMELINE_TIME;
 
     if (rec.resolved != NULL) {
@@ -459,6 +460,13 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
                            sizeof(", receipt <code>") - 1);
             p = ngx_http_idem_html(p, &x->resolved[2]);
             p = ngx_cpymem(p, "</code>", sizeof("</code>") - 1);
+        }
+
+        if (x->overridden) {
+            p = ngx_cpymem(p, "; overridden by its final write, which came "
+                           "later",
+                           sizeof("; overridden by its final write, which "
+                                  "came later") - 1);
         }
     }
 

@@ -11,10 +11,58 @@
 use lib 't/lib';
 use Digest::SHA ();
 use POSIX ();
+use Time::HiRes ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): an UNKNOWN call is resolved once; the second run's
 # resolution of the same fixed id is a 409 by design.
+
+my %bg;
+
+# a call sent in the background (its answer, headers and body, to a file
+# of the server root, read by done())
+sub bg {
+    my ($name, $id, $uri, @more) = @_;
+    my $out = "$ENV{TEST_NGINX_ROOT}/t/servroot/bg-$name";
+    unlink $out;
+    my $pid = fork() // die "fork: $!";
+    if ($pid == 0) {
+        { exec('curl', '-s', '-i', '-o', $out, '--max-time', '30',
+               '-H', "X-Call-Id: $id", @more,
+               "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}$uri") };
+        POSIX::_exit(1);
+    }
+    $bg{$name} = [$pid, $out];
+}
+
+# waits for a background call; its answer
+sub done {
+    my ($name) = @_;
+    my ($pid, $out) = @{ delete $bg{$name} };
+    waitpid($pid, 0);
+    local (@ARGV, $/) = ($out);
+    return -e $out ? <> : '';
+}
+
+# a resolution posted now: the whole answer
+sub resolve {
+    my ($id, $body) = @_;
+    return scalar `curl -s -i --max-time 10 -X POST --data '$body' http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/calls/$id`;
+}
+
+# polls the status of a call until it matches (an event, not a fixed
+# sleep: the machine may be slow); the last answer
+sub status_until {
+    my ($id, $re, $secs) = @_;
+    my $until = Time::HiRes::time() + ($secs // 15);
+    my $s = '';
+    while (Time::HiRes::time() < $until) {
+        $s = `curl -s --max-time 5 http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/calls/$id`;
+        last if $s =~ $re;
+        Time::HiRes::sleep(0.05);
+    }
+    return $s;
+}
 
 no_long_string();
 no_shuffle();
@@ -474,7 +522,7 @@ GET /calls/rs-14
 
 
 
-=== TEST 16: a dedupe claim whose owner died (its lease lapsed, no final write) is resolved too; the resend then gets call-applied
+=== TEST 16: a dedupe claim whose owner died (its lease and its bound passed, no final write) is resolved too; the resend then gets call-applied
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config
@@ -491,14 +539,12 @@ GET /calls/rs-14
 --- init
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 # as a gateway that died after its claim leaves it: o, d, its arrival, a
-# lease that lapsed a second ago (Redis's clock)
+# lease that lapsed a second ago and a bound that passed (Redis's clock)
 my ($s, $us) = split /\n/, `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} time`;
 my $now = $s * 1000 + int($us / 1000);
-my $d = `printf 'POST /pay\nx=1' | sha256sum`;
-$d =~ s/\s.*//s;
 system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
        "idem:c:{rs-16}", "o", "tok16", "d", "ignored", "v", "1",
-       "l:tok16", $now - 1000,
+       "l:tok16", $now - 1000, "b:tok16", $now - 500,
        "e:tok16", "P " . ($now - 5000)
                   . " client gw-dead POST 4bf92f3577b34da6a3ce929d0e0e4736 /pay");
 --- request eval
@@ -516,7 +562,294 @@ system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
 
 
 
-=== TEST 17: a scoped call resolved by its scope's digest on an operators' location (scope_digest=on), without the scope's value; a client's location refuses the digest; the resend then gets call-applied
+=== TEST 16b: ... a claim that does not say how long its owner runs (0.6.0's: no "b:"), lapsed: nothing bounds its owner, refused (409 resolution-too-early) until its final write
+--- init
+my ($s, $us) = split /\n/, `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} time`;
+my $now = $s * 1000 + int($us / 1000);
+system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
+       "idem:c:{rs-16b}", "o", "tok16", "d", "ignored",
+       "l:tok16", $now - 1000,
+       "e:tok16", "P " . ($now - 5000)
+                  . " client gw-old POST 4bf92f3577b34da6a3ce929d0e0e4736 /pay");
+--- request eval
+["GET /calls/rs-16b", "POST /calls/rs-16b\n{\"outcome\":\"not_applied\"}",
+ "GET /calls/rs-16b"]
+--- error_code eval
+[200, 409, 200]
+--- response_body_like eval
+['"state":"UNKNOWN",.*"node":"gw-old"',
+ '"type":"urn:ngx-idem:problem:resolution-too-early",.*nothing bounds its owner',
+ '^(?!.*"resolved")\{.*"state":"UNKNOWN"']
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 17: issue 35: a dedupe owner past its lease, no deadline: not_applied is refused (409 resolution-too-early, not settled), its 200 stands, the resend is replayed: one execution
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_lease 1s;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/3000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+main::bg('owner17', 'late-1', '/pay', '--data', 'x=1');
+Test::More::like(main::status_until('late-1', qr/"state":"UNKNOWN"/),
+                 qr/"state":"UNKNOWN"/, 'the lease lapsed: UNKNOWN');
+my $r = main::resolve('late-1', '{"outcome":"not_applied"}');
+Test::More::like($r, qr{^HTTP/1.1 409 }, 'the resolution is refused');
+Test::More::like($r, qr{\r\nContent-Type: application/problem\+json\r\n},
+                 'problem+json');
+Test::More::unlike($r, qr{\r\nRetry-After:}i, 'no bound: no Retry-After');
+Test::More::like($r, qr{\r\n\r\n\{"type":"urn:ngx-idem:problem:resolution-too-early","title":"Owner may still answer","status":409,"detail":"the call's latest execution has no final state and its owner may still answer: its claim lapsed, but nothing bounds its owner \(no deadline, still running at it, or a claim that does not say\); only its final write settles it"},
+                 'its body');
+Test::More::like(main::done('owner17'), qr{^HTTP/1.1 200 }, "the owner's 200");
+--- request eval
+["GET /calls/late-1", "POST /pay\nx=1", "GET /log/late-1", "GET /metrics"]
+--- more_headers
+X-Call-Id: late-1
+--- error_code eval
+[200, 200, 200, 200]
+--- response_headers_like eval
+["", "Idempotent-Replayed: true", "", ""]
+--- response_body_like eval
+['^(?!.*"resolved")\{"call_id":"late-1",[^{]*"state":"SUCCESS",.*"final_status":200,"executions":1,',
+ "^n=1 attempt=1 ", "^n=1 [^\n]*\n\$",
+ qr/^idem_resolutions_refused_total\{reason="early"\} 1\n/m]
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 18: ... no deadline, but a bound that passed (forged: as if the owner's word were lost): not_applied is taken, the owner's later 200 overrides it (shown), the resend is replayed: one execution
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_lease 1s;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/3000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+main::bg('owner18', 'late-2', '/pay', '--data', 'x=1');
+Test::More::like(main::status_until('late-2', qr/"state":"UNKNOWN"/),
+                 qr/"state":"UNKNOWN"/, 'the lease lapsed: UNKNOWN');
+my @b = grep { /^b:/ } split /\n/,
+    `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} hkeys 'idem:c:{late-2}'`;
+Test::More::is(scalar @b, 1, 'the claim has its bound');
+system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
+       "idem:c:{late-2}", $b[0] // 'b:none', "1");
+Test::More::like(main::resolve('late-2', '{"outcome":"not_applied"}'),
+                 qr{^HTTP/1.1 200 .*"outcome":"not_applied"}s,
+                 'its bound passed: resolved');
+Test::More::like(main::done('owner18'), qr{^HTTP/1.1 200 }, "the owner's 200");
+--- request eval
+["GET /calls/late-2", "POST /pay\nx=1", "GET /log/late-2"]
+--- more_headers
+X-Call-Id: late-2
+--- error_code eval
+[200, 200, 200]
+--- response_headers_like eval
+["", "Idempotent-Replayed: true", ""]
+--- response_body_like eval
+['"state":"SUCCESS",.*"final_status":200,"resolved":\{"execution":1,"outcome":"not_applied","at_ms":\d+,"receipt":null,"by":null,"overridden":true\},"executions":1,',
+ "^n=1 attempt=1 ", "^n=1 [^\n]*\n\$"]
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 19: ... a deadline: refused (Retry-After) until it passed for certain; an owner still streaming its answer at its bound says so: refused until its final write (SUCCESS: resolution-conflict); one execution
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_lease 200ms;
+        idem_deadline 2s;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/drip/10000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+my $t0 = Time::HiRes::time();
+main::bg('owner19', 'late-3', '/pay', '--data', 'x=1');
+Test::More::like(main::status_until('late-3', qr/"state":"UNKNOWN"/),
+                 qr/"state":"UNKNOWN"/, 'the lease lapsed: UNKNOWN');
+my $r = main::resolve('late-3', '{"outcome":"not_applied"}');
+Test::More::like($r, qr{^HTTP/1.1 409 .*\r\nRetry-After: [1-8]\r\n}s,
+                 'refused while the deadline may not have passed');
+Test::More::like($r, qr{"type":"urn:ngx-idem:problem:resolution-too-early",.*"detail":"the call's latest execution has no final state and its owner may still answer: its claim lapsed, but its deadline passes for certain in \d+ ms; resolve it after that"}s,
+                 'its body');
+# asked again, as a resolver told Retry-After would, until it is not
+# too early: past the bound (2 s and 5 s) the owner is still sending its
+# answer's body (10 s), and has said so
+my ($late, $taken);
+while ($r =~ /resolution-too-early/ && Time::HiRes::time() < $t0 + 25) {
+    Time::HiRes::sleep(0.1);
+    $r = main::resolve('late-3', '{"outcome":"not_applied"}');
+    $late //= $r if Time::HiRes::time() > $t0 + 8 && $r =~ /too-early/;
+}
+Test::More::like($late // '', qr{^HTTP/1.1 409 .*"detail":"the call's latest execution has no final state and its owner may still answer: its claim lapsed, but nothing bounds its owner}s,
+                 'past its bound, the owner still running: refused');
+Test::More::unlike($late // '', qr{\r\nRetry-After:}, '... with no Retry-After');
+Test::More::like($r, qr{^HTTP/1.1 409 .*resolution-conflict.*is SUCCESS, not UNKNOWN}s,
+                 'then its final write: SUCCESS, nothing to resolve');
+Test::More::like(main::done('owner19'), qr{^HTTP/1.1 200 .*\r\n\r\nn=1 }s,
+                 "the owner's 200");
+--- request eval
+["GET /calls/late-3", "POST /pay\nx=1", "GET /log/late-3"]
+--- more_headers
+X-Call-Id: late-3
+--- error_code eval
+[200, 200, 200]
+--- response_headers_like eval
+["", "Idempotent-Replayed: true", ""]
+--- response_body_like eval
+['^(?!.*"resolved").*"state":"SUCCESS",.*"final_status":200,"executions":1,',
+ "^n=1 attempt=1 ", "^n=1 [^\n]*\n\$"]
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 20: ... a not_applied found while the owner may still answer (as a 0.6.0 build with resolutions may write it; this version refuses it): a resend is not run (409 call-outcome-unknown), then gets the owner's answer: one execution
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_lease 1s;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/3000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+main::bg('owner20', 'late-4', '/pay', '--data', 'x=1');
+Test::More::like(main::status_until('late-4', qr/"state":"UNKNOWN"/),
+                 qr/"state":"UNKNOWN"/, 'the lease lapsed: UNKNOWN');
+my ($b) = grep { /^b:/ } split /\n/,
+    `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} hkeys 'idem:c:{late-4}'`;
+(my $t = $b // 'b:none') =~ s/^b://;
+system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
+       "idem:c:{late-4}", "z:$t", "not_applied 1 - old-gw");
+my $again = `curl -s -i --max-time 10 -H 'X-Call-Id: late-4' --data x=1 http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/pay`;
+Test::More::like($again, qr{^HTTP/1.1 409 .*"type":"urn:ngx-idem:problem:call-outcome-unknown"}s,
+                 'the resend is not run while the owner may answer');
+Test::More::like(main::done('owner20'), qr{^HTTP/1.1 200 }, "the owner's 200");
+--- request eval
+["POST /pay\nx=1", "GET /log/late-4"]
+--- more_headers
+X-Call-Id: late-4
+--- error_code eval
+[200, 200]
+--- response_headers_like eval
+["Idempotent-Replayed: true", ""]
+--- response_body_like eval
+["^n=1 attempt=1 ", "^n=1 [^\n]*\n\$"]
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 21: ... a deadline whose bound passed with no word from its owner (as if that write were lost): not_applied is taken; the owner's answer, streamed past it, overrides it; the resend is replayed: one execution
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_lease 200ms;
+        idem_deadline 2s;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/drip/4000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+main::bg('owner21', 'late-5', '/pay', '--data', 'x=1');
+Test::More::like(main::status_until('late-5', qr/"state":"UNKNOWN"/),
+                 qr/"state":"UNKNOWN"/, 'the lease lapsed: UNKNOWN');
+my ($b) = grep { /^b:/ } split /\n/,
+    `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} hkeys 'idem:c:{late-5}'`;
+Test::More::ok($b, 'the claim has its bound');
+system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
+       "idem:c:{late-5}", $b // 'b:none', "1");
+Test::More::like(main::resolve('late-5', '{"outcome":"not_applied"}'),
+                 qr{^HTTP/1.1 200 .*"outcome":"not_applied"}s,
+                 'its bound passed: resolved');
+Test::More::like(main::done('owner21'), qr{^HTTP/1.1 200 .*\r\n\r\nn=1 }s,
+                 "the owner's 200, its body after the resolution");
+--- request eval
+["GET /calls/late-5", "POST /pay\nx=1", "GET /log/late-5"]
+--- more_headers
+X-Call-Id: late-5
+--- error_code eval
+[200, 200, 200]
+--- response_headers_like eval
+["", "Idempotent-Replayed: true", ""]
+--- response_body_like eval
+['"state":"SUCCESS",.*"final_status":200,"resolved":\{"execution":1,"outcome":"not_applied","at_ms":\d+,"receipt":null,"by":null,"overridden":true\},"executions":1,',
+ "^n=1 attempt=1 ", "^n=1 [^\n]*\n\$"]
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 22: a scoped call resolved by its scope's digest on an operators' location (scope_digest=on), without the scope's value; a client's location refuses the digest; the resend then gets call-applied
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config

@@ -32,6 +32,7 @@ idem_rejected_total\{reason="missing_call_id"\} 0
 .*idem_dedupe_total\{result="unavailable"\} 0
 .*idem_dedupe_total\{result="not_durable"\} 0
 .*idem_resolutions_refused_total\{reason="unavailable"\} 0
+idem_resolutions_refused_total\{reason="early"\} 0
 \z
 --- no_error_log
 [error]

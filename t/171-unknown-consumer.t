@@ -313,7 +313,54 @@ Test::More::like(main::line_of($l, 'uc-6'),
 
 
 
-=== TEST 10: --resolve-url and a dedupe scope: a scoped call ends UNKNOWN, on a gateway whose operators' status location takes resolutions by the scope's digest
+=== TEST 10: --resolve-url: 409 resolution-too-early (a lapsed claim whose owner may still answer) is not settled: the entry stays pending; once the owner's final write is in, it is resolved
+--- init
+# a dedupe claim whose lease lapsed, its owner still running with no
+# bound (no deadline), and its entry read before its final write (as on a
+# cluster, where the two are on two masters)
+my ($s, $us) = split /\n/, main::redis("time");
+my $now = $s * 1000 + int($us / 1000);
+main::redis("hset 'idem:c:{uc-20}' o tok9 d x v 1 l:tok9 " . ($now - 1000)
+            . " b:tok9 - e:tok9 'P " . ($now - 5000)
+            . " client gw-busy POST 4bf92f3577b34da6a3ce929d0e0e4736 /t'");
+main::redis("xadd idem:comp '*' call_id uc-20 trace_id 4bf92f3577b34da6a3ce929d0e0e4736 key 'idem:c:{uc-20}' token tok9 method POST uri /t node gw-busy attempts 1 last_outcome timeout last_sent 1 final_status 504 created_ms "
+            . ($now - 5000) . " ended_ms $now");
+my $check = q{'case $IDEM_CALL_ID in uc-20) exit 1;; *) exit 75;; esac'};
+my $url = "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/calls/";
+my $l = main::consume("--group late --check $check --resolve-url $url");
+my @l = grep { / uc-20: / } @$l;
+Test::More::like($l[0] // '',
+    qr{ uc-20: round 1/3: did not take effect: refused \(409: the call's latest execution has no final state and its owner may still answer: .*\), and the record is not settled$},
+    'uc-20: too early, said so');
+Test::More::like($l[1] // '',
+    qr{ uc-20: round 1/3: still UNKNOWN \(the record has no final write for this execution yet\), the gateway refused the verdict: would ask },
+    '... not settled');
+my @p = split /\n/, main::redis("xpending idem:comp late - + 100");
+my %pending = map { $p[4 * $_] => 1 } 0 .. $#p / 4;
+my ($entry) = ($l[0] // '') =~ /^(\S+)/;
+Test::More::ok($entry && $pending{$entry}, 'its entry is still pending');
+# the owner's final write lands: UNKNOWN, its answer lost
+main::redis("hset 'idem:c:{uc-20}' f:tok9 'UNKNOWN 504 $now "
+            . ($now - 5000) . " client gw-busy POST 4bf92f3577b34da6a3ce929d0e0e4736 /t' k:tok9 U");
+$l = main::consume("--group late --check $check --resolve-url $url --retry-after 0");
+@l = grep { / uc-20: / } @$l;
+Test::More::like($l[0] // '',
+    qr{ uc-20: round 2/3: did not take effect: resolved in the record \(200\)$},
+    'uc-20: round 2, resolved');
+@p = split /\n/, main::redis("xpending idem:comp late - + 100");
+%pending = map { $p[4 * $_] => 1 } 0 .. $#p / 4;
+Test::More::ok(!$pending{$entry}, 'its entry acknowledged');
+--- request
+GET /calls/uc-20
+--- response_body_like chomp
+"state":"FAILED",.*"resolved":\{"execution":1,"outcome":"not_applied",
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 11: --resolve-url and a dedupe scope: a scoped call ends UNKNOWN, on a gateway whose operators' status location takes resolutions by the scope's digest
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
     idem_unknown_stream comp;
@@ -347,7 +394,7 @@ Test::More::like(main::line_of($l, 'uc-6'),
 
 
 
-=== TEST 11: ... the verdict is posted with the scope's digest and lands in the scoped record; a client's status location refuses the digest (the entry stays pending)
+=== TEST 12: ... the verdict is posted with the scope's digest and lands in the scoped record; a client's status location refuses the digest (the entry stays pending)
 --- init
 my $check = q{'case $IDEM_CALL_ID in uc-8|uc-9) echo pay_s8; exit 0;; *) exit 75;; esac'};
 my $port = $ENV{TEST_NGINX_SERVER_PORT};
@@ -377,7 +424,7 @@ my $d = Digest::SHA::sha256_hex("tenant-secret-8");
 
 
 
-=== TEST 12: two more calls end UNKNOWN; the gateway the verdicts go to refuses one with 409 while its record is still UNKNOWN
+=== TEST 13: two more calls end UNKNOWN; the gateway the verdicts go to refuses one with 409 while its record is still UNKNOWN
 --- init
 main::redis("del idem:comp");
 --- http_config
@@ -411,7 +458,7 @@ main::redis("del idem:comp");
 
 
 
-=== TEST 13: ... a 409 is done with only when the record is settled: uc-11, resolved first by someone else (its check), is; uc-10, still UNKNOWN, stays pending, then goes to a person
+=== TEST 14: ... a 409 is done with only when the record is settled: uc-11, resolved first by someone else (its check), is; uc-10, still UNKNOWN, stays pending, then goes to a person
 --- init
 my $url = "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}";
 my $check = qq{'case \$IDEM_CALL_ID in uc-11) curl -s -o /dev/null -d "{\\"outcome\\":\\"applied\\"}" $url/calls/uc-11;; esac; exit 0'};

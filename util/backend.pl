@@ -16,6 +16,9 @@
 #   /close/K                 the same, closing without an answer
 #   /sleep/MS/K              the first K requests of a call id sleep MS ms
 #                            before answering 200; later 200 at once
+#   /drip/MS/K               the first K requests of a call id get the 200's
+#                            header at once and its body (the log) MS ms
+#                            later; later 200 at once
 #   /grpc/CODE/K[/PB]        gRPC, Trailers-Only style: the first K requests
 #                            of a call id answer 200 with "grpc-status: CODE"
 #                            (and "grpc-retry-pushback-ms: PB" when given),
@@ -120,6 +123,17 @@ sub serve {
         }
     } elsif ($uri =~ m{^/sleep/(\d+)/(\d+)}) {
         sleep($1 / 1000) if $n <= $2;
+    } elsif ($uri =~ m{^/drip/(\d+)/(\d+)}) {
+        if ($n <= $2) {
+            my $log = slurp("$dir/$id");
+            $c->autoflush(1);
+            print $c "HTTP/1.1 200 X\r\nContent-Length: " . length($log)
+                     . "\r\nConnection: close\r\n\r\n";
+            sleep($1 / 1000);
+            print $c $log;
+            close $c;
+            return;
+        }
     } elsif ($uri =~ m{^/grpc/(\d+)/(\d+)(?:/(-?\d+))?}) {
         my %g = ('Content-Type' => 'application/grpc');
         if ($n <= $2) {

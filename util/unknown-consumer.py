@@ -36,8 +36,10 @@ call-applied).  A 404 (the record is gone) is taken as done.  A 409 is
 taken as done only when the record, read again, is settled (resolved by
 someone else first, or an execution succeeded); otherwise (the gateway
 resolves only a latest execution that is UNKNOWN, and one that is not
-stands in front of this one) the entry stays pending, a round used, and
-goes to a person after the last round.  No answer keeps the entry
+stands in front of this one; or it answers 409 resolution-too-early: the
+latest execution's claim lapsed, but its owner may still answer) the
+entry stays pending, a round used, and goes to a person after the last
+round.  No answer keeps the entry
 pending too, a round used.  A call under a dedupe scope is posted with
 its scope's digest (the entry's key carries it): POST URL<call
 id>?scope_digest=<digest>, which only a status location with

@@ -92,6 +92,8 @@ typedef struct {
     ngx_str_t                  digest;         /* method, URI and body */
     ngx_str_t                  arrival;        /* its "e:" value */
     ngx_msec_t                 lease;          /* held this long, at most */
+    ngx_msec_t                 bound;          /* its owner may answer this
+                                                  long, 0: no bound */
     ngx_msec_t                 ttl;            /* the record's */
     ngx_uint_t                 replicas;       /* durable, 0: not */
     ngx_msec_t                 wait;           /* for the replicas */
@@ -128,7 +130,7 @@ typedef struct {
  * record past max_executions (+ a quarter), unless every field it wrote
  * was new (the fields include one that every record has: the write made
  * the record); claim: the rest of a claim that said so (its digest, and
- * its lease unless the execution is done; the lease needs the ttl);
+ * its lease and bound unless the execution is done; they need the ttl);
  * whole: the execution's first write is its only one, and no claim
  * needs its record (a record it makes may take a cheaper form); owned:
  * written only if the record's claim is this execution's (token), else
@@ -141,6 +143,8 @@ typedef struct {
     ngx_str_t                  token;          /* claim, owned */
     ngx_str_t                  digest;         /* claim */
     ngx_msec_t                 lease;          /* claim, 0: none */
+    ngx_msec_t                 bound;          /* claim, with the lease;
+                                                  0: no bound */
     ngx_str_t                 *fields;         /* field, value, ... */
     ngx_uint_t                 nfields;        /* strings, 2 a field */
     ngx_msec_t                 ttl;
@@ -187,7 +191,9 @@ typedef void (*ngx_http_idem_store_record_pt)(void *data, ngx_int_t rc,
 /*
  * rc: NGX_OK (resolved: the record after it), NGX_DECLINED (no record),
  * NGX_BUSY (the latest execution is not UNKNOWN, or resolved already:
- * "state" says which), NGX_ERROR (no answer)
+ * "state" says which), NGX_AGAIN (its claim lapsed but its owner may
+ * still answer: "state" is the ms until its bound passes, or "-": none),
+ * NGX_ERROR (no answer)
  */
 typedef void (*ngx_http_idem_store_resolved_pt)(void *data, ngx_int_t rc,
     ngx_str_t *state, ngx_http_idem_store_record_t *record);

@@ -56,7 +56,7 @@ typedef struct {
     ngx_http_idem_store_claim_pt     handler;
     void                            *data;
     ngx_uint_t                       replicas;   /* durable, 0: not */
-    ngx_str_t                        argv[6];    /* key, the script's ARGV */
+    ngx_str_t                        argv[7];    /* key, the script's ARGV */
     unsigned                         rest:1;     /* HSETNX: rest to write */
 } ngx_http_idem_redis_claim_t;
 
@@ -162,7 +162,8 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_owned_lua = {
 ngx_int_t
 ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 {
-    u_char       ttl[NGX_INT64_LEN], lease[2 + 64 + 3 + 2 * NGX_INT64_LEN];
+    u_char       ttl[NGX_INT64_LEN], lease[2 + 64 + 3 + 2 * NGX_INT64_LEN],
+                 bound[2 + 64 + 3 + 2 * NGX_INT64_LEN];
     ngx_int_t    rc;
     ngx_str_t    argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv, cmd[3], lfield;
     ngx_uint_t   n, i;
@@ -196,7 +197,7 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
     ngx_http_idem_redis_urgent(w->claim);
 
     if (w->nfields) {
-        i = w->nfields + 2 + (w->claim ? 4 : 0);
+        i = w->nfields + 2 + (w->claim ? 6 : 0);
 
         if (i <= NGX_HTTP_IDEM_REDIS_ARGS) {
             argv = argv_buf;
@@ -234,6 +235,27 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
                 argv[i + 1].len = ngx_sprintf(argv[i + 1].data, "+%M %M",
                                               w->lease, w->ttl)
                                   - argv[i + 1].data;
+                i += 2;
+
+                /*
+                 * "b:<token>": until when its owner may answer, in the
+                 * lease's form, or "-": no bound (no deadline)
+                 */
+
+                argv[i].data = bound;
+                argv[i].len = ngx_sprintf(bound, "b:%V", &w->token) - bound;
+                argv[i + 1].data = bound + argv[i].len;
+
+                if (w->bound) {
+                    argv[i + 1].len = ngx_sprintf(argv[i + 1].data,
+                                                  "+%M %M", w->bound, w->ttl)
+                                      - argv[i + 1].data;
+
+                } else {
+                    *argv[i + 1].data = '-';
+                    argv[i + 1].len = 1;
+                }
+
                 i += 2;
             }
         }
@@ -632,9 +654,10 @@ ngx_http_idem_store_op_t *
 ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
     ngx_http_idem_store_claim_pt handler, void *data)
 {
-    u_char                       *p, lease[NGX_INT64_LEN], ttl[NGX_INT64_LEN];
+    u_char                       *p, lease[NGX_INT64_LEN], ttl[NGX_INT64_LEN],
+                                  bound[NGX_INT64_LEN];
     size_t                        size;
-    ngx_str_t                     argv[4], a[6];
+    ngx_str_t                     argv[4], a[7];
     ngx_uint_t                    i;
     ngx_http_idem_store_op_t     *op;
     ngx_http_idem_redis_claim_t  *cl;
@@ -648,9 +671,19 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
     a[4].len = ngx_sprintf(ttl, "%M", claim->ttl) - ttl;
     a[5] = claim->arrival;
 
+    /* how long its owner may answer: a resolution waits for that */
+
+    if (claim->bound) {
+        a[6].data = bound;
+        a[6].len = ngx_sprintf(bound, "%M", claim->bound) - bound;
+
+    } else {
+        ngx_str_set(&a[6], "-");
+    }
+
     size = sizeof(ngx_http_idem_redis_claim_t);
 
-    for (i = 0; i < 6; i++) {
+    for (i = 0; i < 7; i++) {
         size += a[i].len;
     }
 
@@ -684,7 +717,7 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
 
     p = (u_char *) &cl[1];
 
-    for (i = 0; i < 6; i++) {
+    for (i = 0; i < 7; i++) {
         cl->argv[i].data = p;
         cl->argv[i].len = a[i].len;
         p = ngx_cpymem(p, a[i].data, a[i].len);
@@ -704,7 +737,7 @@ ngx_http_idem_redis_claimed(void *data, ngx_int_t rc, ngx_str_t *elts,
 {
     ngx_http_idem_store_op_t *op = data;
 
-    ngx_str_t                     argv[7];
+    ngx_str_t                     argv[8];
     ngx_uint_t                    i;
     ngx_http_idem_redis_claim_t  *cl;
     ngx_http_idem_store_found_t   found;
@@ -751,13 +784,13 @@ ngx_http_idem_redis_claimed(void *data, ngx_int_t rc, ngx_str_t *elts,
 
     ngx_str_set(&argv[0], "1");
 
-    for (i = 0; i < 6; i++) {
+    for (i = 0; i < 7; i++) {
         argv[1 + i] = cl->argv[i];
     }
 
     op->handler = ngx_http_idem_redis_claim_verdict;
 
-    if (ngx_http_idem_redis_again(op, &ngx_http_idem_redis_claim_lua, 7, argv)
+    if (ngx_http_idem_redis_again(op, &ngx_http_idem_redis_claim_lua, 8, argv)
         != NGX_OK)
     {
         found.verdict = NGX_HTTP_IDEM_STORE_UNAVAILABLE;
@@ -1017,7 +1050,10 @@ ngx_http_idem_store_resolve(ngx_str_t *key,
 }
 
 
-/* {"resolved", now, fields ...}, {"none"}, {"conflict", state} */
+/*
+ * {"resolved", now, fields ...}, {"none"}, {"conflict", state},
+ * {"early", ms left or "-"}
+ */
 
 static void
 ngx_http_idem_redis_resolved(void *data, ngx_int_t rc, ngx_str_t *elts,
@@ -1067,6 +1103,17 @@ ngx_http_idem_redis_resolved(void *data, ngx_int_t rc, ngx_str_t *elts,
         }
 
         sv->handler(sv->data, NGX_BUSY, &state, &record);
+        return;
+
+    case 'e':
+
+        /* its owner may still answer: ms until it certainly has not */
+
+        if (n > 1) {
+            state = elts[1];
+        }
+
+        sv->handler(sv->data, NGX_AGAIN, &state, &record);
         return;
     }
 

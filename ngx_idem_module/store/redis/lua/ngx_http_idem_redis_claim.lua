@@ -1,15 +1,19 @@
 -- The claim's rare paths, after HSETNX of "o" found an owner already
 -- (ngx_http_idem_redis_record.c), with the short and record preludes
 -- before it.
--- KEYS[1]: the record; ARGV: token, digest,
--- lease (ms), ttl (ms), arrival.  Replies {"claimed"}, {"mismatch"},
--- {"inflight", ms left}, {"replay", answer}, or {"large" | "unknown" |
--- "applied", now, the record's fields}, each but "claimed" and
--- "mismatch" followed by the record's PTTL (until when the id is known).  A claim lapses by Redis's clock,
+-- KEYS[1]: the record; ARGV: token, digest, lease (ms), ttl (ms),
+-- arrival, bound (how long the owner may answer, ms; "-": no bound).
+-- Replies {"claimed"}, {"mismatch"}, {"inflight", ms left}, {"replay",
+-- answer}, or {"large" | "unknown" | "applied", now, the record's
+-- fields}, each but "claimed" and "mismatch" followed by the record's
+-- PTTL (until when the id is known).  A claim lapses by Redis's clock,
 -- so that gateways need not agree on the time; its owner's final write
 -- applies whenever it comes.  An owner's execution resolved (resolve.lua)
 -- is what its resolution says: applied, never run again; not applied,
--- released.
+-- released, unless its owner's final write, come after the resolution,
+-- says the upstream answered (kept "R" or "L": that wins, the call is
+-- never run twice), or it has none yet and its owner may still answer
+-- (resolve.lua takes none so; a 0.6.0 build with resolutions may).
 local k = KEYS[1]
 -- the record went and came back short since the HSETNX: a rare race
 hash()
@@ -24,11 +28,12 @@ local v = redis.call('HMGET', k, 'd', 'o')
 local o = v[2]
 if o then
   if v[1] and v[1] ~= ARGV[2] then return {'mismatch'} end
-  local w = redis.call('HMGET', k, 'k:' .. o, 'l:' .. o, 'z:' .. o)
+  local w = redis.call('HMGET', k, 'k:' .. o, 'l:' .. o, 'z:' .. o,
+    'b:' .. o)
   local s = w[1]
   if w[3] then
     if string.match(w[3], '^applied ') then return record('applied') end
-    s = 'F'
+    if s ~= 'R' and s ~= 'L' and (s or not answers(w[4])) then s = 'F' end
   end
   if not s then
     local left = 0
@@ -52,8 +57,10 @@ if o then
 end
 -- 'v': NGX_HTTP_IDEM_RECORD_VERSION (ngx_http_idem_record.h), as this may
 -- be the write that makes the record
+local b = ARGV[6] or '-'
+if b ~= '-' then b = string.format('%.0f', now + tonumber(b)) end
 redis.call('HSET', k, 'd', ARGV[2], 'o', ARGV[1],
   'l:' .. ARGV[1], string.format('%.0f', now + tonumber(ARGV[3])),
-  'e:' .. ARGV[1], ARGV[5], 'v', '1')
+  'b:' .. ARGV[1], b, 'e:' .. ARGV[1], ARGV[5], 'v', '1')
 redis.call('PEXPIRE', k, ARGV[4])
 return {'claimed'}

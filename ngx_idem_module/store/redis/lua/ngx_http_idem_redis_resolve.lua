@@ -6,16 +6,22 @@
 -- ended UNKNOWN, or hold a claim that has lapsed, and not be resolved
 -- yet: then "z:<token>" = "<outcome> <now> <receipt> <by>" is written,
 -- once, and the reply is {"resolved", now, the record's fields}; else
--- {"none"} (no record, or no execution in it) or {"conflict", its state
--- or "RESOLVED"}.  One script: a second resolver, or the owner's late
--- final write, comes before or after it, never between.
+-- {"none"} (no record, or no execution in it), {"conflict", its state
+-- or "RESOLVED"}, or {"early", ms left or "-"}: a lapsed claim whose
+-- owner may still answer (its bound "b:" has not passed, or there is
+-- none to pass: "-"), which only its final write or its bound settles.  A
+-- lapsed lease is no proof that the owner has gone: it may be waiting
+-- for the upstream, whose answer would then come after the resolution.
+-- One script: a second resolver, or the owner's late final write, comes
+-- before or after it, never between; a final write after it wins where
+-- it says how the upstream answered (claim.lua, record_parse.c).
 local k = KEYS[1]
 if redis.call('EXISTS', k) == 0 then return {'none'} end
 hash()
 local h = redis.call('HGETALL', k)
 local ex = {}
 for i = 1, #h, 2 do
-  local c, t = string.match(h[i], '^([eflz]):([^:]+)$')
+  local c, t = string.match(h[i], '^([eflzb]):([^:]+)$')
   if c then
     ex[t] = ex[t] or {t = t}
     ex[t][c] = h[i + 1]
@@ -48,6 +54,10 @@ else
   state = 'RECEIVED'
 end
 if state ~= 'UNKNOWN' then return {'conflict', state} end
+if not last.f and answers(last.b) then
+  if not last.b or last.b == '-' then return {'early', '-'} end
+  return {'early', string.format('%.0f', lease_at(last.b) - now)}
+end
 redis.call('HSET', k, 'z:' .. last.t, string.format('%s %.0f %s %s',
   ARGV[1], now, ARGV[2], ARGV[3]))
 -- "z:" is of record format 1 (NGX_HTTP_IDEM_RECORD_VERSION): a record

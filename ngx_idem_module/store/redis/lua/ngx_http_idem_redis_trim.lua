@@ -2,7 +2,8 @@
 -- ARGV[1]: idem_record_max_executions.  Keeps the newest ARGV[1]
 -- executions, folds the others into "x" and deletes their fields, and
 -- fields of no execution, but for the fields of the execution named by
--- "o" that the dedupe claim reads: its "l:", "k:" and resolution "z:"
+-- "o" that the dedupe claim reads: its "l:", "k:", bound "b:" and
+-- resolution "z:"
 -- (folded into "x" all the same: a resend is still answered as resolved,
 -- and a "z:" a trim of 0.6.0 left without its execution stays one the
 -- claim reads); sets "n" to the executions kept after the first.
@@ -19,6 +20,7 @@ local o = redis.call('HGET', k, 'o')
 if o then
   claim['l:' .. o] = true
   claim['k:' .. o] = true
+  claim['b:' .. o] = true
   claim['z:' .. o] = true
 end
 local function drop(e)
@@ -28,7 +30,7 @@ local function drop(e)
 end
 for i = 1, #h, 2 do
   local f, v = h[i], h[i + 1]
-  local c, t = string.match(f, '^([epflkarz]):([^:]+)')
+  local c, t = string.match(f, '^([epflkarzb]):([^:]+)')
   if c then
     local e = ex[t]
     if not e then
