@@ -989,15 +989,6 @@ ngx_http_idem_record_key_digest(ngx_http_request_t *r, ngx_str_t *digest,
 
 
 __attribute__((weak)) ngx_int_t
-ngx_http_idem_record_key_digest(ngx_http_request_t *r, ngx_str_t *digest,
-    ngx_str_t *id, ngx_str_t *key)
-{
-    ngx_http_idem_fuzz_unreached("ngx_http_idem_record_key_digest");
-    return NGX_ERROR;
-}
-
-
-__attribute__((weak)) ngx_int_t
 ngx_http_idem_answer_replay(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_str_t *answer)
 {
