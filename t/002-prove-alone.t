@@ -56,7 +56,11 @@ my $taken = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
                                   Listen => 1)
     or die "listen: $!\n";
 my $port = $taken->sockport;
-($status, $out) = bare_prove(TEST_NGINX_REDIS_PORT => $port);
+# (the module named as loaded: the port is checked whether it is built
+# or not, as with make test NGINX=..., which builds only its own)
+($status, $out) = bare_prove(TEST_NGINX_REDIS_PORT => $port,
+                             TEST_NGINX_LOAD_MODULES =>
+                                 "$root/t/no-such-module.so");
 is($status, 2, 'a given port taken: exit status 2');
 like($out, qr/\Aprove: TEST_NGINX_REDIS_PORT=$port is in use[^\n]*\n\z/,
      'a given port taken: one line naming it');
