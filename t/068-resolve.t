@@ -12,37 +12,11 @@ use lib 't/lib';
 use Digest::SHA ();
 use POSIX ();
 use Time::HiRes ();
+use IdemBg qw(bg done);
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): an UNKNOWN call is resolved once; the second run's
 # resolution of the same fixed id is a 409 by design.
-
-my %bg;
-
-# a call sent in the background (its answer, headers and body, to a file
-# of the server root, read by done())
-sub bg {
-    my ($name, $id, $uri, @more) = @_;
-    my $out = "$ENV{TEST_NGINX_ROOT}/t/servroot/bg-$name";
-    unlink $out;
-    my $pid = fork() // die "fork: $!";
-    if ($pid == 0) {
-        { exec('curl', '-s', '-i', '-o', $out, '--max-time', '30',
-               '-H', "X-Call-Id: $id", @more,
-               "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}$uri") };
-        POSIX::_exit(1);
-    }
-    $bg{$name} = [$pid, $out];
-}
-
-# waits for a background call; its answer
-sub done {
-    my ($name) = @_;
-    my ($pid, $out) = @{ delete $bg{$name} };
-    waitpid($pid, 0);
-    local (@ARGV, $/) = ($out);
-    return -e $out ? <> : '';
-}
 
 # a resolution posted now: the whole answer
 sub resolve {

@@ -27,45 +27,15 @@ use POSIX ();
 use Time::HiRes ();
 use RedisFault;
 use IdemRecord;
+use IdemBg qw(bg done running);
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): fixed call ids, claimed in a set order while Redis is
 # paused and resumed.
 
-our %bg;
-
 our $servroot = "$ENV{TEST_NGINX_ROOT}/t/servroot";
 our $backend = "$ENV{TEST_NGINX_ROOT}/t/servroot-backend-"
               . $ENV{TEST_NGINX_BACKEND_PORT};
-
-# a request in the background; its answer goes to a file, read by done()
-sub bg {
-    my ($name, $id, $uri, @more) = @_;
-    my $out = "$servroot/bg-$name";
-    unlink $out;
-    my $pid = fork() // die "fork: $!";
-    if ($pid == 0) {
-        { exec('curl', '-s', '-i', '-o', $out, '--max-time', '15',
-               '-H', "X-Call-Id: $id", @more,
-               "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}$uri") };
-        POSIX::_exit(1);
-    }
-    $bg{$name} = [$pid, $out];
-    return $pid;
-}
-
-sub done {
-    my ($name) = @_;
-    my ($pid, $out) = @{ delete $bg{$name} };
-    waitpid($pid, 0);
-    local (@ARGV, $/) = ($out);
-    return -e $out ? <> : '';
-}
-
-sub running {
-    my ($name) = @_;
-    return waitpid($bg{$name}[0], POSIX::WNOHANG()) == 0;
-}
 
 # waits (up to 10 s) until a file has a line that matches
 sub wait_for {
@@ -135,7 +105,7 @@ no_shuffle();
 run_tests();
 
 END {
-    kill 'TERM', map { $_->[0] } values %bg;
+    IdemBg::stop_all();
     RedisFault::stop();
 }
 
@@ -267,12 +237,12 @@ Test::More::ok(main::running('sw1'), 'the owner is still in flight');
 === TEST 6: a waiting duplicate whose client goes while its poll is out: nothing written for it
 --- init
 main::owner_runs('sw2', 'sw-2', '/sw');
-main::bg('waiter2', 'sw-2', '/sw', '--data', 'x=1');
+my $waiter = main::bg('waiter2', 'sw-2', '/sw', '--data', 'x=1');
 main::wait_for("$main::servroot/logs/error.log",
                qr/idem dedupe: "sw-2" asks again/);
 main::pause();
 main::unread();
-kill 'TERM', $main::bg{waiter2}[0];
+kill 'TERM', $waiter;
 main::done('waiter2');
 main::wait_for("$main::servroot/logs/access.log", qr{"POST /sw HTTP/1\.1" 499 });
 RedisFault::resume();

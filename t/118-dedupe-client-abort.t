@@ -22,36 +22,11 @@ use lib 't/lib';
 use IO::Socket::INET ();
 use POSIX ();
 use Time::HiRes ();
+use IdemBg qw(bg done);
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): dedupe of fixed call ids; the backend counts the
 # requests of each id across runs.
-
-our %bg;
-
-# sends a request in the background, as a client that gives up after
-# --max-time; its answer goes to a file of the server root (done())
-sub bg {
-    my ($name, $id, @more) = @_;
-    my $out = "$ENV{TEST_NGINX_ROOT}/t/servroot/bg-$name";
-    unlink $out;
-    my $pid = fork() // die "fork: $!";
-    if ($pid == 0) {
-        { exec('curl', '-s', '-i', '--noproxy', '*', '-o', $out,
-               '-H', "X-Call-Id: $id", @more) };
-        POSIX::_exit(1);
-    }
-    $bg{$name} = [$pid, $out];
-    return $pid;
-}
-
-sub done {
-    my ($name) = @_;
-    my ($pid, $out) = @{ delete $bg{$name} };
-    waitpid($pid, 0);
-    local (@ARGV, $/) = ($out);
-    return -e $out ? <> : '';
-}
 
 # the record of an id, through /status/ (the block's idem_status), once
 # its last execution has ended (at most 15 s): its JSON
