@@ -1,0 +1,327 @@
+# idem_resend_limit_zone and idem_resend_limit: a cap on each client's
+# resends of call ids already known (issue 39).  A resend is a request
+# whose claim finds its call id known (in flight, or finished); beyond the
+# limit it gets 429 too-many-resends with Retry-After, nothing forwarded,
+# nothing written, no waiter slot taken.  First calls are never limited
+# nor counted.  The limits are counted per key (an IP, a header) in a
+# shared zone; an empty key is not limited.  The rates here are per
+# minute, so that no bucket leaks during a block.  Two workers and
+# reloads: t/121.  nginx -t's refusals: t/005.
+
+BEGIN {
+    if ($ENV{TEST_NGINX_USE_VALGRIND}) {
+        require Test::More;
+        Test::More::plan(skip_all => 'background requests, waits: not '
+                                     . 'under valgrind (t/100 covers '
+                                     . 'dedupe there)');
+    }
+}
+
+use lib 't/lib';
+use POSIX ();
+use IdemBg qw(bg done);
+use IdemWait ();
+use Test::Nginx::Socket 'no_plan';
+
+# No repeat_each(2): fixed call ids and exact counters.
+
+# waits until the owner of call $id is at the backend (its claim made)
+sub owner_in {
+    my ($id) = @_;
+    Test::More::ok(IdemWait::wait_for("the owner of $id at the backend",
+                       sub { IdemWait::backend_runs($id) >= 1 }),
+                   "the owner of $id is at the backend");
+}
+
+# how many duplicates of $id have been parked (each one's first wait)
+sub parked {
+    my ($id) = @_;
+    return IdemWait::log_count(qr/idem dedupe: "\Q$id\E" in flight, waits /);
+}
+
+sub parked_ok {
+    my ($id, $n) = @_;
+    Test::More::ok(IdemWait::wait_for("$n parked duplicates of $id",
+                                      sub { parked($id) >= $n }),
+                   "$n duplicate(s) of $id parked");
+}
+
+# in the background: lets the owner of $id go once $n duplicates are
+# parked, or at the deadline
+sub release_when_parked {
+    my ($id, $n) = @_;
+    my $pid = fork() // die "fork: $!";
+    if ($pid == 0) {
+        IdemWait::wait_for("$n parked duplicates of $id",
+                           sub { parked($id) >= $n });
+        IdemWait::release($id);
+        POSIX::_exit(0);
+    }
+    return $pid;
+}
+
+END { IdemBg::stop_all() }
+
+no_long_string();
+check_accum_error_log();
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: a rate by client address: resends beyond rate and burst get 429, new ids go on
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_resend_limit_zone $binary_remote_addr zone=ip:1m rate=1r/m;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_resend_limit zone=ip burst=1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /pay\nx=1", "POST /pay\nx=1", "POST /pay\nx=1", "POST /pay\nx=1",
+ "POST /pay\nx=1", "POST /pay\nx=1", "GET /metrics"]
+--- more_headers eval
+["X-Call-Id: rl-1", "X-Call-Id: rl-1", "X-Call-Id: rl-1", "X-Call-Id: rl-1",
+ "X-Call-Id: rl-2", "X-Call-Id: rl-1", ""]
+--- error_code eval
+[200, 200, 200, 429, 200, 429, 200]
+--- response_headers_like eval
+["", "Idempotent-Replayed: true", "Idempotent-Replayed: true",
+ "Retry-After: (?:59|6[0-3])\nContent-Type: application/problem\\+json",
+ "", "Retry-After: \\d+", ""]
+--- response_body_like eval
+["^n=1 ", "^n=1 ", "^n=1 ", '"type":"urn:ngx-idem:problem:too-many-resends"',
+ "^n=1 ", "too-many-resends",
+ qr/^idem_dedupe_total\{result="claimed"\} 2\n^idem_dedupe_total\{result="replayed"\} 2\n.*^idem_resends_refused_total 2\n/ms]
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: the 429: problem+json with the call id, Retry-After, no-store, nothing forwarded, the record untouched
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_resend_limit_zone $binary_remote_addr zone=ip:1m rate=1r/m;
+--- config
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_resend_limit zone=ip;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location ~ ^/calls/(.+)$ {
+        idem_status $1;
+    }
+--- request eval
+["POST /pay\nx=1", "POST /pay\nx=1", "POST /pay\nx=1", "GET /log/rl-3",
+ "GET /calls/rl-3"]
+--- more_headers eval
+["X-Call-Id: rl-3", "X-Call-Id: rl-3", "X-Call-Id: rl-3", "", ""]
+--- error_code eval
+[200, 200, 429, 200, 200]
+--- response_headers_like eval
+["", "Idempotent-Replayed: true",
+ "Retry-After: (?:59|6[0-3])\nContent-Type: application/problem\\+json\nCache-Control: no-store\nX-Call-Id: rl-3",
+ "", ""]
+--- response_body_like eval
+["^n=1 ", "^n=1 ",
+ '^\{"type":"urn:ngx-idem:problem:too-many-resends","title":"Too many resends","status":429,"detail":"[^"]+","call_id":"rl-3"\}$',
+ "^n=1 [^\n]*\n\$",
+ '"state":"SUCCESS".*"executions":1,']
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: by a header: one client's resends are refused, another's go on; an empty key is not limited
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_resend_limit_zone $http_x_api_key zone=keys:1m rate=1r/m;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_resend_limit zone=keys;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request eval
+["POST /pay\nx=1", "POST /pay\nx=1", "POST /pay\nx=1", "POST /pay\nx=1",
+ "POST /pay\nx=1", "POST /pay\nx=1", "POST /pay\nx=1", "POST /pay\nx=1"]
+--- more_headers eval
+["X-Call-Id: rl-4\nX-Api-Key: a", "X-Call-Id: rl-4\nX-Api-Key: a",
+ "X-Call-Id: rl-4\nX-Api-Key: a", "X-Call-Id: rl-4\nX-Api-Key: b",
+ "X-Call-Id: rl-4\nX-Api-Key: a", "X-Call-Id: rl-4",
+ "X-Call-Id: rl-4", "X-Call-Id: rl-4"]
+--- error_code eval
+[200, 200, 429, 200, 429, 200, 200, 200]
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: concurrent resends by client address: sequential resends each end before the next, so none is refused
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_resend_limit_zone $binary_remote_addr zone=ip:1m;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_resend_limit zone=ip concurrent=1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request eval
+["POST /pay\nx=1", "POST /pay\nx=1", "POST /pay\nx=1", "POST /pay\nx=1"]
+--- more_headers eval
+["X-Call-Id: rl-5", "X-Call-Id: rl-5", "X-Call-Id: rl-5", "X-Call-Id: rl-5"]
+--- error_code eval
+[200, 200, 200, 200]
+--- response_headers_like eval
+["", "Idempotent-Replayed: true", "Idempotent-Replayed: true",
+ "Idempotent-Replayed: true"]
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: concurrent resends by a header on a route that waits: the second of one client is refused at once and holds no waiter slot; another client's waits
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_dedupe_wait_max 2;
+    idem_resend_limit_zone $http_x_api_key zone=keys:1m;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 10s;
+        idem_resend_limit zone=keys concurrent=1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+bg('owner5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: o');
+main::owner_in('rl-6');
+bg('dup5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: k');
+main::parked_ok('rl-6', 1);
+main::release_when_parked('rl-6', 2);
+--- request eval
+["POST /pay\nx=1", "POST /pay\nx=1", "GET /metrics"]
+--- more_headers eval
+["X-Call-Id: rl-6\nX-Api-Key: k", "X-Call-Id: rl-6\nX-Api-Key: k2", ""]
+--- error_code eval
+[429, 200, 200]
+--- response_headers_like eval
+["Retry-After: 1\n", "Idempotent-Replayed: true", ""]
+--- response_body_like eval
+["too-many-resends", "^n=1 ",
+ qr/^idem_dedupe_waits_total\{result="answered"\} 2\n^idem_dedupe_waits_total\{result="timed_out"\} 0\n^idem_dedupe_waits_total\{result="full"\} 0\n.*^idem_resends_refused_total 1\n/ms]
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: ... the first client's waiting resend got the replay; the owner ran once
+--- init
+Test::More::like(done('dup5'), qr{^HTTP/1\.1 200 .*Idempotent-Replayed: true}s,
+                 'the waiting resend: the replay');
+Test::More::like(done('owner5'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
+--- config
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request
+GET /log/rl-6
+--- response_body_like chomp
+^n=1 [^\n]*\n$
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: a location without idem_resend_limit, and "off" in the zone's users' locations, are not limited
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_resend_limit_zone $binary_remote_addr zone=ip:1m rate=1r/m;
+--- config
+    idem_resend_limit zone=ip;
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /free {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_resend_limit off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request eval
+["POST /pay\nx=1", "POST /pay\nx=1", "POST /pay\nx=1", "POST /free\nx=1",
+ "POST /free\nx=1", "POST /free\nx=1"]
+--- more_headers eval
+["X-Call-Id: rl-7", "X-Call-Id: rl-7", "X-Call-Id: rl-7", "X-Call-Id: rl-8",
+ "X-Call-Id: rl-8", "X-Call-Id: rl-8"]
+--- error_code eval
+[200, 200, 429, 200, 200, 200]
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: the error log says one line per key and second at most: 20 refusals in a row, one or two lines (a second may turn)
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_resend_limit_zone $binary_remote_addr zone=ip:1m rate=1r/m;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_resend_limit zone=ip;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- init
+my $url = "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/pay";
+my @codes = map {
+    `curl -s -o /dev/null -w '%{http_code}' -H 'X-Call-Id: rl-9' --data x=1 $url`
+} 1 .. 22;
+Test::More::is("@codes", join(' ', 200, 200, (429) x 20),
+               'a first call, a resend, then 20 refused');
+my $n = IdemWait::log_count(qr/resend of call "rl-9" refused by idem_resend_limit_zone "ip": over its rate/);
+Test::More::ok($n >= 1 && $n <= 2, "$n line(s) for 20 refusals");
+--- request
+POST /pay
+x=1
+--- more_headers
+X-Call-Id: rl-10
+--- error_code: 200
+--- no_error_log
+[error]
