@@ -26,6 +26,7 @@ typedef struct ngx_http_idem_loc_conf_s   ngx_http_idem_loc_conf_t;
 typedef struct ngx_http_idem_ctx_s        ngx_http_idem_ctx_t;
 typedef struct ngx_http_idem_storm_ctx_s  ngx_http_idem_storm_ctx_t;
 typedef struct ngx_http_idem_problem_s    ngx_http_idem_problem_t;
+typedef struct ngx_http_idem_resend_limit_s  ngx_http_idem_resend_limit_t;
 
 
 #define NGX_HTTP_IDEM_MISSING_GENERATE   0
@@ -199,6 +200,9 @@ struct ngx_http_idem_main_conf_s {
 
     ngx_flag_t                used;         /* some "idem on" exists */
 
+    /* every idem_resend_limit, checked once all zones are known */
+    ngx_array_t              *resend_limits;
+
     /* the counters' zone (idem_metrics), NULL: nothing is counted */
     ngx_shm_zone_t           *metrics_zone;
 };
@@ -281,6 +285,9 @@ struct ngx_http_idem_loc_conf_s {
     ngx_msec_t                dedupe_durable_timeout;  /* the WAIT's */
     ngx_str_t                 status_url;    /* the 409's Link, or empty */
 
+    /* idem_resend_limit, NULL: none; NGX_CONF_UNSET_PTR: not set here */
+    ngx_http_idem_resend_limit_t  *resend_limit;
+
     ngx_uint_t                status;       /* idem_status here */
     ngx_http_complex_value_t *status_id;    /* its ID, NULL: last segment */
     ngx_flag_t                status_resolve;   /* resolve=on: POST */
@@ -310,7 +317,8 @@ typedef enum {
     NGX_HTTP_IDEM_P_RESOLUTION_CONFLICT,
     NGX_HTTP_IDEM_P_CLAIM_NOT_DURABLE,
     NGX_HTTP_IDEM_P_INVALID_SCOPE_DIGEST,
-    NGX_HTTP_IDEM_P_RESOLUTION_EARLY
+    NGX_HTTP_IDEM_P_RESOLUTION_EARLY,
+    NGX_HTTP_IDEM_P_TOO_MANY_RESENDS
 } ngx_http_idem_problem_e;
 
 
@@ -501,6 +509,15 @@ typedef struct {
 } ngx_http_idem_source_ctx_t;
 
 
+/* resend_limit.c: a resend of a known call id, counted or refused */
+typedef struct {
+    time_t                    retry_after;  /* refused: seconds */
+
+    unsigned                  checked:1;    /* the limit was asked once */
+    unsigned                  refused:1;
+} ngx_http_idem_resend_ctx_t;
+
+
 /* answer.c: an owner's answer, kept for duplicates, or one replayed */
 typedef struct {
     ngx_buf_t                *capture;      /* "status\nheaders\n\nbody" */
@@ -532,6 +549,7 @@ struct ngx_http_idem_ctx_s {
     ngx_http_idem_dedupe_ctx_t    dedupe;
     ngx_http_idem_answer_ctx_t    answer;
     ngx_http_idem_source_ctx_t    source;
+    ngx_http_idem_resend_ctx_t    resend;
 };
 
 
@@ -603,6 +621,7 @@ typedef struct {
     ngx_atomic_t              call_ids_body;
     ngx_atomic_t              call_ids_gateway;
     ngx_atomic_t              body_ids_missing;
+    ngx_atomic_t              resends_refused;
 } ngx_http_idem_counters_t;
 
 

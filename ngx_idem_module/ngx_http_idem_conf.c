@@ -211,6 +211,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
     ilcf->dedupe_replay = NGX_CONF_UNSET_PTR;
     ilcf->dedupe_client_abort = NGX_CONF_UNSET_UINT;
     ilcf->dedupe_durable = NGX_CONF_UNSET_UINT;
+    ilcf->resend_limit = NGX_CONF_UNSET_PTR;
 
     ngx_http_idem_storm_create_conf(&ilcf->storm);
 
@@ -373,6 +374,7 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_uint_value(conf->dedupe_durable, prev->dedupe_durable, 0);
     ngx_conf_merge_str_value(conf->status_url, prev->status_url, "");
+    ngx_conf_merge_ptr_value(conf->resend_limit, prev->resend_limit, NULL);
 
     ngx_http_idem_check_retry(cf, conf, retry_here, idempotent_here);
 

@@ -43,6 +43,7 @@
 #include "ngx_http_idem_problem.h"
 #include "ngx_http_idem_record.h"
 #include "ngx_http_idem_record_json.h"
+#include "ngx_http_idem_resend_limit.h"
 #include "ngx_http_idem_store.h"
 #include "ngx_http_idem_util.h"
 
@@ -59,6 +60,7 @@
 #define NGX_HTTP_IDEM_INTERNAL           7
 #define NGX_HTTP_IDEM_APPLIED            8
 #define NGX_HTTP_IDEM_NOT_DURABLE        9
+#define NGX_HTTP_IDEM_TOO_MANY_RESENDS   10
 
 /* a request body read back from its file, at a time */
 #define NGX_HTTP_IDEM_READ_BACK          65536
@@ -99,6 +101,9 @@ static void ngx_http_idem_dedupe_bound(ngx_event_t *ev);
 static void ngx_http_idem_dedupe_unwait(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 static ngx_int_t ngx_http_idem_dedupe_answer(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
+static ngx_uint_t ngx_http_idem_dedupe_resend(ngx_uint_t verdict);
+static ngx_int_t ngx_http_idem_dedupe_too_many(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 
 
@@ -582,6 +587,27 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
                               + (ctx->dedupe.claim.ttl + 999) / 1000;
     }
 
+    /*
+     * A resend: the id is known, in flight or finished.  The limit is
+     * asked before a waiter slot is taken or an answer replayed, and only
+     * for the first verdict (a waiter's claims, sent again, are not new
+     * resends).  A claim won (a new id, or one whose execution sent
+     * nothing) is a first call.
+     */
+
+    if (!ctx->resend.checked
+        && ngx_http_idem_dedupe_resend(found->verdict)
+        && ngx_http_idem_resend_check(r, ctx) != NGX_OK)
+    {
+        ctx->dedupe.verdict = ctx->resend.refused
+                              ? NGX_HTTP_IDEM_TOO_MANY_RESENDS
+                              : NGX_HTTP_IDEM_INTERNAL;
+        ctx->dedupe.state = NGX_HTTP_IDEM_DEDUPE_DONE;
+
+        ngx_post_event(&ctx->dedupe.resume_ev, &ngx_posted_events);
+        return;
+    }
+
     if (found->verdict == NGX_HTTP_IDEM_STORE_IN_FLIGHT
         && ngx_http_idem_dedupe_wait(r, ctx) == NGX_OK)
     {
@@ -1030,6 +1056,9 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         problem.record = ctx->dedupe.found;
         break;
 
+    case NGX_HTTP_IDEM_TOO_MANY_RESENDS:
+        return ngx_http_idem_dedupe_too_many(r, ctx);
+
     case NGX_HTTP_IDEM_MISMATCH:
         ngx_http_idem_problem_set(r, &problem,
                                   NGX_HTTP_IDEM_P_PAYLOAD_MISMATCH, NULL,
@@ -1103,6 +1132,72 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         if (ngx_http_idem_add_response_header(r, "Link", &value) != NGX_OK) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
+    }
+
+    rc = ngx_http_idem_send_problem(r, &problem, &ctx->ids.call_id);
+
+    ngx_http_finalize_request(r, rc);
+    return NGX_DONE;
+}
+
+
+/* the claim found the id known: a resend, for idem_resend_limit */
+
+static ngx_uint_t
+ngx_http_idem_dedupe_resend(ngx_uint_t verdict)
+{
+    switch (verdict) {
+
+    case NGX_HTTP_IDEM_STORE_IN_FLIGHT:
+    case NGX_HTTP_IDEM_STORE_REPLAY:
+    case NGX_HTTP_IDEM_STORE_NOT_STORED:
+    case NGX_HTTP_IDEM_STORE_UNKNOWN:
+    case NGX_HTTP_IDEM_STORE_APPLIED:
+    case NGX_HTTP_IDEM_STORE_MISMATCH:
+        return 1;
+
+    default:
+        return 0;
+    }
+}
+
+
+/*
+ * A resend over idem_resend_limit: 429, nothing forwarded, nothing
+ * written (the claim script wrote nothing for a duplicate), no waiter
+ * slot taken; the error log had its line (one per key and second).
+ */
+
+static ngx_int_t
+ngx_http_idem_dedupe_too_many(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_int_t                 rc;
+    ngx_str_t                 value;
+    ngx_http_idem_problem_t   problem;
+
+    ctx->record.on = 0;
+
+    ngx_http_idem_problem_set(r, &problem, NGX_HTTP_IDEM_P_TOO_MANY_RESENDS,
+                              NULL, "this client resends call ids already "
+                              "known faster than the gateway allows; "
+                              "nothing was forwarded, the call is "
+                              "untouched: retry later or ask for its "
+                              "status");
+
+    ngx_http_idem_problem_count(&problem);
+
+    value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
+    if (value.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    value.len = ngx_sprintf(value.data, "%T", ctx->resend.retry_after)
+                - value.data;
+
+    if (ngx_http_idem_add_response_header(r, "Retry-After", &value)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     rc = ngx_http_idem_send_problem(r, &problem, &ctx->ids.call_id);

@@ -130,6 +130,9 @@ static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
         "reason=\"unavailable\"", NULL, resolve_unavailable),
     ngx_http_idem_metric("idem_resolutions_refused_total",
         "reason=\"early\"", NULL, resolve_early),
+    ngx_http_idem_metric("idem_resends_refused_total", "",
+        "Resends of known call ids refused by idem_resend_limit (429).",
+        resends_refused),
     { NULL, NULL, NULL, 0 }
 };
 

@@ -16,6 +16,7 @@
 #include "ngx_http_idem_handler.h"
 #include "ngx_http_idem_metrics.h"
 #include "ngx_http_idem_record.h"
+#include "ngx_http_idem_resend_limit.h"
 #include "ngx_http_idem_status.h"
 #include "ngx_http_idem_store.h"
 #include "ngx_http_idem_storm.h"
@@ -352,6 +353,20 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       offsetof(ngx_http_idem_main_conf_t, dedupe_wait_max),
       &ngx_http_idem_wait_max_bounds },
 
+    { ngx_string("idem_resend_limit_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE23,
+      ngx_http_idem_resend_limit_zone,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("idem_resend_limit"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE123,
+      ngx_http_idem_resend_limit,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("idem_status_url"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_http_idem_set_status_url,
@@ -461,6 +476,12 @@ ngx_http_idem_postconfiguration(ngx_conf_t *cf)
     /* the zone of idem_retry_budget and idem_breaker needs its size */
 
     if (ngx_http_idem_storm_init(cf) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    /* every idem_resend_limit names a zone that exists, and limits */
+
+    if (ngx_http_idem_resend_limit_init(cf) != NGX_OK) {
         return NGX_ERROR;
     }
 

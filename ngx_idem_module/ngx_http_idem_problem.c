@@ -96,7 +96,12 @@ static ngx_http_idem_problem_def_t  ngx_http_idem_problems[] = {
     /* a resolution of a lapsed claim whose owner may still answer */
 
     { NGX_HTTP_CONFLICT, "resolution-too-early", "Owner may still answer",
-      ngx_http_idem_counter(resolve_early) }
+      ngx_http_idem_counter(resolve_early) },
+
+    /* a resend of a known call id over idem_resend_limit */
+
+    { NGX_HTTP_TOO_MANY_REQUESTS, "too-many-resends", "Too many resends",
+      ngx_http_idem_counter(resends_refused) }
 };
 
 
