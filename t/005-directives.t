@@ -3,7 +3,7 @@
 
 use Test::Nginx::Socket 'no_plan';
 
-# No repeat_each(2): 56 of its 63 blocks are configurations nginx must
+# No repeat_each(2): 67 of its 74 blocks are configurations nginx must
 # refuse (no request, no worker); running each twice only doubles the time.
 
 no_long_string();
@@ -693,3 +693,127 @@ invalid parameter "hash" in "idem_call_id_json" directive
 --- must_die
 --- error_log
 invalid parameter "body" in "idem_dedupe_fingerprint" directive
+
+
+
+=== TEST 64: idem_resend_limit names a zone no idem_resend_limit_zone declares
+--- config
+    location /t { idem_resend_limit zone=nosuch concurrent=1; }
+--- must_die
+--- error_log
+"idem_resend_limit" names the unknown zone "nosuch": no "idem_resend_limit_zone" declares it
+
+
+
+=== TEST 65: idem_resend_limit with burst= on a zone without rate=
+--- http_config
+    idem_resend_limit_zone $binary_remote_addr zone=r:1m;
+--- config
+    location /t { idem_resend_limit zone=r burst=5; }
+--- must_die
+--- error_log
+"idem_resend_limit" has burst= but its zone "r" has no rate=
+
+
+
+=== TEST 66: idem_resend_limit that limits nothing (no rate=, no concurrent=)
+--- http_config
+    idem_resend_limit_zone $binary_remote_addr zone=r:1m;
+--- config
+    location /t { idem_resend_limit zone=r; }
+--- must_die
+--- error_log
+"idem_resend_limit" limits nothing: its zone "r" has no rate= and it has no concurrent=
+
+
+
+=== TEST 67: idem_resend_limit_zone with a size that is not one
+--- http_config
+    idem_resend_limit_zone $binary_remote_addr zone=r:lots rate=1r/s;
+--- config
+    location /t { return 204; }
+--- must_die
+--- error_log
+invalid zone size "zone=r:lots" in "idem_resend_limit_zone" directive, it must be "zone=name:size"
+
+
+
+=== TEST 68: idem_resend_limit_zone too small
+--- http_config
+    idem_resend_limit_zone $binary_remote_addr zone=r:4k rate=1r/s;
+--- config
+    location /t { return 204; }
+--- must_die
+--- error_log
+zone "r" of "idem_resend_limit_zone" is too small: "4k", it must be at least 32k
+
+
+
+=== TEST 69: idem_resend_limit_zone without a size, or without a zone
+--- http_config
+    idem_resend_limit_zone $binary_remote_addr zone=r rate=1r/s;
+--- config
+    location /t { return 204; }
+--- must_die
+--- error_log
+invalid zone size "zone=r" in "idem_resend_limit_zone" directive
+
+
+
+=== TEST 70: idem_resend_limit_zone with a bad rate
+--- http_config
+    idem_resend_limit_zone $binary_remote_addr zone=r:1m rate=fast;
+--- config
+    location /t { return 204; }
+--- must_die
+--- error_log
+invalid rate "rate=fast" in "idem_resend_limit_zone" directive
+
+
+
+=== TEST 71: two idem_resend_limit_zone of one name
+--- http_config
+    idem_resend_limit_zone $binary_remote_addr zone=r:1m rate=1r/s;
+    idem_resend_limit_zone $http_x_api_key zone=r:1m rate=1r/s;
+--- config
+    location /t { return 204; }
+--- must_die
+--- error_log
+duplicate "idem_resend_limit_zone" "r"
+
+
+
+=== TEST 72: two idem_resend_limit in one location
+--- http_config
+    idem_resend_limit_zone $binary_remote_addr zone=r:1m rate=1r/s;
+--- config
+    location /t {
+        idem_resend_limit zone=r;
+        idem_resend_limit zone=r concurrent=2;
+    }
+--- must_die
+--- error_log
+"idem_resend_limit" directive is duplicate
+
+
+
+=== TEST 73: idem_resend_limit with concurrent=0 or an unknown parameter
+--- http_config
+    idem_resend_limit_zone $binary_remote_addr zone=r:1m rate=1r/s;
+--- config
+    location /t { idem_resend_limit zone=r concurrent=0; }
+--- must_die
+--- error_log
+invalid value "concurrent=0" in "idem_resend_limit" directive, concurrent= must be a number from 1 to 1000000
+
+
+
+=== TEST 74: idem_resend_limit_zone's name used by another module's zone
+--- http_config
+    limit_req_zone $binary_remote_addr zone=r:1m rate=1r/s;
+    idem_resend_limit_zone $binary_remote_addr zone=r:1m rate=1r/s;
+--- config
+    location /t { return 204; }
+--- must_die
+--- error_log
+the shared memory zone "r" is already declared for a different use
