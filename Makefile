@@ -14,6 +14,8 @@
 #   make bench-wait  a duplicate that waits (idem_dedupe_wait): latency
 #                 after its owner's answer, Redis commands per duplicate
 #   make storm    a retry storm: attempts with no budget, a budget, a breaker
+#   make resend-storm  one client resending 50 ids in a loop beside 20
+#                 well-behaved ones, without and with idem_resend_limit
 #   make chaos    Redis failovers under load on a dedupe and a durable route
 #                 (CHAOS_REDIS=cluster: on a Redis Cluster, not Sentinel):
 #                 executions per call id (CHAOS_SECONDS, 90 by default)
@@ -89,7 +91,7 @@ ENABLED_DIR := /etc/nginx/modules-enabled
 DOC_DIR     := /usr/share/doc/libnginx-mod-http-idem
 
 .PHONY: all deps deps-run run test asan valgrind bench bench-wait redis-cost fuzz fuzz-build clean deb \
-        install test-deb storm chaos
+        install test-deb storm resend-storm chaos
 
 all: $(MODULE)
 
@@ -154,6 +156,11 @@ redis-cost: deps $(MODULE)
 # an upstream that answers 503 to all: what the budget and the breaker save
 storm: deps $(MODULE)
 	@bench/storm.sh
+
+# one client's resend storm on a dedupe route that waits, with and without
+# idem_resend_limit: the others' p99 and 409s (bench/resend-storm.pl)
+resend-storm: deps $(MODULE)
+	@bench/resend-storm.pl
 
 # Sentinel failovers, paused and restarted Redis, a killed worker, under
 # load: no call id of a durable route may run twice (bench/chaos.pl)

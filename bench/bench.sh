@@ -18,6 +18,10 @@
 #   idem     idem on; idem_deadline 3s
 #   record   idem + idem_record on                  (a new call id per call)
 #   dedupe   idem + idem_dedupe on, scope off        (a new call id per call)
+#   dedupelim dedupe + idem_resend_limit (rate and concurrent, by client
+#            address): a new id is never looked up in the limit's zone, so
+#            this is what configuring it costs first calls
+#                                                    (a new call id per call)
 #   durable  dedupe + idem_dedupe_durable replicas=1: each claim waits for
 #            the replica of Redis, on loopback (started when this variant
 #            runs: every variant's writes then go to it too)
@@ -60,8 +64,8 @@
 #                         dedupe and durable, at one offered load): ms
 #                         between a connection's calls; 0: none
 #   BENCH_PIN=1           0: leave every process to the scheduler
-#   BENCH_VARIANTS="plain hdrs hdrsid idem record dedupe durable peer"
-#                         (dedupe4k and webhook only when named here)
+#   BENCH_VARIANTS="plain hdrs hdrsid idem record dedupe dedupelim durable
+#                  peer"  (dedupe4k and webhook only when named here)
 #   NGINX_BIN=/usr/sbin/nginx
 
 set -euo pipefail
@@ -83,7 +87,7 @@ conns=${BENCH_CONNECTIONS:-32}
 pace=${BENCH_PACE:-4}
 pin=${BENCH_PIN:-1}
 read -r -a variants <<<"${BENCH_VARIANTS:-plain hdrs hdrsid idem record \
-dedupe durable peer}"
+dedupe dedupelim durable peer}"
 
 die() { echo "bench: $*" >&2; exit 1; }
 note() { echo "bench: $*"; }
@@ -95,7 +99,7 @@ if [ "$rounds" -lt 1 ] || [ "$duration" -lt 1 ] || [ "$conns" -lt 1 ]; then
     die "BENCH_ROUNDS, BENCH_DURATION and BENCH_CONNECTIONS must be >= 1"
 fi
 for v in "${variants[@]}"; do
-    case $v in plain|hdrs|hdrsid|idem|record|dedupe|durable|peer) ;;
+    case $v in plain|hdrs|hdrsid|idem|record|dedupe|dedupelim|durable|peer) ;;
         dedupe4k|webhook) ;;
         *) die "unknown variant '$v' in BENCH_VARIANTS" ;; esac
 done
@@ -330,7 +334,8 @@ $(temp_paths "$1")
 EOF
 }
 
-dedupe_location() {    # uri durable: a dedupe route, its claims durable or off
+dedupe_location() {    # uri durable [more]: a dedupe route, its claims
+                       # durable or off, and more directives
     cat <<EOF
         location $1 {
             idem                  on;
@@ -339,6 +344,7 @@ dedupe_location() {    # uri durable: a dedupe route, its claims durable or off
             idem_dedupe           on;
             idem_dedupe_scope     off;
             idem_dedupe_durable   $2;
+            ${3:-}
             proxy_pass            http://backend;
         }
 EOF
@@ -366,6 +372,10 @@ http {
 $(common_http "$run/gateway")
 
     idem_redis  127.0.0.1:$redis_port;
+
+    # dedupelim's: wrk's calls all come from one address
+    idem_resend_limit_zone  \$binary_remote_addr zone=resends:10m
+                            rate=100r/s;
 
     log_format  paced  '\$request_time';
 
@@ -426,6 +436,8 @@ $(dedupe_location /paced/durable replicas=1)
         }
 
 $(dedupe_location /dedupe off)
+$(dedupe_location /dedupelim off \
+  'idem_resend_limit     zone=resends burst=100 concurrent=10;')
 $(dedupe_location /dedupe4k off)
 
         # the id from the body's "id" (a 4 KB JSON delivery)
@@ -538,7 +550,8 @@ url_of() {
 }
 
 newid() {    # the variants that get a new call id on every call
-    case $1 in hdrsid|record|dedupe|durable|peer|dedupe4k|webhook) return 0 ;;
+    case $1 in hdrsid|record|dedupe|dedupelim|durable|peer|dedupe4k|webhook)
+        return 0 ;;
     esac
     return 1
 }
@@ -566,7 +579,7 @@ for v in "${variants[@]}"; do
                || die "$v: no X-Call-Id in the answer: $resp" ;;
     esac
     case $v in
-        dedupe|durable|peer|dedupe4k|webhook)
+        dedupe|dedupelim|durable|peer|dedupe4k|webhook)
             grep -qi '^idempotent-replayed: true' <<<"$resp" \
                || die "$v: the duplicate was not replayed: $resp" ;;
     esac
@@ -816,6 +829,8 @@ alerts=$(cat "$run/gateway/error.log" "$run/peer/error.log" 2>/dev/null \
         "$(ratio record hdrsid)" "$(cost record hdrsid)"
     printf '  %-15s %-6s %7s %7s\n' "dedupe / peer" ">=2" \
         "$(ratio dedupe peer)" "$(cost dedupe peer)"
+    printf '  %-15s %-6s %7s %7s\n' "dedupelim/dedupe" ">=0.97" \
+        "$(ratio dedupelim dedupe)" "$(cost dedupelim dedupe)"
     printf '  %-15s %-6s %7s %7s\n' "durable/dedupe" "-" \
         "$(ratio durable dedupe)" "$(cost dedupe durable)"
     printf '  %-15s %-6s %7s %7s\n' "webhook/dedupe4k" ">=0.91" \
