@@ -96,6 +96,12 @@ typedef struct ngx_http_idem_resend_limit_s  ngx_http_idem_resend_limit_t;
      |NGX_HTTP_UPSTREAM_FT_HTTP_502|NGX_HTTP_UPSTREAM_FT_HTTP_503            \
      |NGX_HTTP_UPSTREAM_FT_HTTP_504)
 
+/* a resend on a record-only route: where a request is (resend_limit.c) */
+#define NGX_HTTP_IDEM_RESEND_NONE        0
+#define NGX_HTTP_IDEM_RESEND_WAIT        1   /* for the store's answer */
+#define NGX_HTTP_IDEM_RESEND_FOUND       2   /* the answer is in */
+#define NGX_HTTP_IDEM_RESEND_DONE        3
+
 /* duplicate suppression: where a request is */
 #define NGX_HTTP_IDEM_DEDUPE_NONE        0
 #define NGX_HTTP_IDEM_DEDUPE_BODY        1   /* reading the body */
@@ -455,6 +461,10 @@ typedef struct {
     ngx_uint_t                receipt_attempt;  /* whose answer had it */
     ngx_msec_t                expired;      /* its expiry last refreshed */
 
+    /* the first write asks whether the record was there (resend_limit.c) */
+    ngx_http_idem_store_known_pt  known;
+    void                     *known_data;
+
     unsigned                  on:1;         /* the call is recorded */
     unsigned                  arrived:1;    /* the arrival was written */
     unsigned                  counted:1;    /* its first write was sent */
@@ -509,12 +519,21 @@ typedef struct {
 } ngx_http_idem_source_ctx_t;
 
 
-/* resend_limit.c: a resend of a known call id, counted or refused */
+/*
+ * resend_limit.c: a resend of a known call id, counted or refused; on a
+ * record-only route, the store's word on whether the id is known
+ */
 typedef struct {
     time_t                    retry_after;  /* refused: seconds */
+    ngx_uint_t                state;        /* NGX_HTTP_IDEM_RESEND_* */
+    ngx_int_t                 found;        /* the store's answer */
+    ngx_http_idem_store_op_t *read_op;      /* a record read, at the cap */
+    void                     *waiter;       /* the first write's */
+    ngx_event_t               resume_ev;
 
     unsigned                  checked:1;    /* the limit was asked once */
     unsigned                  refused:1;
+    unsigned                  read:1;       /* found: a read's answer */
 } ngx_http_idem_resend_ctx_t;
 
 

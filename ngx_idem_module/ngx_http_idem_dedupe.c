@@ -103,8 +103,6 @@ static void ngx_http_idem_dedupe_unwait(ngx_http_request_t *r,
 static ngx_int_t ngx_http_idem_dedupe_answer(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 static ngx_uint_t ngx_http_idem_dedupe_resend(ngx_uint_t verdict);
-static ngx_int_t ngx_http_idem_dedupe_too_many(ngx_http_request_t *r,
-    ngx_http_idem_ctx_t *ctx);
 
 
 /*
@@ -597,7 +595,7 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
     if (!ctx->resend.checked
         && ngx_http_idem_dedupe_resend(found->verdict)
-        && ngx_http_idem_resend_check(r, ctx) != NGX_OK)
+        && ngx_http_idem_resend_check(r, ctx, 0) != NGX_OK)
     {
         ctx->dedupe.verdict = ctx->resend.refused
                               ? NGX_HTTP_IDEM_TOO_MANY_RESENDS
@@ -1057,7 +1055,7 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         break;
 
     case NGX_HTTP_IDEM_TOO_MANY_RESENDS:
-        return ngx_http_idem_dedupe_too_many(r, ctx);
+        return ngx_http_idem_resend_refuse(r, ctx);
 
     case NGX_HTTP_IDEM_MISMATCH:
         ngx_http_idem_problem_set(r, &problem,
@@ -1159,51 +1157,6 @@ ngx_http_idem_dedupe_resend(ngx_uint_t verdict)
     default:
         return 0;
     }
-}
-
-
-/*
- * A resend over idem_resend_limit: 429, nothing forwarded, nothing
- * written (the claim script wrote nothing for a duplicate), no waiter
- * slot taken; the error log had its line (one per key and second).
- */
-
-static ngx_int_t
-ngx_http_idem_dedupe_too_many(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
-{
-    ngx_int_t                 rc;
-    ngx_str_t                 value;
-    ngx_http_idem_problem_t   problem;
-
-    ctx->record.on = 0;
-
-    ngx_http_idem_problem_set(r, &problem, NGX_HTTP_IDEM_P_TOO_MANY_RESENDS,
-                              NULL, "this client resends call ids already "
-                              "known faster than the gateway allows; "
-                              "nothing was forwarded, the call is "
-                              "untouched: retry later or ask for its "
-                              "status");
-
-    ngx_http_idem_problem_count(&problem);
-
-    value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
-    if (value.data == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    value.len = ngx_sprintf(value.data, "%T", ctx->resend.retry_after)
-                - value.data;
-
-    if (ngx_http_idem_add_response_header(r, "Retry-After", &value)
-        != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rc = ngx_http_idem_send_problem(r, &problem, &ctx->ids.call_id);
-
-    ngx_http_finalize_request(r, rc);
-    return NGX_DONE;
 }
 
 

@@ -17,6 +17,7 @@
 #include "ngx_http_idem_metrics.h"
 #include "ngx_http_idem_problem.h"
 #include "ngx_http_idem_record.h"
+#include "ngx_http_idem_resend_limit.h"
 #include "ngx_http_idem_storm.h"
 #include "ngx_http_idem_stream.h"
 
@@ -307,6 +308,18 @@ ngx_http_idem_precontent_handler(ngx_http_request_t *r)
     rc2 = ngx_http_idem_dedupe(r, ctx);
     if (rc2 != NGX_DECLINED) {
         return rc2;
+    }
+
+    /*
+     * A record-only route that limits resends: whether the id is known
+     * is waited for (its arrival's reply), a known one may be refused
+     */
+
+    if (rc == NGX_OK) {
+        rc2 = ngx_http_idem_resend_record(r, ctx);
+        if (rc2 != NGX_DECLINED) {
+            return rc2;
+        }
     }
 
     /* a record-only route without a scope value records nothing */

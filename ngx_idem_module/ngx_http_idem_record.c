@@ -285,6 +285,45 @@ ngx_http_idem_record_prepare(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 }
 
 
+/*
+ * The arrival written now, before the call is forwarded, the store asked
+ * whether the call's record was there (idem_resend_limit on a record-only
+ * route: a resend is known before it is forwarded, at the cost of a
+ * round trip).  NGX_OK: written, "known" is called once; NGX_DECLINED:
+ * not written (the store dropped it, or it is written already).
+ */
+
+ngx_int_t
+ngx_http_idem_record_arrive(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_http_idem_store_known_pt known, void *data)
+{
+    ngx_int_t                  rc;
+    ngx_http_idem_loc_conf_t  *ilcf;
+
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    if (!ilcf->record || ctx->record.on || ctx->record.counted) {
+        return NGX_DECLINED;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem record: \"%V\": the arrival before the call, "
+                   "asked whether it is known", &ctx->ids.call_id);
+
+    ctx->record.on = 1;
+    ctx->record.known = known;
+    ctx->record.known_data = data;
+
+    rc = ngx_http_idem_record_write(r, ctx, NGX_HTTP_IDEM_RECEIVED, 0);
+
+    /* not asked again by a later write, whatever became of this one */
+
+    ctx->record.known = NULL;
+
+    return rc;
+}
+
+
 /* recording is not started after all: an arrival not written is not */
 
 void
@@ -960,7 +999,16 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         /* lost or not, never counted twice */
 
         ctx->record.counted = 1;
+
+        /* whether the call id was known: its reply says (resend_limit.c) */
+
+        if (ctx->record.known && !w.whole) {
+            w.known = ctx->record.known;
+            w.known_data = ctx->record.known_data;
+        }
     }
+
+    ctx->record.known = NULL;
 
     rc = ngx_http_idem_store_write(&w);
 

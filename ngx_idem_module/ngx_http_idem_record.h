@@ -15,6 +15,8 @@ ngx_int_t ngx_http_idem_record_key(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key);
 ngx_int_t ngx_http_idem_record_key_digest(ngx_http_request_t *r,
     ngx_str_t *digest, ngx_str_t *id, ngx_str_t *key);
+ngx_int_t ngx_http_idem_record_arrive(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_http_idem_store_known_pt known, void *data);
 ngx_int_t ngx_http_idem_record_start(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 ngx_int_t ngx_http_idem_attempt_start(ngx_http_request_t *r,

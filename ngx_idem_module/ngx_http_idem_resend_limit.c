@@ -20,6 +20,10 @@
 
 
 #include "ngx_http_idem_resend_limit.h"
+#include "ngx_http_idem_problem.h"
+#include "ngx_http_idem_record.h"
+#include "ngx_http_idem_store.h"
+#include "ngx_http_idem_util.h"
 
 
 /* a node idle this long, with its bucket empty, may be reclaimed */
@@ -65,6 +69,12 @@ struct ngx_http_idem_resend_limit_s {
 };
 
 
+/* a first write's answer, for a request that may be gone by then */
+typedef struct {
+    ngx_http_idem_ctx_t              *ctx;      /* NULL: the request went */
+} ngx_http_idem_resend_waiter_t;
+
+
 /* what a counted resend gives back when its request ends */
 typedef struct {
     ngx_shm_zone_t                   *shm_zone;
@@ -85,6 +95,13 @@ static void ngx_http_idem_resend_free(ngx_http_idem_resend_zone_t *zone,
 static ngx_int_t ngx_http_idem_resend_leak(ngx_http_idem_resend_zone_t *zone,
     ngx_http_idem_resend_node_t *node, ngx_msec_t now);
 static void ngx_http_idem_resend_release(void *data);
+static ngx_uint_t ngx_http_idem_resend_room(ngx_http_idem_resend_zone_t *zone,
+    ngx_http_idem_resend_limit_t *limit, ngx_str_t *key);
+static void ngx_http_idem_resend_written(void *data, ngx_int_t rc);
+static void ngx_http_idem_resend_read(void *data, ngx_int_t rc,
+    ngx_http_idem_store_record_t *record);
+static void ngx_http_idem_resend_resume(ngx_event_t *ev);
+static void ngx_http_idem_resend_cleanup(void *data);
 
 
 /* the zones' tag: a zone of another use with the same name is refused */
@@ -545,16 +562,20 @@ ngx_http_idem_resend_rbtree_insert(ngx_rbtree_node_t *temp,
  * (or not limited here: no limit, an empty key); NGX_BUSY: refused,
  * ctx->resend.retry_after says when to come back; NGX_ERROR.  Asked once
  * per request: a duplicate that waits asks again for its claim, not here.
+ * "force": counted, never refused (a record route's resend whose arrival
+ * was written already, in a race with another worker's).
  */
 
 ngx_int_t
-ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_uint_t force)
 {
     size_t                           n;
     uint32_t                         hash;
     ngx_int_t                        rc;
     ngx_str_t                        key;
     ngx_msec_t                       now;
+    ngx_int_t                        e;
     ngx_uint_t                       excess, fresh;
     ngx_msec_int_t                   ms;
     ngx_pool_cleanup_t              *cln;
@@ -681,7 +702,8 @@ ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
          * whole one, and a new key's first resend finds it empty
          */
 
-        excess = ngx_http_idem_resend_leak(zone, node, now) + 1000;
+        e = ngx_http_idem_resend_leak(zone, node, now) + 1000;
+        excess = (e > 0) ? (ngx_uint_t) e : 0;
 
         if (excess > limit->burst) {
             rc = NGX_BUSY;
@@ -692,6 +714,10 @@ ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                                    / zone->rate);
             ctx->resend.retry_after = ngx_max((ms + 999) / 1000, 1);
         }
+    }
+
+    if (force) {
+        rc = NGX_OK;
     }
 
     if (rc == NGX_OK) {
@@ -740,43 +766,353 @@ ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 }
 
 
-/* the location limits resends (record.c: whether to wait for its write) */
+/*
+ * A resend over the limit: 429, nothing forwarded, nothing written (on a
+ * dedupe route the claim script wrote nothing for a duplicate; on a
+ * record route the arrival is not written), no waiter slot taken; the
+ * error log had its line (one per key and second).
+ */
 
-ngx_uint_t
-ngx_http_idem_resend_limited(ngx_http_request_t *r)
+ngx_int_t
+ngx_http_idem_resend_refuse(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
-    ngx_http_idem_loc_conf_t  *ilcf;
+    ngx_int_t                 rc;
+    ngx_str_t                 value;
+    ngx_http_idem_problem_t   problem;
 
-    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+    ctx->record.on = 0;
 
-    return ilcf->resend_limit != NULL;
+    ngx_http_idem_problem_set(r, &problem, NGX_HTTP_IDEM_P_TOO_MANY_RESENDS,
+                              NULL, "this client resends call ids already "
+                              "known faster than the gateway allows; "
+                              "nothing was forwarded, the call is "
+                              "untouched: retry later or ask for its "
+                              "status");
+
+    ngx_http_idem_problem_count(&problem);
+
+    value.data = ngx_pnalloc(r->pool, NGX_TIME_T_LEN);
+    if (value.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    value.len = ngx_sprintf(value.data, "%T", ctx->resend.retry_after)
+                - value.data;
+
+    if (ngx_http_idem_add_response_header(r, "Retry-After", &value)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_idem_send_problem(r, &problem, &ctx->ids.call_id);
+
+    ngx_http_finalize_request(r, rc);
+    return NGX_DONE;
 }
 
 
-/* the bucket's excess now, leaked since its last resend (locked) */
+/*
+ * A record-only route (idem_record on, no idem_dedupe) that limits
+ * resends: the call id is known when its record is there.  The record's
+ * first write says so in its reply (how many of its fields were new), so
+ * the arrival is written before the call is forwarded, and its reply
+ * waited for: one round trip of latency, no command more.  A client at
+ * its limit must not write: its record is read instead (a read, no
+ * write), and a known id is refused.  Called in the precontent phase
+ * after the record's key is settled; NGX_DECLINED: go on (record_start
+ * writes nothing more for an arrival written here); NGX_AGAIN: waiting;
+ * NGX_DONE: refused, answered.
+ */
+
+ngx_int_t
+ngx_http_idem_resend_record(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_int_t                       rc;
+    ngx_str_t                       key;
+    ngx_pool_cleanup_t             *cln;
+    ngx_http_idem_loc_conf_t       *ilcf;
+    ngx_http_idem_resend_zone_t    *zone;
+    ngx_http_idem_resend_limit_t   *limit;
+    ngx_http_idem_resend_waiter_t  *waiter;
+
+    switch (ctx->resend.state) {
+
+    case NGX_HTTP_IDEM_RESEND_WAIT:
+        return NGX_AGAIN;
+
+    case NGX_HTTP_IDEM_RESEND_DONE:
+        return NGX_DECLINED;
+
+    case NGX_HTTP_IDEM_RESEND_FOUND:
+
+        r->read_event_handler = ngx_http_block_reading;
+        ctx->resend.state = NGX_HTTP_IDEM_RESEND_DONE;
+
+        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem resend: \"%V\": the store says %i (%s)",
+                       &ctx->ids.call_id, ctx->resend.found,
+                       ctx->resend.read ? "read" : "first write");
+
+        if (ctx->resend.read) {
+
+            /* at the limit: a known id is refused, a new one goes on */
+
+            if (ctx->resend.found != NGX_OK) {
+                return NGX_DECLINED;
+            }
+
+            rc = ngx_http_idem_resend_check(r, ctx, 0);
+
+            if (rc == NGX_BUSY) {
+                return ngx_http_idem_resend_refuse(r, ctx);
+            }
+
+            return (rc == NGX_OK) ? NGX_DECLINED
+                                  : NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        /* written: a known id is counted, as it is forwarded now */
+
+        if (ctx->resend.found == NGX_DECLINED
+            && ngx_http_idem_resend_check(r, ctx, 1) != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return NGX_DECLINED;
+
+    default: /* NGX_HTTP_IDEM_RESEND_NONE */
+        break;
+    }
+
+    ctx->resend.state = NGX_HTTP_IDEM_RESEND_DONE;
+
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+    limit = ilcf->resend_limit;
+
+    if (limit == NULL || !ilcf->record || ilcf->dedupe || r != r->main
+        || ctx->record.on || ctx->record.counted)
+    {
+        return NGX_DECLINED;
+    }
+
+    zone = limit->shm_zone->data;
+
+    if (ngx_http_complex_value(r, &zone->key, &key) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (key.len == 0 || key.len > 65535) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem resend: \"%V\": empty key, not limited",
+                       &ctx->ids.call_id);
+        return NGX_DECLINED;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_idem_resend_cleanup;
+    cln->data = ctx;
+
+    ctx->resend.resume_ev.handler = ngx_http_idem_resend_resume;
+    ctx->resend.resume_ev.data = ctx;
+    ctx->resend.resume_ev.log = r->connection->log;
+
+    if (ngx_http_idem_resend_room(zone, limit, &key)) {
+
+        /* room for a resend: the arrival now, its reply says */
+
+        waiter = ngx_alloc(sizeof(ngx_http_idem_resend_waiter_t),
+                           r->connection->log);
+        if (waiter == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        waiter->ctx = ctx;
+
+        rc = ngx_http_idem_record_arrive(r, ctx, ngx_http_idem_resend_written,
+                                         waiter);
+
+        if (rc != NGX_OK) {
+
+            /* not written (the store is down): not told, not limited */
+
+            ngx_free(waiter);
+            return NGX_DECLINED;
+        }
+
+        ctx->resend.waiter = waiter;
+
+    } else {
+
+        /* at the limit: nothing written until the id is known new */
+
+        ctx->resend.read = 1;
+        ctx->resend.read_op = ngx_http_idem_store_read_record(
+                                  &ctx->record.key, ngx_http_idem_resend_read,
+                                  ctx);
+
+        if (ctx->resend.read_op == NULL) {
+            return NGX_DECLINED;
+        }
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem resend: \"%V\": waits for the store (%s)",
+                   &ctx->ids.call_id,
+                   ctx->resend.read ? "a read, at the limit" : "its arrival");
+
+    ctx->resend.state = NGX_HTTP_IDEM_RESEND_WAIT;
+
+    /* a client that goes while it waits is seen (as limit_req's delay) */
+
+    r->read_event_handler = ngx_http_test_reading;
+
+    return NGX_AGAIN;
+}
+
+
+/* whether the key has room for one resend more now (nothing counted) */
+
+static ngx_uint_t
+ngx_http_idem_resend_room(ngx_http_idem_resend_zone_t *zone,
+    ngx_http_idem_resend_limit_t *limit, ngx_str_t *key)
+{
+    ngx_uint_t                    room;
+    ngx_http_idem_resend_node_t  *node;
+
+    ngx_shmtx_lock(&zone->shpool->mutex);
+
+    node = ngx_http_idem_resend_lookup(zone, key,
+                                       ngx_crc32_short(key->data, key->len));
+
+    room = (node == NULL)
+           || ((limit->concurrent == 0 || node->running < limit->concurrent)
+               && (zone->rate == 0
+                   || ngx_http_idem_resend_leak(zone, node, ngx_current_msec)
+                      + 1000 <= (ngx_int_t) limit->burst));
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    return room;
+}
+
+
+/* the arrival's reply: NGX_OK new id, NGX_DECLINED known, NGX_ERROR */
+
+static void
+ngx_http_idem_resend_written(void *data, ngx_int_t rc)
+{
+    ngx_http_idem_resend_waiter_t *waiter = data;
+
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = waiter->ctx;
+    ngx_free(waiter);
+
+    if (ctx == NULL) {
+        return;
+    }
+
+    ctx->resend.waiter = NULL;
+    ctx->resend.found = rc;
+    ctx->resend.state = NGX_HTTP_IDEM_RESEND_FOUND;
+
+    ngx_post_event(&ctx->resend.resume_ev, &ngx_posted_events);
+}
+
+
+/* the read's reply: NGX_OK a record (known), NGX_DECLINED none */
+
+static void
+ngx_http_idem_resend_read(void *data, ngx_int_t rc,
+    ngx_http_idem_store_record_t *record)
+{
+    ngx_http_idem_ctx_t *ctx = data;
+
+    ctx->resend.read_op = NULL;
+    ctx->resend.found = rc;
+    ctx->resend.state = NGX_HTTP_IDEM_RESEND_FOUND;
+
+    ngx_post_event(&ctx->resend.resume_ev, &ngx_posted_events);
+}
+
+
+/* the request goes on where it was parked */
+
+static void
+ngx_http_idem_resend_resume(ngx_event_t *ev)
+{
+    ngx_connection_t     *c;
+    ngx_http_request_t   *r;
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ev->data;
+    r = ctx->request;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    ngx_http_core_run_phases(r);
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* the request goes: a reply still to come finds no request */
+
+static void
+ngx_http_idem_resend_cleanup(void *data)
+{
+    ngx_http_idem_ctx_t *ctx = data;
+
+    ngx_http_idem_resend_waiter_t  *waiter;
+
+    if (ctx->resend.resume_ev.posted) {
+        ngx_delete_posted_event(&ctx->resend.resume_ev);
+    }
+
+    if (ctx->resend.read_op) {
+        ngx_http_idem_store_cancel(ctx->resend.read_op);
+        ctx->resend.read_op = NULL;
+    }
+
+    if (ctx->resend.waiter) {
+        waiter = ctx->resend.waiter;
+        waiter->ctx = NULL;
+        ctx->resend.waiter = NULL;
+    }
+}
+
+
+/*
+ * The bucket's excess now, leaked since its last resend (locked); below
+ * zero when it leaked more than it held: as limit_req, a resend adds its
+ * 1000 to that before the bucket is clamped at empty.
+ */
 
 static ngx_int_t
 ngx_http_idem_resend_leak(ngx_http_idem_resend_zone_t *zone,
     ngx_http_idem_resend_node_t *node, ngx_msec_t now)
 {
-    ngx_int_t       excess;
     ngx_msec_int_t  ms;
 
     ms = (ngx_msec_int_t) (now - node->last);
 
-    /* a clock that went back leaks nothing */
+    /* a clock that went back leaks nothing; a long idle, all there is */
 
     if (ms < 0) {
         ms = 0;
     }
 
-    if (ms > NGX_HTTP_IDEM_RESEND_IDLE * 1000) {
-        return 0;
+    if (ms > NGX_HTTP_IDEM_RESEND_IDLE) {
+        ms = NGX_HTTP_IDEM_RESEND_IDLE;
     }
 
-    excess = (ngx_int_t) node->excess - (ngx_int_t) (zone->rate * ms / 1000);
-
-    return ngx_max(excess, 0);
+    return (ngx_int_t) node->excess - (ngx_int_t) (zone->rate * ms / 1000);
 }
 
 

@@ -19,8 +19,11 @@ char *ngx_http_idem_resend_limit(ngx_conf_t *cf, ngx_command_t *cmd,
 ngx_int_t ngx_http_idem_resend_limit_init(ngx_conf_t *cf);
 
 ngx_int_t ngx_http_idem_resend_check(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, ngx_uint_t force);
+ngx_int_t ngx_http_idem_resend_refuse(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
-ngx_uint_t ngx_http_idem_resend_limited(ngx_http_request_t *r);
+ngx_int_t ngx_http_idem_resend_record(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx);
 
 
 #endif /* _NGX_HTTP_IDEM_RESEND_LIMIT_H_INCLUDED_ */

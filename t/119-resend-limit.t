@@ -325,3 +325,73 @@ X-Call-Id: rl-10
 --- error_code: 200
 --- no_error_log
 [error]
+
+
+
+=== TEST 9: a record-only route: a known id (its record there) is a resend; beyond the limit 429, nothing forwarded or written; new ids go on
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_resend_limit_zone $binary_remote_addr zone=ip:1m rate=1r/m;
+--- config
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+    location /rec {
+        idem on;
+        idem_record on;
+        idem_call_id_missing reject;
+        idem_resend_limit zone=ip;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location ~ ^/calls/(.+)$ {
+        idem_status $1;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- request eval
+["POST /rec\nx=1", "POST /rec\nx=1", "POST /rec\nx=1", "POST /rec\nx=1",
+ "POST /rec\nx=1", "GET /log/rl-11", "GET /calls/rl-11", "GET /metrics"]
+--- more_headers eval
+["X-Call-Id: rl-11", "X-Call-Id: rl-11", "X-Call-Id: rl-11",
+ "X-Call-Id: rl-12", "X-Call-Id: rl-11", "", "", ""]
+--- error_code eval
+[200, 200, 429, 200, 429, 200, 200, 200]
+--- response_headers_like eval
+["", "", "Retry-After: (?:59|6[0-3])\nContent-Type: application/problem\\+json",
+ "", "Retry-After: \\d+", "", "", ""]
+--- response_body_like eval
+["^n=1 ", '\nn=2 [^\n]*\n$', "too-many-resends", "^n=1 ",
+ "too-many-resends",
+ "^n=1 [^\n]*\nn=2 [^\n]*\n\$", '"state":"SUCCESS".*"executions":2,',
+ qr/^idem_resends_refused_total 2\n/m]
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: a record-only route without the limit's key (empty), or without the limit, is not limited
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_resend_limit_zone $http_x_api_key zone=keys:1m rate=1r/m;
+--- config
+    location /rec {
+        idem on;
+        idem_record on;
+        idem_call_id_missing reject;
+        idem_resend_limit zone=keys;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request eval
+["POST /rec\nx=1", "POST /rec\nx=1", "POST /rec\nx=1", "POST /rec\nx=1",
+ "POST /rec\nx=1"]
+--- more_headers eval
+["X-Call-Id: rl-13", "X-Call-Id: rl-13", "X-Call-Id: rl-13",
+ "X-Call-Id: rl-13\nX-Api-Key: a", "X-Call-Id: rl-13\nX-Api-Key: a"]
+--- error_code eval
+[200, 200, 200, 200, 429]
+--- response_body_like eval
+["^n=1 ", '\nn=2 [^\n]*\n$', '\nn=3 [^\n]*\n$', '\nn=4 [^\n]*\n$',
+ "too-many-resends"]
+--- no_error_log
+[error]

@@ -124,7 +124,18 @@ typedef struct {
 
 
 /*
- * A write of a record's fields, fire and forget.  ttl 0: the record's
+ * An execution's first write, asked whether its record was there before
+ * (idem_resend_limit on a record-only route): NGX_OK, the write made the
+ * record (a new call id); NGX_DECLINED, the record was there (the id is
+ * known); NGX_ERROR, no answer.
+ */
+typedef void (*ngx_http_idem_store_known_pt)(void *data, ngx_int_t rc);
+
+
+/*
+ * A write of a record's fields, fire and forget.  first, not whole, with
+ * known set: known is called exactly once, with whether the record was
+ * there, if the write was queued (NGX_OK).  ttl 0: the record's
  * expiry is left as it is (the caller set it a moment ago); first: the
  * execution's first write, which counts it in the record and trims the
  * record past max_executions (+ a quarter), unless every field it wrote
@@ -150,6 +161,8 @@ typedef struct {
     ngx_msec_t                 ttl;
     ngx_uint_t                 max_executions;
     ngx_msec_t                 wait;           /* owned, 0: not durable */
+    ngx_http_idem_store_known_pt  known;       /* first, NULL: not asked */
+    void                      *known_data;
     unsigned                   first:1;
     unsigned                   claim:1;
     unsigned                   whole:1;

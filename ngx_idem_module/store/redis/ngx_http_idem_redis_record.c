@@ -48,6 +48,8 @@
 typedef struct {
     ngx_uint_t                       max_executions;
     ngx_uint_t                       nfields;    /* a field and its value */
+    ngx_http_idem_store_known_pt     known;      /* told, NULL: not asked */
+    void                            *known_data;
 } ngx_http_idem_redis_first_t;
 
 
@@ -106,9 +108,11 @@ static void ngx_http_idem_redis_first_written(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_counted(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
-static ngx_int_t ngx_http_idem_redis_write_read(ngx_uint_t argc,
+static ngx_http_idem_store_op_t *ngx_http_idem_redis_write_read(
+    ngx_uint_t argc,
     ngx_str_t *argv, ngx_http_idem_redis_reply_pt handler,
-    ngx_uint_t max_executions, ngx_uint_t nfields);
+    ngx_uint_t max_executions, ngx_uint_t nfields,
+    ngx_http_idem_store_write_t *w);
 static void ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_ms(ngx_str_t *value, uint64_t *ms);
@@ -156,17 +160,24 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_owned_lua = {
  * HSET key fields (with a claim's "d" and "l:"), PEXPIRE key ttl: both of
  * them or none; a whole execution's, one SET (short).  An execution's
  * first write is a read in passing: its reply (how many fields were new)
- * says whether the execution is counted.
+ * says whether the execution is counted, and, asked (w->known), whether
+ * the call id was known.
  */
 
 ngx_int_t
 ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 {
-    u_char       ttl[NGX_INT64_LEN], lease[2 + 64 + 3 + 2 * NGX_INT64_LEN],
-                 bound[2 + 64 + 3 + 2 * NGX_INT64_LEN];
-    ngx_int_t    rc;
-    ngx_str_t    argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv, cmd[3], lfield;
-    ngx_uint_t   n, i;
+    u_char                        ttl[NGX_INT64_LEN],
+                                  lease[2 + 64 + 3 + 2 * NGX_INT64_LEN],
+                                  bound[2 + 64 + 3 + 2 * NGX_INT64_LEN];
+    ngx_int_t                     rc;
+    ngx_str_t                     argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv,
+                                  cmd[3], lfield;
+    ngx_uint_t                    n, i;
+    ngx_http_idem_store_op_t     *known_op;
+    ngx_http_idem_redis_first_t  *first;
+
+    known_op = NULL;
 
     n = (w->nfields ? 1 : 0) + (w->ttl ? 1 : 0);
 
@@ -261,9 +272,11 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
         }
 
         if (w->first) {
-            rc = ngx_http_idem_redis_write_read(i, argv,
+            known_op = ngx_http_idem_redis_write_read(i, argv,
                                             ngx_http_idem_redis_first_written,
-                                            w->max_executions, (i - 2) / 2);
+                                            w->max_executions, (i - 2) / 2,
+                                            w);
+            rc = (known_op != NULL) ? NGX_OK : NGX_ERROR;
 
         } else {
             rc = ngx_http_idem_redis_write(i, argv,
@@ -297,6 +310,13 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 failed:
 
     ngx_http_idem_redis_urgent(0);
+
+    /* dropped: its caller is not told, though the fields may land */
+
+    if (known_op) {
+        first = known_op->ext;
+        first->known = NULL;
+    }
 
     return NGX_DECLINED;
 }
@@ -354,9 +374,11 @@ ngx_http_idem_redis_write_short(ngx_http_idem_store_write_t *w)
                    "idem store: write \"%V\": short, %ui fields",
                    &w->key, w->nfields / 2);
 
-    rc = ngx_http_idem_redis_write_read(6, argv,
-                                        ngx_http_idem_redis_short_written,
-                                        w->max_executions, w->nfields / 2);
+    rc = (ngx_http_idem_redis_write_read(6, argv,
+                                         ngx_http_idem_redis_short_written,
+                                         w->max_executions, w->nfields / 2,
+                                         NULL)
+          != NULL) ? NGX_OK : NGX_ERROR;
 
     ngx_free(value);
 
@@ -431,6 +453,7 @@ ngx_http_idem_redis_write_owned(ngx_http_idem_store_write_t *w)
     first = op->ext;
     first->max_executions = w->first ? w->max_executions : 0;
     first->nfields = w->nfields / 2;
+    first->known = NULL;
 
     return NGX_OK;
 }
@@ -527,6 +550,16 @@ ngx_http_idem_redis_first_written(void *data, ngx_int_t rc, ngx_str_t *elts,
     added = (rc == NGX_OK && n == 1) ? ngx_atoi(elts[0].data, elts[0].len)
                                      : NGX_ERROR;
 
+    /* every field new: the write made the record, the call id is new */
+
+    if (first->known) {
+        first->known(first->known_data,
+                     (added == NGX_ERROR) ? NGX_ERROR
+                     : ((ngx_uint_t) added == first->nfields) ? NGX_OK
+                                                               : NGX_DECLINED);
+        first->known = NULL;
+    }
+
     k = ngx_http_idem_redis_op_key(op);
 
     if (added == NGX_ERROR || (ngx_uint_t) added == first->nfields || k == 0)
@@ -541,20 +574,22 @@ ngx_http_idem_redis_first_written(void *data, ngx_int_t rc, ngx_str_t *elts,
     ngx_str_set(&cmd[3], "1");
 
     (void) ngx_http_idem_redis_write_read(4, cmd, ngx_http_idem_redis_counted,
-                                          first->max_executions, 0);
+                                          first->max_executions, 0, NULL);
 }
 
 
 /*
  * A write whose reply is looked at: it leaves with the writes (no request
  * waits for it), and the cap on executions and the write's fields go with
- * the op, as the request may be gone by the time the reply is in.
+ * the op, as the request may be gone by the time the reply is in; an
+ * execution's first write (w) may be asked whether it made the record
+ * (w->known: its caller copes with a request gone).
  */
 
-static ngx_int_t
+static ngx_http_idem_store_op_t *
 ngx_http_idem_redis_write_read(ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_idem_redis_reply_pt handler, ngx_uint_t max_executions,
-    ngx_uint_t nfields)
+    ngx_uint_t nfields, ngx_http_idem_store_write_t *w)
 {
     ngx_http_idem_store_op_t     *op;
     ngx_http_idem_redis_first_t  *first;
@@ -567,7 +602,7 @@ ngx_http_idem_redis_write_read(ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_idem_redis_lazy(0);
 
     if (op == NULL) {
-        return NGX_ERROR;
+        return NULL;
     }
 
     op->data = op;
@@ -576,8 +611,10 @@ ngx_http_idem_redis_write_read(ngx_uint_t argc, ngx_str_t *argv,
     first = op->ext;
     first->max_executions = max_executions;
     first->nfields = nfields;
+    first->known = w ? w->known : NULL;
+    first->known_data = w ? w->known_data : NULL;
 
-    return NGX_OK;
+    return op;
 }
 
 
