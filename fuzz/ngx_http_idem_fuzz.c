@@ -1196,6 +1196,24 @@ ngx_http_idem_new_round(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 }
 
 
+/* idem_resend_limit (dedupe.c asks it): no limit, every resend goes on */
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_uint_t force)
+{
+    return NGX_OK;
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_resend_refuse(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_resend_refuse");
+    return NGX_ERROR;
+}
+
+
 /* the Redis store's cluster and sentinel parts (redis_cluster target) */
 
 __attribute__((weak)) ngx_int_t

@@ -82,6 +82,16 @@ sub call {
     return [$status // 0, $pid // 0];
 }
 
+# until both workers of the configuration before a reload (logged from
+# $from on) have stopped taking calls
+sub old_workers_quit {
+    my ($from) = @_;
+    return IdemWait::wait_for('the old workers to stop taking calls', sub {
+        my @n = substr($ng->log_text, $from) =~ /gracefully shutting down/g;
+        @n >= 2;
+    });
+}
+
 sub parked {
     my ($id) = @_;
     return IdemWait::log_count(qr/idem dedupe: "\Q$id\E" in flight, waits /,
@@ -138,6 +148,7 @@ my $from = $ng->log_pos;
 write_conf('1m', 'location /kept { return 204; }');
 $ng->reload;
 ok($ng->wait_log(qr/reconfiguring/, $from), 'reload, the zone kept');
+ok(old_workers_quit($from), 'the old workers take no more calls');
 ok(IdemWait::wait_for('the new workers',
                       sub { call('/kept', 'x')->[0] == 204 }),
    'the new configuration answers');
@@ -175,6 +186,7 @@ $from = $ng->log_pos;
 write_conf('2m', 'location /resized { return 204; }');
 $ng->reload;
 ok($ng->wait_log(qr/reconfiguring/, $from), 'reload, the zones resized');
+ok(old_workers_quit($from), 'the old workers take no more calls');
 ok(IdemWait::wait_for('the new workers',
                       sub { call('/resized', 'x')->[0] == 204 }),
    'the new configuration answers');
