@@ -33,6 +33,9 @@ idem_rejected_total\{reason="missing_call_id"\} 0
 .*idem_dedupe_total\{result="not_durable"\} 0
 .*idem_resolutions_refused_total\{reason="unavailable"\} 0
 idem_resolutions_refused_total\{reason="early"\} 0
+# HELP idem_resends_refused_total Resends of known call ids refused by idem_resend_limit \(429\)\.
+# TYPE idem_resends_refused_total counter
+idem_resends_refused_total 0
 \z
 --- no_error_log
 [error]
