@@ -395,3 +395,50 @@ X-Call-Id: rl-10
  "too-many-resends"]
 --- no_error_log
 [error]
+
+
+
+=== TEST 11: a record-only route: a client that goes while its arrival's reply, or its read at the limit, is awaited (Redis paused) leaves nothing waiting on it
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT timeout=5s;
+    idem_resend_limit_zone $http_x_api_key zone=keys:1m rate=1r/m;
+--- config
+    location /rec {
+        idem on;
+        idem_record on;
+        idem_call_id_missing reject;
+        idem_resend_limit zone=keys;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- init
+my $port = $ENV{TEST_NGINX_SERVER_PORT};
+my $redis = "redis-cli -p $ENV{TEST_NGINX_REDIS_PORT}";
+my $curl = "curl -s -o /dev/null -w '%{http_code}' -H 'X-Api-Key: g'"
+           . " --data x=1 http://127.0.0.1:$port/rec";
+# a first call and a resend: the key is at its limit
+Test::More::is(`$curl -H 'X-Call-Id: rl-14'`, '200', 'a first call');
+Test::More::is(`$curl -H 'X-Call-Id: rl-14'`, '200', 'a resend');
+# the arrival's reply awaited, the client gone (another key: room)
+system("$redis client pause 1500 all >/dev/null");
+my $c = `curl -s -o /dev/null -w '%{http_code}' -H 'X-Api-Key: h' -H 'X-Call-Id: rl-15' --max-time 0.5 --data x=1 http://127.0.0.1:$port/rec`;
+Test::More::is($c, '000', 'a client gone while its arrival was written');
+# the read at the limit awaited, the client gone
+$c = `curl -s -o /dev/null -w '%{http_code}' -H 'X-Api-Key: g' -H 'X-Call-Id: rl-14' --max-time 0.5 --data x=1 http://127.0.0.1:$port/rec`;
+Test::More::is($c, '000', 'a client gone while its record was read');
+Test::More::ok(IdemWait::wait_for('nginx to see both clients go', sub {
+    IdemWait::log_count(qr/client prematurely closed connection/) >= 2
+}), 'nginx saw both clients go');
+# the pause ends: the replies find no request
+Test::More::ok(IdemWait::wait_for('Redis answering again', sub {
+    `$redis ping` =~ /PONG/
+}), 'Redis answers again');
+--- request
+POST /rec
+x=1
+--- more_headers
+X-Call-Id: rl-16
+X-Api-Key: h
+--- error_code: 200
+--- no_error_log
+[error]
+[alert]
