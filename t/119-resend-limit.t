@@ -1,8 +1,10 @@
 # idem_resend_limit_zone and idem_resend_limit: a cap on each client's
 # resends of call ids already known (issue 39).  A resend is a request
-# whose claim finds its call id known (in flight, or finished); beyond the
-# limit it gets 429 too-many-resends with Retry-After, nothing forwarded,
-# nothing written, no waiter slot taken.  First calls are never limited
+# whose claim finds its call id known (in flight, or finished), or, on a
+# record-only route, whose record is there (the arrival's reply says so;
+# at the limit the record is read instead); beyond the limit it gets 429
+# too-many-resends with Retry-After, nothing forwarded, nothing written,
+# no waiter slot taken.  First calls are never limited
 # nor counted.  The limits are counted per key (an IP, a header) in a
 # shared zone; an empty key is not limited.  The rates here are per
 # minute, so that no bucket leaks during a block.  Two workers and
