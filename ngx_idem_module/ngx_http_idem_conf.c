@@ -225,7 +225,9 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_idem_loc_conf_t *prev = parent;
     ngx_http_idem_loc_conf_t *conf = child;
 
-    ngx_uint_t  here, durable_here, retry_here, idempotent_here;
+    ngx_uint_t                 here, durable_here, retry_here,
+                               idempotent_here, resend_here;
+    ngx_http_core_loc_conf_t  *clcf;
 
     /* set at this level: where a warning about them belongs */
 
@@ -234,6 +236,8 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     durable_here = (conf->dedupe_durable != NGX_CONF_UNSET_UINT);
     retry_here = (conf->retry_attempts != NGX_CONF_UNSET_UINT);
     idempotent_here = (conf->idempotent == 1);
+    resend_here = (conf->resend_limit != NGX_CONF_UNSET_PTR
+                   && conf->resend_limit != NULL);
 
     ngx_conf_merge_value(conf->enable, prev->enable, 0);
 
@@ -377,6 +381,20 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_ptr_value(conf->resend_limit, prev->resend_limit, NULL);
 
     ngx_http_idem_check_retry(cf, conf, retry_here, idempotent_here);
+
+    /* a limit on resends where no call id is known: said where written */
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (resend_here && clcf->name.len
+        && (!conf->enable || (!conf->dedupe && !conf->record)))
+    {
+        ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                           "\"idem_resend_limit\" is set in location \"%V\" "
+                           "where \"idem\" is off or neither \"idem_dedupe\" "
+                           "nor \"idem_record\" is on: it has no effect "
+                           "there", &clcf->name);
+    }
 
     return ngx_http_idem_check_loc_conf(cf, conf, here, durable_here);
 }

@@ -3,7 +3,7 @@
 
 use Test::Nginx::Socket 'no_plan';
 
-# No repeat_each(2): 67 of its 74 blocks are configurations nginx must
+# No repeat_each(2): 67 of its 75 blocks are configurations nginx must
 # refuse (no request, no worker); running each twice only doubles the time.
 
 no_long_string();
@@ -817,3 +817,22 @@ invalid value "concurrent=0" in "idem_resend_limit" directive, concurrent= must 
 --- must_die
 --- error_log
 the shared memory zone "r" is already declared for a different use
+
+
+
+=== TEST 75: idem_resend_limit in a location that neither dedupes nor records: a warning, nginx runs
+--- http_config
+    idem_resend_limit_zone $binary_remote_addr zone=r:1m rate=1r/s;
+--- config
+    location /t {
+        idem on;
+        idem_resend_limit zone=r;
+        return 204;
+    }
+--- request
+GET /t
+--- error_code: 204
+--- error_log
+"idem_resend_limit" is set in location "/t" where "idem" is off or neither "idem_dedupe" nor "idem_record" is on: it has no effect there
+--- no_error_log
+[error]
