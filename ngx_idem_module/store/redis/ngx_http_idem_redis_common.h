@@ -175,6 +175,7 @@ struct ngx_http_idem_redis_node_s {
     unsigned                         failing:1;  /* not up since a loss */
     unsigned                         idle:1;     /* no reconnects */
     unsigned                         serving:1;  /* cluster: has slots */
+    unsigned                         subscriber:1;   /* pub/sub's */
 };
 
 
@@ -227,6 +228,8 @@ struct ngx_http_idem_redis_s {
 
 /* ngx_http_idem_redis_node.c */
 ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_create(
+    ngx_http_idem_redis_t *rd, ngx_uint_t role);
+ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_alloc(
     ngx_http_idem_redis_t *rd, ngx_uint_t role);
 void ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
     u_char *host, size_t len, ngx_int_t port);
@@ -283,6 +286,13 @@ ngx_int_t ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
     ngx_http_idem_redis_node_t **to);
 ngx_uint_t ngx_http_idem_redis_cluster_slot(u_char *key, size_t len);
 void ngx_http_idem_redis_cluster_stale(ngx_http_idem_redis_t *rd);
+
+/* ngx_http_idem_redis_subscribe.c */
+ngx_int_t ngx_http_idem_redis_subscribe_init(ngx_http_idem_redis_t *rd);
+void ngx_http_idem_redis_subscribe_exit(ngx_http_idem_redis_t *rd);
+ngx_int_t ngx_http_idem_redis_publish(ngx_str_t *channel, ngx_str_t *key);
+ngx_int_t ngx_http_idem_redis_wake_message(ngx_str_t *channel,
+    redisReply *reply, ngx_str_t *key);
 
 /* ngx_http_idem_redis_sentinel.c */
 ngx_int_t ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,

@@ -15,8 +15,6 @@
 #include "ngx_http_idem_redis_adapter.h"
 
 
-static ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_alloc(
-    ngx_http_idem_redis_t *rd, ngx_uint_t role);
 static void ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_node_handshake(
     ngx_http_idem_redis_node_t *node);
@@ -78,7 +76,9 @@ ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
 }
 
 
-static ngx_http_idem_redis_node_t *
+/* a connection none of the modes routes to (durable claims', pub/sub's) */
+
+ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_node_alloc(ngx_http_idem_redis_t *rd, ngx_uint_t role)
 {
     ngx_http_idem_redis_node_t  *node;
@@ -313,6 +313,10 @@ ngx_http_idem_redis_connect_failed(ngx_http_idem_redis_node_t *node,
 
     level = ngx_http_idem_redis_conn_level(node);
 
+    if (node->subscriber) {
+        level = ngx_max(level, NGX_LOG_WARN);
+    }
+
     if (node->retry_in) {
         ngx_log_error(level, node->rd->log, 0,
                       "idem: redis \"%V\": connect failed: %s, "
@@ -450,6 +454,12 @@ ngx_http_idem_redis_disconnected(const redisAsyncContext *ac, int status)
 
         node->attempts++;
         level = ngx_http_idem_redis_conn_level(node);
+
+        /* no request fails with the subscriber: its waiters poll */
+
+        if (node->subscriber) {
+            level = ngx_max(level, NGX_LOG_WARN);
+        }
 
         ngx_log_error(level, rd->log, 0,
                       "idem: redis \"%V\": connection lost: %s, "

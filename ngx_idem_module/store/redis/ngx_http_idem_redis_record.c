@@ -112,6 +112,8 @@ static ngx_int_t ngx_http_idem_redis_write_read(ngx_uint_t argc,
 static void ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_ms(ngx_str_t *value, uint64_t *ms);
+static ngx_int_t ngx_http_idem_redis_write_fields(
+    ngx_http_idem_store_write_t *w);
 static void ngx_http_idem_redis_ttl(ngx_http_idem_store_found_t *found,
     ngx_str_t *elts, ngx_uint_t n, ngx_uint_t want);
 
@@ -161,6 +163,34 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_owned_lua = {
 
 ngx_int_t
 ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_idem_redis_write_fields(w);
+
+    if (rc != NGX_OK || w->wake.len == 0) {
+        return rc;
+    }
+
+    /*
+     * A final write that waiters may wait for: PUBLISH <channel> <key>
+     * after it, on its connection (the durable claims' one for a durable
+     * owned write), so that Redis has run the write when the message
+     * goes out.  Lost or not, the write stands: waiters poll at last.
+     */
+
+    ngx_http_idem_redis_durable(w->owned ? w->wait : 0);
+
+    (void) ngx_http_idem_redis_publish(&w->wake, &w->key);
+
+    ngx_http_idem_redis_durable(0);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
 {
     u_char       ttl[NGX_INT64_LEN], lease[2 + 64 + 3 + 2 * NGX_INT64_LEN],
                  bound[2 + 64 + 3 + 2 * NGX_INT64_LEN];
@@ -811,6 +841,7 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
 {
     ngx_http_idem_store_op_t *op = data;
 
+    ngx_int_t                     left;
     ngx_http_idem_redis_claim_t  *cl;
     ngx_http_idem_store_found_t   found;
 
@@ -854,6 +885,14 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
     case 'i':
         found.verdict = NGX_HTTP_IDEM_STORE_IN_FLIGHT;
         ngx_http_idem_redis_ttl(&found, elts, n, 3);
+
+        /* what is left of the owner's lease: a waiter asks again then */
+
+        if (n > 1) {
+            left = ngx_atoi(elts[1].data, elts[1].len);
+            found.left = (left > 0) ? (ngx_msec_t) left : 0;
+        }
+
         break;
 
     case 'r':
