@@ -136,12 +136,28 @@ ngx_http_idem_redis_subscribe_init(ngx_http_idem_redis_t *rd)
 void
 ngx_http_idem_redis_subscribe_exit(ngx_http_idem_redis_t *rd)
 {
-    ngx_http_idem_redis_sub_t  *sub;
+    ngx_uint_t                    i;
+    ngx_queue_t                  *q;
+    ngx_http_idem_redis_sub_t    *sub;
+    ngx_http_idem_store_watch_t  *w;
 
     sub = ngx_http_idem_redis_sub;
 
     if (sub == NULL) {
         return;
+    }
+
+    /* a watch still on points into no table any more */
+
+    for (i = 0; i < NGX_HTTP_IDEM_REDIS_WAKE_BUCKETS; i++) {
+
+        while (!ngx_queue_empty(&sub->buckets[i])) {
+            q = ngx_queue_head(&sub->buckets[i]);
+            w = ngx_queue_data(q, ngx_http_idem_store_watch_t, queue);
+
+            ngx_queue_remove(q);
+            w->on = 0;
+        }
     }
 
     if (sub->look_ev.timer_set) {
