@@ -606,6 +606,12 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
     case NGX_HTTP_IDEM_STORE_CLAIMED:
         ctx->dedupe.verdict = NGX_HTTP_IDEM_CLAIMED;
 
+        /* the claim made the record: its first execution, not counted */
+
+        if (found->made) {
+            ctx->record.counted = 1;
+        }
+
         if (found->rest) {
 
             /* the arrival completes the claim: its digest, its lease */
@@ -628,6 +634,10 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
         ctx->dedupe.verdict = NGX_HTTP_IDEM_NOT_DURABLE;
         ctx->dedupe.owner = 1;
+
+        if (found->made) {
+            ctx->record.counted = 1;
+        }
 
         if (found->rest) {
             ctx->dedupe.claim_rest = 1;

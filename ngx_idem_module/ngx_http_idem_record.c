@@ -937,12 +937,21 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
                        "only if it was made", &ctx->ids.call_id);
     }
 
-    if (!ctx->record.counted) {
+    if (final && ctx->dedupe.owner && !w.owned) {
+
+        /* the claim's owner is done: its fields and expiry in one */
+
+        w.final = 1;
+    }
+
+    if (!ctx->record.counted && (final || ctx->dedupe.claim_op == NULL)) {
 
         /*
          * The execution's first write counts it, unless it made the
          * record: "v" is a field every record has, so that every field
          * new means a new record.  Past the cap, the store trims it.
+         * Not while its claim is out: a claim that makes the record
+         * makes it its first execution (dedupe.c).
          */
 
         ngx_str_set(&argv[argc], "v");

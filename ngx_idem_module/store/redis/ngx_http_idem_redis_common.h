@@ -314,6 +314,10 @@ ngx_int_t ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,
 /* the store of this worker process (ngx_http_idem_redis.c) */
 extern ngx_http_idem_redis_t  ngx_http_idem_redis;
 
+/* a call's two scripts, loaded on connect (ngx_http_idem_redis_record.c) */
+extern ngx_http_idem_redis_script_t  ngx_http_idem_redis_take_lua;
+extern ngx_http_idem_redis_script_t  ngx_http_idem_redis_final_lua;
+
 
 /* shared by redis.c, redis_node.c and redis_op.c */
 void ngx_http_idem_redis_free_all(ngx_http_idem_redis_t *rd);
