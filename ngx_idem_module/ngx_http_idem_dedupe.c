@@ -988,6 +988,17 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
             } else {
                 ctx->record.arrived = 1;   /* the claim wrote the arrival */
+
+                /*
+                 * Marked PROCESSING only once the call has run the
+                 * arrival delay: one over sooner has its final write
+                 * say it all (2 commands a call: the claim, the end)
+                 */
+
+                if (ilcf->record_arrival_delay) {
+                    ngx_add_timer(&ctx->record.arrival_ev,
+                                  ilcf->record_arrival_delay);
+                }
             }
         }
 
