@@ -470,6 +470,12 @@ ngx_http_idem_redis_disconnected(const redisAsyncContext *ac, int status)
     node->ac = NULL;
     node->state = NGX_HTTP_IDEM_REDIS_DOWN;
 
+    /* durable claims made on it wait for no WAIT on the next one */
+
+    if (node->batch.lost) {
+        node->batch.lost(node);
+    }
+
     if (rd->closing) {
         return;
     }

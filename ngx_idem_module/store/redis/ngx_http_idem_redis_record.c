@@ -876,7 +876,7 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
 
         op->handler = ngx_http_idem_redis_claim_waited;
 
-        if (ngx_http_idem_redis_wait(op, cl->replicas) == NGX_OK) {
+        if (ngx_http_idem_redis_batch_add(op, cl->replicas) == NGX_OK) {
             return;
         }
 
