@@ -20,8 +20,9 @@
 #   a claim whose own timeout ends before its batch's WAIT returns is
 #     refused then; the batch goes on without it
 #   the connection lost under a batch's WAIT: 503 to its claims, released
-#   clients that leave while their claims wait for a WAIT: no crash, each
-#     call once
+#   clients that leave while their claims wait for a WAIT (HTTP/1.1, and
+#     HTTP/2 connections closed): no crash, each call once (the call runs
+#     on, as a dedupe owner's does when its client goes)
 
 use Test::Nginx::Socket 'no_plan';
 
@@ -84,6 +85,14 @@ sub claim_sent {
 }
 
 sub runs { IdemWait::backend_runs($_[0]) }
+
+# the URL of a path on the block's HTTP/2 server
+sub h2_url {
+    local (@ARGV, $/) = ("$ENV{TEST_NGINX_ROOT}/t/servroot/conf/nginx.conf");
+    my ($port) = <> =~ /listen 127\.0\.0\.1:(\d+) http2;/
+        or die "no http2 listen";
+    return "http://127.0.0.1:$port$_[0]";
+}
 
 # the record of $id holds a released claim ("k:<token>" F) of its owner
 sub released {
@@ -400,6 +409,58 @@ for my $i (0 .. 2) {
  "GET /log/b7-1", "GET /log/b7-2"]
 --- more_headers eval
 ["X-Call-Id: b7-0", "X-Call-Id: b7-1", "X-Call-Id: b7-2", "", "", ""]
+--- response_headers eval
+["Idempotent-Replayed: true", "Idempotent-Replayed: true",
+ "Idempotent-Replayed: true", "", "", ""]
+--- response_body_like eval
+['\An=1 ', '\An=1 ', '\An=1 ', '\An=1 [^\n]*\n\z', '\An=1 [^\n]*\n\z',
+ '\An=1 [^\n]*\n\z']
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 8: HTTP/2 clients that close their connections while their claims wait in a batch: no crash, each call once, the resends get its answer
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_BATCH_MASTER timeout=1s;
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location /w {
+            idem on;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            idem_dedupe_durable replicas=1 timeout=10s;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+        }
+    }
+--- init
+main::fresh();
+main::signal($main::Replica, 'STOP');
+main::bg('b8-0', 'b8-0', '--http2-prior-knowledge', '--max-time', '1',
+         '--data', 'x=1', main::h2_url('/w'));
+main::seen('the first claim waits', main::wait_line(1, 10000, 1));
+main::bg("b8-$_", "b8-$_", '--http2-prior-knowledge', '--max-time', '1',
+         '--data', 'x=1', main::h2_url('/w'))
+    for 1, 2;
+main::seen("claim $_ sent", main::claim_sent("b8-$_")) for 1, 2;
+Test::More::is(main::done("b8-$_"), '', "b8-$_: the client gave up")
+    for 0 .. 2;
+main::signal($main::Replica, 'CONT');
+for my $i (0 .. 2) {
+    Test::More::ok(IdemWait::wait_for("b8-$i ran",
+                                      sub { main::runs("b8-$i") >= 1 }),
+                   "b8-$i ran");
+    Test::More::ok(IdemWait::wait_for("the answer of b8-$i stored",
+        sub { RedisSentinel::cli($main::Master, 'hexists', "idem:c:{b8-$i}",
+                                 'r') =~ /^1$/m }),
+                   "the answer of b8-$i stored");
+}
+--- request eval
+["POST /w\nx=1", "POST /w\nx=1", "POST /w\nx=1", "GET /log/b8-0",
+ "GET /log/b8-1", "GET /log/b8-2"]
+--- more_headers eval
+["X-Call-Id: b8-0", "X-Call-Id: b8-1", "X-Call-Id: b8-2", "", "", ""]
 --- response_headers eval
 ["Idempotent-Replayed: true", "Idempotent-Replayed: true",
  "Idempotent-Replayed: true", "", "", ""]
