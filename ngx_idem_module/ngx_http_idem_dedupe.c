@@ -632,6 +632,12 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
     case NGX_HTTP_IDEM_STORE_CLAIMED:
         ctx->dedupe.verdict = NGX_HTTP_IDEM_CLAIMED;
 
+        /* the claim made the record: its first execution, not counted */
+
+        if (found->made) {
+            ctx->record.counted = 1;
+        }
+
         if (found->rest) {
 
             /* the arrival completes the claim: its digest, its lease */
@@ -654,6 +660,10 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
         ctx->dedupe.verdict = NGX_HTTP_IDEM_NOT_DURABLE;
         ctx->dedupe.owner = 1;
+
+        if (found->made) {
+            ctx->record.counted = 1;
+        }
 
         if (found->rest) {
             ctx->dedupe.claim_rest = 1;
@@ -1104,6 +1114,17 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
             } else {
                 ctx->record.arrived = 1;   /* the claim wrote the arrival */
+
+                /*
+                 * Marked PROCESSING only once the call has run the
+                 * arrival delay: one over sooner has its final write
+                 * say it all (2 commands a call: the claim, the end)
+                 */
+
+                if (ilcf->record_arrival_delay) {
+                    ngx_add_timer(&ctx->record.arrival_ev,
+                                  ilcf->record_arrival_delay);
+                }
             }
         }
 

@@ -113,7 +113,9 @@ typedef struct {
  * follows without them (a duplicate after a failover that lost the rest
  * reads the call as in flight, and unknown after the lease).
  * NOT_DURABLE has "rest" as CLAIMED has: the write that releases the
- * claim completes it first.
+ * claim completes it first.  "made" (CLAIMED, NOT_DURABLE): the claim
+ * made the record, with the execution's arrival and "v": its first
+ * execution, which is not counted.
  */
 typedef struct {
     ngx_http_idem_store_verdict_e  verdict;
@@ -125,6 +127,7 @@ typedef struct {
     ngx_msec_t                     left;       /* IN_FLIGHT: of the lease,
                                                   0: not known */
     unsigned                       rest:1;
+    unsigned                       made:1;
 } ngx_http_idem_store_found_t;
 
 
@@ -141,7 +144,9 @@ typedef struct {
  * written only if the record's claim is this execution's (token), else
  * not at all: the execution's claim got no answer, it may have been made
  * or not (wait: that claim was durable, with this WAIT timeout: the write
- * goes after it, on its connection).
+ * goes after it, on its connection); final: the last write of the
+ * execution that owns the call's claim, its fields and the expiry in one
+ * command, after which its waiters may be told.
  */
 typedef struct {
     ngx_str_t                  key;
@@ -162,6 +167,7 @@ typedef struct {
     unsigned                   claim:1;
     unsigned                   whole:1;
     unsigned                   owned:1;
+    unsigned                   final:1;
 } ngx_http_idem_store_write_t;
 
 
