@@ -188,6 +188,12 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
         return rc;
     }
 
+    /* the final script published it itself, after its write */
+
+    if (w->final && w->nfields && !w->claim && !w->owned) {
+        return NGX_OK;
+    }
+
     /*
      * A final write that waiters may wait for: PUBLISH <channel> <key>
      * after it, on its connection (the durable claims' one for a durable
@@ -524,9 +530,9 @@ ngx_http_idem_redis_write_final(ngx_http_idem_store_write_t *w)
         argv[3 + i] = w->fields[i];
     }
 
-    /* no channel yet: nobody is told */
+    /* its waiters' channel, or "": the script publishes the key there */
 
-    ngx_str_set(&argv[3 + i], "");
+    argv[3 + i] = w->wake;
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                    "idem store: write \"%V\": final, %ui fields, ttl %M",
