@@ -19,7 +19,13 @@
 # A report, not a test: exit 0 whatever it measures.
 #
 # Environment: BENCH_WAIT_CALLS (100 per series), BENCH_WAIT_SLEEP (300),
-# BENCH_WAIT_LAG (50), BENCH_WAIT_PORT (first of 4 ports, 26100).
+# BENCH_WAIT_LAG (ms, or "random": the default, a moment drawn in the
+# owner's upstream time, from 20 ms to 20 ms before its end), BENCH_WAIT_PORT
+# (first of 4 ports, 26100).
+#
+# Claim scripts a duplicate: EVALSHA/EVAL of a series less those of the
+# owners alone; PUBLISH (the owners' wake, with idem_dedupe_wait) counts
+# among the Redis commands.
 
 use strict;
 use warnings;
@@ -33,7 +39,7 @@ use File::Path qw(make_path remove_tree);
 my $root = "$FindBin::Bin/..";
 my $calls = $ENV{BENCH_WAIT_CALLS} || 100;
 my $upsleep = $ENV{BENCH_WAIT_SLEEP} || 300;
-my $lag = $ENV{BENCH_WAIT_LAG} // 50;
+my $lag = $ENV{BENCH_WAIT_LAG} // 'random';
 my $base = $ENV{BENCH_WAIT_PORT} || 26100;
 my ($redis, $backend, $gwa, $gwb) = map { $base + $_ } 0 .. 3;
 my $dir = "$root/build/bench-wait";
@@ -92,7 +98,8 @@ sub one {
     my $sel = IO::Select->new($sock{owner});
     my (%buf, %end, %name);
     $name{$sock{owner}} = 'owner';
-    my $dup_at = time + $lag / 1000;
+    my $ms = $lag eq 'random' ? 20 + rand(ngx_max($upsleep - 40, 1)) : $lag;
+    my $dup_at = time + $ms / 1000;
     my $deadline = time + 10;
 
     while (time < $deadline) {
@@ -145,9 +152,12 @@ sub series {
     }
     my $c = stats();
     my $cmds = 0;
-    $cmds += $c->{$_} // 0 for qw(hsetnx evalsha eval hset pexpire set);
+    $cmds += $c->{$_} // 0
+        for qw(hsetnx evalsha eval hset pexpire set publish);
     return { d => [sort { $a <=> $b } @d], lost => $lost // 0,
-             cmds => $cmds, evalsha => $c->{evalsha} // 0,
+             cmds => $cmds,
+             scripts => ($c->{evalsha} // 0) + ($c->{eval} // 0),
+             evalsha => $c->{evalsha} // 0,
              hsetnx => $c->{hsetnx} // 0 };
 }
 
@@ -164,16 +174,20 @@ my $other = series('other', $gwb);
 
 my @out;
 push @out, sprintf "idem_dedupe_wait: %d calls a series, the owner's "
-                   . "upstream %d ms, the duplicate %d ms after it",
-                   $calls, $upsleep, $lag;
-push @out, sprintf "%-8s %12s %12s %8s %16s", 'series', 'p50 ms',
-                   'p99 ms', 'lost', 'Redis cmds/dup';
+                   . "upstream %d ms, the duplicate %s after it",
+                   $calls, $upsleep,
+                   $lag eq 'random' ? "20-" . ngx_max($upsleep - 20, 21)
+                                      . " ms (random)"
+                                    : "$lag ms";
+push @out, sprintf "%-8s %10s %10s %6s %16s %16s", 'series', 'p50 ms',
+                   'p99 ms', 'lost', 'Redis cmds/dup', 'claim scripts/dup';
 
 for my $s (['same', $same], ['other', $other]) {
     my $n = scalar @{ $s->[1]{d} } || 1;
-    push @out, sprintf "%-8s %12s %12s %8d %16.1f", $s->[0],
+    push @out, sprintf "%-8s %10s %10s %6d %16.1f %16.1f", $s->[0],
         pct($s->[1]{d}, 50), pct($s->[1]{d}, 99), $s->[1]{lost},
-        ($s->[1]{cmds} - $alone->{cmds}) / $n;
+        ($s->[1]{cmds} - $alone->{cmds}) / $n,
+        ($s->[1]{scripts} - $alone->{scripts}) / $n;
 }
 
 push @out, sprintf "(owners alone: %d Redis commands for %d calls; "

@@ -146,13 +146,15 @@ trap cleanup EXIT
 
 rcli() { redis-cli -p "$redis_port" "$@"; }
 
-# the usec INFO commandstats counted, summed over every command but the
-# script's own
+# the usec INFO commandstats counted, summed over the commands a call
+# sends ($1: their names, lower case, space-separated): a script's EVALSHA
+# counts the commands it runs, which commandstats counts again under
+# their own names, and the gateway's other commands are not the call's
 redis_usec() {
-    rcli info commandstats | tr -d '\r' | awk -F'[:,=]' '
-        /^cmdstat_/ && $1 !~ /^cmdstat_(flushall|config|info|echo)($|[|])/ {
-            s += $5 }
-        END { print s }'
+    rcli info commandstats | tr -d '\r' | awk -F'[:,=]' -v names="$1" '
+        BEGIN { n = split(names, a, " "); for (i = 1; i <= n; i++) k[a[i]] = 1 }
+        /^cmdstat_/ { c = substr($1, 9); if (c in k) s += $5 }
+        END { print s + 0 }'
 }
 
 # the redis-server process's CPU time so far, in clock ticks: what it
@@ -212,6 +214,9 @@ def unquote(s):
 
 cmds = []
 for line in open(monitor, encoding='latin-1'):
+    # a script's own commands ("[0 lua]"): its EVALSHA runs them again
+    if re.match(r'^\S+ \[\d+ lua\]', line):
+        continue
     args = [unquote(a) for a in re.findall(r'"((?:[^"\\]|\\.)*)"', line)]
     if any(probe in a for a in args):
         cmds.append(args)
@@ -228,6 +233,9 @@ with open(out, 'wb') as f:
             for a in args:
                 f.write(b'$%d\r\n%s\r\n' % (len(a), a))
 
+with open(out + '.names', 'w') as f:
+    f.write(' '.join(sorted(set(a[0].decode().lower() for a in cmds))))
+
 print("  %s: %d commands per call: %s" % (
     probe.decode().split('-', 1)[1], len(cmds),
     ', '.join(a[0].decode().upper() for a in cmds)))
@@ -238,7 +246,7 @@ PY
         rcli flushall >/dev/null
         rcli config resetstat >/dev/null
         rcli --pipe <"$run/$variant.resp" >/dev/null
-        usec=$(redis_usec)
+        usec=$(redis_usec "$(cat "$run/$variant.resp.names")")
         results="$results $(awk -v u="$usec" -v n="$calls" \
                                 'BEGIN { printf "%.2f", u / n }')"
     done
@@ -277,7 +285,7 @@ PY
                     | grep -v '^cmdstat_\(flushall\|config\|info\)[:|]' \
                     | sed 's/^/    /'
             fi
-            usec=$(redis_usec)
+            usec=$(redis_usec "$(cat "$run/$variant.resp.names")")
             echo "  $variant: through the gateway, $what:" \
                  "$(awk -v u="$usec" -v n="$done_calls" \
                         'BEGIN { printf "%.2f", u / n }') usec per call," \

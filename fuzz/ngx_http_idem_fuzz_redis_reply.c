@@ -5,8 +5,8 @@
  * commands (ngx_http_idem_store_claim, ngx_http_idem_store_read_record;
  * hiredis only takes them, nothing is written); hiredis' own parser makes
  * a redisReply of each reply; redis_op.c turns it into strings; the record
- * operations (redis_record.c) decode them: the HSETNX's answer, then the
- * claim script's verdict, or the record and Redis's clock; and dedupe's
+ * operations (redis_record.c) decode them: the claim script's verdict, or
+ * the record and Redis's clock; and dedupe's
  * reply handler (a verdict: 409, 422, 503, a replay) or the status
  * endpoint's (200, 404, 503) makes the answer.
  *
@@ -14,14 +14,16 @@
  * bit 1: the op was cancelled before its first reply; bit 2: the
  * connection went before the first reply; bit 3: no error line for a
  * while), then RESP bytes, as Redis sends them: each reply answers the
- * command outstanding (a claim's HSETNX, then its script, or a script
- * sent again after NOSCRIPT); when they run out, the connection goes.
+ * command outstanding (a connection's SCRIPT LOADs, a claim's script,
+ * or a script sent again after NOSCRIPT); when they run out, the
+ * connection goes.
  */
 
 
 #include "ngx_http_idem_redis.c"
 #include "ngx_http_idem_redis_node.c"
 #include "ngx_http_idem_redis_op.c"
+#include "ngx_http_idem_redis_batch.c"
 #include "ngx_http_idem_redis_stats.c"
 #include "ngx_http_idem_redis_record.c"
 #include "ngx_http_idem_dedupe.c"

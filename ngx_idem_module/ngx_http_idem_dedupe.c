@@ -11,12 +11,16 @@
  * blocking: it is parked and resumed from a posted event.
  *
  * With idem_dedupe_wait, a duplicate that finds its call in flight is
- * parked instead of answered 409: it sends its claim again, as it was, on
- * a timer (5 ms, doubling up to 100 ms), until the answer is something
- * else (then it gets what a duplicate arriving then would: a replay, a
- * 409, or, the claim released, the call to run itself) or until its wait,
- * or its own budget, runs out (409 call-in-flight).  Polling works across
- * gateways with nothing but the claim; it keeps no lease alive (the claim
+ * parked instead of answered 409: it watches the record in the store
+ * (ngx_http_idem_store_watch()), which wakes it when the owner's final
+ * write lands (on this worker, on another, on another gateway), and then
+ * sends its claim again, as it was; it gets what a duplicate arriving then
+ * would: a replay, a 409, or, the claim released, the call to run itself.
+ * The claim is sent again without a wake too, as a fallback for a message
+ * lost: when the owner's lease ends and every 5 s; and while the store
+ * hears no final writes (its subscription down) on a timer, 5 ms doubling
+ * up to 100 ms, as before waking.  Until its wait, or its own budget,
+ * runs out (409 call-in-flight).  A wait keeps no lease alive (the claim
  * script never extends one), and an owner that dies leaves its waiters to
  * the lease.  At most idem_dedupe_wait_max waiters per worker; a client
  * that closes its connection while waiting is let go at once.
@@ -76,6 +80,15 @@
 #define NGX_HTTP_IDEM_POLL_FIRST         5
 #define NGX_HTTP_IDEM_POLL_MOST          100
 
+/* watched (woken by the final write): asked again this often at most */
+#define NGX_HTTP_IDEM_POLL_WATCHED       5000
+
+/*
+ * ... and just after the owner's lease ends: the lease is Redis's clock,
+ * the timer nginx's cached one, a few ms behind
+ */
+#define NGX_HTTP_IDEM_LEASE_MARGIN       20
+
 
 /* waiting duplicates of this worker (idem_dedupe_wait_max) */
 static ngx_uint_t  ngx_http_idem_dedupe_waiters;
@@ -95,6 +108,7 @@ static void ngx_http_idem_dedupe_resume(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_dedupe_wait(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 static void ngx_http_idem_dedupe_poll(ngx_event_t *ev);
+static void ngx_http_idem_dedupe_woken(void *data, ngx_int_t rc);
 static void ngx_http_idem_dedupe_bound_start(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 static void ngx_http_idem_dedupe_bound(ngx_event_t *ev);
@@ -168,6 +182,9 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         ctx->dedupe.poll_ev.handler = ngx_http_idem_dedupe_poll;
         ctx->dedupe.poll_ev.data = ctx;
         ctx->dedupe.poll_ev.log = r->connection->log;
+
+        ctx->dedupe.watch.handler = ngx_http_idem_dedupe_woken;
+        ctx->dedupe.watch.data = ctx;
 
         /*
          * The body is hashed as it arrives (the request body filter), so
@@ -304,6 +321,8 @@ ngx_http_idem_dedupe_cleanup(void *data)
 
     /* its timer goes with the context's (ctx.c) */
 
+    ngx_http_idem_store_unwatch(&ctx->dedupe.watch);
+
     if (ctx->dedupe.waiting) {
         ctx->dedupe.waiting = 0;
         ngx_http_idem_dedupe_waiters--;
@@ -411,6 +430,7 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     /* a duplicate that waits sends it again */
 
     ctx->dedupe.claim = claim;
+    ctx->dedupe.asked = ngx_current_msec;
 
     ctx->dedupe.claim_op = ngx_http_idem_store_claim(&claim,
                                                      ngx_http_idem_dedupe_reply,
@@ -606,10 +626,16 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
         return;
     }
 
-    if (found->verdict == NGX_HTTP_IDEM_STORE_IN_FLIGHT
-        && ngx_http_idem_dedupe_wait(r, ctx) == NGX_OK)
-    {
-        return;
+    if (found->verdict == NGX_HTTP_IDEM_STORE_IN_FLIGHT) {
+
+        /* when the owner's lease ends: a waiter asks again then */
+
+        ctx->dedupe.lease_end = found->left
+                                ? ctx->dedupe.asked + found->left : 0;
+
+        if (ngx_http_idem_dedupe_wait(r, ctx) == NGX_OK) {
+            return;
+        }
     }
 
     if (ctx->dedupe.waiting) {
@@ -629,6 +655,12 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
     case NGX_HTTP_IDEM_STORE_CLAIMED:
         ctx->dedupe.verdict = NGX_HTTP_IDEM_CLAIMED;
+
+        /* the claim made the record: its first execution, not counted */
+
+        if (found->made) {
+            ctx->record.counted = 1;
+        }
 
         if (found->rest) {
 
@@ -652,6 +684,10 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
         ctx->dedupe.verdict = NGX_HTTP_IDEM_NOT_DURABLE;
         ctx->dedupe.owner = 1;
+
+        if (found->made) {
+            ctx->record.counted = 1;
+        }
 
         if (found->rest) {
             ctx->dedupe.claim_rest = 1;
@@ -821,8 +857,8 @@ ngx_http_idem_dedupe_bound(ngx_event_t *ev)
 static ngx_int_t
 ngx_http_idem_dedupe_wait(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
-    ngx_msec_t                  now, wait;
-    ngx_msec_int_t              left;
+    ngx_msec_t                  now, wait, delay;
+    ngx_msec_int_t              left, lease;
     ngx_http_idem_loc_conf_t   *ilcf;
     ngx_http_idem_main_conf_t  *imcf;
 
@@ -872,9 +908,6 @@ ngx_http_idem_dedupe_wait(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                        "idem dedupe: \"%V\" in flight, waits %M ms",
                        &ctx->ids.call_id, wait);
 
-    } else {
-        ctx->dedupe.poll = ngx_min(2 * ctx->dedupe.poll,
-                                   NGX_HTTP_IDEM_POLL_MOST);
     }
 
     left = (ngx_msec_int_t) (ctx->dedupe.wait_until - now);
@@ -890,10 +923,106 @@ ngx_http_idem_dedupe_wait(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_DECLINED;
     }
 
-    ngx_add_timer(&ctx->dedupe.poll_ev,
-                  ngx_min(ctx->dedupe.poll, (ngx_msec_t) left));
+    ctx->dedupe.watch.key = ctx->record.key;
+
+    switch (ngx_http_idem_store_watch(&ctx->dedupe.watch, ctx->dedupe.asked)) {
+
+    case NGX_OK:
+
+        /*
+         * Woken by the owner's final write; asked again without it when
+         * the owner's lease ends (an owner that died writes nothing) and
+         * every 5 s, in case a message was lost
+         */
+
+        delay = NGX_HTTP_IDEM_POLL_WATCHED;
+
+        if (ctx->dedupe.lease_end) {
+            lease = (ngx_msec_int_t) (ctx->dedupe.lease_end - now);
+            delay = ngx_min(delay, (ngx_msec_t) ngx_max(lease, 0)
+                                   + NGX_HTTP_IDEM_LEASE_MARGIN);
+        }
+
+        ctx->dedupe.poll = NGX_HTTP_IDEM_POLL_FIRST;
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem dedupe: \"%V\" watched, asked again in %M ms "
+                       "unless woken", &ctx->ids.call_id,
+                       ngx_min(delay, (ngx_msec_t) left));
+        break;
+
+    case NGX_AGAIN:
+
+        /* its owner's final write was heard while the claim was out */
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem dedupe: \"%V\" written meanwhile, asks again",
+                       &ctx->ids.call_id);
+
+        delay = 0;
+        break;
+
+    default: /* NGX_DECLINED: nobody wakes it, it polls */
+
+        delay = ctx->dedupe.poll;
+
+        ctx->dedupe.poll = ngx_min(2 * ctx->dedupe.poll,
+                                   NGX_HTTP_IDEM_POLL_MOST);
+        break;
+    }
+
+    if (delay == 0) {
+        ngx_post_event(&ctx->dedupe.poll_ev, &ngx_posted_events);
+        return NGX_OK;
+    }
+
+    ngx_add_timer(&ctx->dedupe.poll_ev, ngx_min(delay, (ngx_msec_t) left));
 
     return NGX_OK;
+}
+
+
+/*
+ * The store says the owner's final write landed (NGX_OK: the claim goes
+ * again now), or that it hears none any more (the waiter polls)
+ */
+
+static void
+ngx_http_idem_dedupe_woken(void *data, ngx_int_t rc)
+{
+    ngx_http_idem_ctx_t *ctx = data;
+
+    ngx_msec_int_t       left;
+    ngx_http_request_t  *r;
+
+    r = ctx->request;
+
+    if (!ctx->dedupe.waiting || ctx->dedupe.claim_op != NULL) {
+        return;
+    }
+
+    if (ctx->dedupe.poll_ev.timer_set) {
+        ngx_del_timer(&ctx->dedupe.poll_ev);
+    }
+
+    if (rc == NGX_OK) {
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem dedupe: \"%V\" woken by its owner's final "
+                       "write, %M ms after its claim", &ctx->ids.call_id,
+                       ngx_current_msec - ctx->dedupe.asked);
+
+        ngx_post_event(&ctx->dedupe.poll_ev, &ngx_posted_events);
+        return;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem dedupe: \"%V\" not woken any more: it polls",
+                   &ctx->ids.call_id);
+
+    left = (ngx_msec_int_t) (ctx->dedupe.wait_until - ngx_current_msec);
+
+    ngx_add_timer(&ctx->dedupe.poll_ev,
+                  ngx_min(ctx->dedupe.poll, (ngx_msec_t) ngx_max(left, 1)));
 }
 
 
@@ -911,7 +1040,12 @@ ngx_http_idem_dedupe_poll(ngx_event_t *ev)
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem dedupe: \"%V\" asks again", &ctx->ids.call_id);
 
+    /* a wake while the claim is out is heard by the next watch */
+
+    ngx_http_idem_store_unwatch(&ctx->dedupe.watch);
+
     ctx->dedupe.verdict = NGX_HTTP_IDEM_UNAVAILABLE;
+    ctx->dedupe.asked = ngx_current_msec;
 
     ctx->dedupe.claim_op = ngx_http_idem_store_claim(&ctx->dedupe.claim,
                                                      ngx_http_idem_dedupe_reply,
@@ -938,6 +1072,8 @@ ngx_http_idem_dedupe_unwait(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ctx->dedupe.waiting = 0;
     ngx_http_idem_dedupe_waiters--;
+
+    ngx_http_idem_store_unwatch(&ctx->dedupe.watch);
 
     r->read_event_handler = ngx_http_block_reading;
 }
@@ -1002,6 +1138,17 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
             } else {
                 ctx->record.arrived = 1;   /* the claim wrote the arrival */
+
+                /*
+                 * Marked PROCESSING only once the call has run the
+                 * arrival delay: one over sooner has its final write
+                 * say it all (2 commands a call: the claim, the end)
+                 */
+
+                if (ilcf->record_arrival_delay) {
+                    ngx_add_timer(&ctx->record.arrival_ev,
+                                  ilcf->record_arrival_delay);
+                }
             }
         }
 

@@ -914,6 +914,24 @@ ngx_http_idem_check_loc_conf(ngx_conf_t *cf, ngx_http_idem_loc_conf_t *conf,
         imcf->store.durable = 1;
     }
 
+    if (conf->dedupe && conf->dedupe_wait && imcf->store.wake.len == 0) {
+
+        /*
+         * Waiters are woken by their owner's final write: the store
+         * subscribes to "<prefix>wake", where owners publish their keys
+         */
+
+        imcf->store.wake.len = imcf->key_prefix.len + sizeof("wake") - 1;
+        imcf->store.wake.data = ngx_pnalloc(cf->pool, imcf->store.wake.len);
+        if (imcf->store.wake.data == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        ngx_memcpy(ngx_cpymem(imcf->store.wake.data, imcf->key_prefix.data,
+                              imcf->key_prefix.len),
+                   "wake", sizeof("wake") - 1);
+    }
+
     if (conf->dedupe && here && !conf->enable) {
         ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
                            "\"idem_dedupe\" is on where \"idem\" is off: "

@@ -367,6 +367,13 @@ ngx_http_idem_arrival_handler(ngx_event_t *ev)
 
     ctx = ev->data;
 
+    if (ctx->record.arrived
+        && (ctx->record.attempts == NULL || ctx->record.attempts->nelts == 0))
+    {
+        /* the claim's arrival says RECEIVED already: nothing new */
+        return;
+    }
+
     (void) ngx_http_idem_record_write(ctx->request, ctx,
                                       ctx->record.attempts
                                       && ctx->record.attempts->nelts
@@ -422,9 +429,15 @@ ngx_http_idem_attempt_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                    NGX_HTTP_IDEM_SPAN_ID_LEN);
     }
 
-    /* an arrival already written said RECEIVED: now it is in progress */
+    /*
+     * An arrival already written said RECEIVED: now it is in progress,
+     * unless the arrival delay is still running (a claim's arrival), which
+     * says so then if the call is still running
+     */
 
-    if (ctx->record.on && a->n == 1 && ctx->record.arrived) {
+    if (ctx->record.on && a->n == 1 && ctx->record.arrived
+        && !ctx->record.arrival_ev.timer_set)
+    {
         (void) ngx_http_idem_record_write(r, ctx, NGX_HTTP_IDEM_PROCESSING,
                                           0);
     }
@@ -761,10 +774,12 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_str_t                  *argv, answer, *outcome;
     ngx_uint_t                  i, n, argc, status, unanswered;
     ngx_http_idem_attempt_t     *a;
+    ngx_http_idem_loc_conf_t    *ilcf;
     ngx_http_idem_main_conf_t   *imcf;
     ngx_http_idem_store_write_t  w;
 
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
     n = (final && ctx->record.attempts) ? ctx->record.attempts->nelts : 0;
 
@@ -960,6 +975,13 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         w.ttl = imcf->record_ttl;
     }
 
+    if (final && ctx->dedupe.owner && ilcf->dedupe_wait) {
+
+        /* duplicates may wait for this write: they hear of it */
+
+        w.wake = imcf->store.wake;
+    }
+
     if (final && ctx->dedupe.unsure) {
 
         /*
@@ -976,12 +998,21 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
                        "only if it was made", &ctx->ids.call_id);
     }
 
-    if (!ctx->record.counted) {
+    if (final && ctx->dedupe.owner && !w.owned) {
+
+        /* the claim's owner is done: its fields and expiry in one */
+
+        w.final = 1;
+    }
+
+    if (!ctx->record.counted && (final || ctx->dedupe.claim_op == NULL)) {
 
         /*
          * The execution's first write counts it, unless it made the
          * record: "v" is a field every record has, so that every field
          * new means a new record.  Past the cap, the store trims it.
+         * Not while its claim is out: a claim that makes the record
+         * makes it its first execution (dedupe.c).
          */
 
         ngx_str_set(&argv[argc], "v");

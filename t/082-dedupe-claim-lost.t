@@ -100,6 +100,12 @@ sub tokens {
 RedisFault::start();
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} flushall >/dev/null");
 
+# TEST 5 and 6 need a waiter whose poll is out when Redis pauses: this
+# Redis refuses SUBSCRIBE, so that nothing wakes the waiters and they poll
+# as they do while a subscription is down (t/114 has the woken ones)
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} "
+       . "acl setuser default -subscribe >/dev/null");
+
 no_long_string();
 no_shuffle();
 run_tests();

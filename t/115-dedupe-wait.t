@@ -28,39 +28,17 @@ use lib 't/lib';
 use POSIX ();
 use IdemGateway ();
 use IdemWait ();
+use IdemBg qw(bg done running);
 use Time::HiRes ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): dedupe of fixed call ids and exact counters: the second
 # run's calls are replays of the first run's.
 
-our %bg;
+# background calls (t/lib/IdemBg.pm): bg(), done(), running()
 
-# sends a request in the background: its answer (headers and body) goes
-# to a file of the server root, read by done()
-sub bg {
-    my ($name, $id, $uri, @more) = @_;
-    my $out = "$ENV{TEST_NGINX_ROOT}/t/servroot/bg-$name";
-    unlink $out;
-    my $pid = fork() // die "fork: $!";
-    if ($pid == 0) {
-        { exec('curl', '-s', '-i', '-o', $out, '--max-time', '30',
-               '-H', "X-Call-Id: $id", @more,
-               "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}$uri") };
-        POSIX::_exit(1);
-    }
-    $bg{$name} = [$pid, $out];
-    return $pid;
-}
-
-# waits for a background request; its answer
-sub done {
-    my ($name) = @_;
-    my ($pid, $out) = @{ delete $bg{$name} };
-    waitpid($pid, 0);
-    local (@ARGV, $/) = ($out);
-    return -e $out ? <> : '';
-}
+# the forked helpers that release an owner: ended at the file's end
+our %helper;
 
 # waits until the owner's request of call $id is at the backend (its
 # claim made): a duplicate sent from then on finds the call in flight
@@ -98,7 +76,7 @@ sub release_when_parked {
         IdemWait::release($id);
         POSIX::_exit(0);
     }
-    $bg{"release-$id"} = [$pid, ''];
+    $helper{"release-$id"} = $pid;
 }
 
 # a background client that goes once its request is parked: its curl is
@@ -114,7 +92,11 @@ sub gone {
                    "nginx saw the client of $id go");
 }
 
-END { IdemGateway::stop_all() }
+END {
+    IdemBg::stop_all();
+    kill 'TERM', values %helper;
+    IdemGateway::stop_all();
+}
 
 no_long_string();
 no_shuffle();
@@ -262,8 +244,7 @@ X-Deadline-Ms: 300
 --- init
 my $t = Time::HiRes::time() - $main::t0;
 Test::More::cmp_ok($t, '<', 5, "the duplicate's budget decided ($t s)");
-Test::More::is(POSIX::waitpid($main::bg{owner5}[0], POSIX::WNOHANG()), 0,
-               'the owner was still held');
+Test::More::ok(running('owner5'), 'the owner was still held');
 IdemWait::release('w-5');
 main::done('owner5');
 --- request
@@ -524,14 +505,7 @@ $main::gw = $ENV{TEST_NGINX_SERVER_PORT} + 115;
 IdemGateway::start($main::gw,
                    "idem_redis 127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                    $ENV{TEST_NGINX_BACKEND_PORT}, hold => 1, wait => '5s');
-my $pid = fork() // die;
-if ($pid == 0) {
-    { exec('curl', '-s', '-o', "$ENV{TEST_NGINX_ROOT}/t/servroot/bg-owner15",
-           '-H', 'X-Call-Id: w-15', '--data', 'x=1',
-           "http://127.0.0.1:$main::gw/d") };
-    POSIX::_exit(1);
-}
-$main::bg{owner15} = [$pid, "$ENV{TEST_NGINX_ROOT}/t/servroot/bg-owner15"];
+bg('owner15', 'w-15', "http://127.0.0.1:$main::gw/d", '--data', 'x=1');
 main::owner_in('w-15');
 main::release_when_parked('w-15', 1);
 --- http_config

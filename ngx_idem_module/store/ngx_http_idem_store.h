@@ -48,6 +48,9 @@ typedef struct {
     ngx_msec_t                 timeout;        /* reads: answer within */
     ngx_uint_t                 max_pending;    /* outstanding commands */
     ngx_flag_t                 durable;        /* some claims are durable */
+    ngx_str_t                  wake;           /* the channel of final
+                                                  writes, empty: no route
+                                                  waits (watch) */
 } ngx_http_idem_store_conf_t;
 
 
@@ -110,7 +113,9 @@ typedef struct {
  * follows without them (a duplicate after a failover that lost the rest
  * reads the call as in flight, and unknown after the lease).
  * NOT_DURABLE has "rest" as CLAIMED has: the write that releases the
- * claim completes it first.
+ * claim completes it first.  "made" (CLAIMED, NOT_DURABLE): the claim
+ * made the record, with the execution's arrival and "v": its first
+ * execution, which is not counted.
  */
 typedef struct {
     ngx_http_idem_store_verdict_e  verdict;
@@ -119,7 +124,10 @@ typedef struct {
                                                   known */
     ngx_http_idem_store_record_t   record;     /* NOT_STORED, UNKNOWN,
                                                   APPLIED */
+    ngx_msec_t                     left;       /* IN_FLIGHT: of the lease,
+                                                  0: not known */
     unsigned                       rest:1;
+    unsigned                       made:1;
 } ngx_http_idem_store_found_t;
 
 
@@ -147,7 +155,9 @@ typedef void (*ngx_http_idem_store_known_pt)(void *data, ngx_int_t rc);
  * written only if the record's claim is this execution's (token), else
  * not at all: the execution's claim got no answer, it may have been made
  * or not (wait: that claim was durable, with this WAIT timeout: the write
- * goes after it, on its connection).
+ * goes after it, on its connection); final: the last write of the
+ * execution that owns the call's claim, its fields and the expiry in one
+ * command, after which its waiters may be told.
  */
 typedef struct {
     ngx_str_t                  key;
@@ -161,12 +171,16 @@ typedef struct {
     ngx_msec_t                 ttl;
     ngx_uint_t                 max_executions;
     ngx_msec_t                 wait;           /* owned, 0: not durable */
+    ngx_str_t                  wake;           /* a final write: the
+                                                  channel its waiters hear
+                                                  it on, empty: none */
     ngx_http_idem_store_known_pt  known;       /* first, NULL: not asked */
     void                      *known_data;
     unsigned                   first:1;
     unsigned                   claim:1;
     unsigned                   whole:1;
     unsigned                   owned:1;
+    unsigned                   final:1;
 } ngx_http_idem_store_write_t;
 
 
@@ -212,6 +226,27 @@ typedef void (*ngx_http_idem_store_resolved_pt)(void *data, ngx_int_t rc,
     ngx_str_t *state, ngx_http_idem_store_record_t *record);
 
 
+/*
+ * Waiting for a record's final write (idem_dedupe_wait).  A watch names
+ * the record's key; the store calls its handler at most once, from the
+ * event loop, having forgotten the watch: NGX_OK, a final write of the
+ * key landed (a write with "wake" on this worker, whose reply came, or
+ * its message heard from the store); NGX_DECLINED, the store stopped
+ * hearing final writes (its subscription was lost): poll.  The caller
+ * keeps the struct until the handler runs or it unwatches it.
+ */
+typedef void (*ngx_http_idem_store_wake_pt)(void *data, ngx_int_t rc);
+
+typedef struct {
+    ngx_queue_t                  queue;
+    ngx_str_t                    key;
+    uint32_t                     hash;
+    ngx_http_idem_store_wake_pt  handler;
+    void                        *data;
+    unsigned                     on:1;
+} ngx_http_idem_store_watch_t;
+
+
 /* configuration time: "idem_redis ADDR ..." (messages name the directive) */
 char *ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_http_idem_store_conf_t *conf);
@@ -248,6 +283,17 @@ ngx_http_idem_store_op_t *ngx_http_idem_store_resolve(ngx_str_t *key,
  */
 ngx_int_t ngx_http_idem_store_append(ngx_http_idem_store_entry_t *entry,
     ngx_http_idem_store_done_pt handler, void *data);
+
+
+/*
+ * NGX_OK: watched; NGX_AGAIN: a final write of the key was heard since
+ * "since" (ngx_current_msec, when the caller last read the record): read
+ * it again now; NGX_DECLINED: the store hears no final writes now (none
+ * configured, or its subscription is down): poll.
+ */
+ngx_int_t ngx_http_idem_store_watch(ngx_http_idem_store_watch_t *w,
+    ngx_msec_t since);
+void ngx_http_idem_store_unwatch(ngx_http_idem_store_watch_t *w);
 
 
 #endif /* _NGX_HTTP_IDEM_STORE_H_INCLUDED_ */

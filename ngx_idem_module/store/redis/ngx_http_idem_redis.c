@@ -97,6 +97,12 @@ ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
     rd->parked_ev.data = rd;
     rd->parked_ev.log = cycle->log;
 
+    /* waiters woken by their owner's final write, when some route waits */
+
+    if (ngx_http_idem_redis_subscribe_init(rd) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     switch (conf->mode) {
 
     case NGX_HTTP_IDEM_STORE_CLUSTER:
@@ -163,6 +169,8 @@ ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
     }
 
     ngx_http_idem_redis_report(rd);
+
+    ngx_http_idem_redis_subscribe_exit(rd);
 
     if (rd->cluster) {
         ngx_http_idem_redis_cluster_exit(rd);

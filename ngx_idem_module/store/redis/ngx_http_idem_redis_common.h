@@ -121,9 +121,13 @@ struct ngx_http_idem_store_op_s {
 
     /* durable: the nodes' second connections, and the WAIT's timeout */
     ngx_msec_t                       wait;       /* 0: not durable */
+    ngx_uint_t                       replicas;   /* in a batch: needed */
     ngx_http_idem_redis_node_t      *node;       /* the one that answered */
 
-    /* a cluster's: in rd->parked until the map is read again */
+    /*
+     * A cluster's: in rd->parked until the map is read again.  A durable
+     * claim made: in its connection's batch (redis_batch.c).
+     */
     ngx_queue_t                      queue;
 
     unsigned                         done:1;     /* answered or cancelled */
@@ -132,6 +136,24 @@ struct ngx_http_idem_store_op_s {
     unsigned                         parked:1;   /* in rd->parked now */
     unsigned                         mapped:1;   /* waited for a map once */
 };
+
+
+/*
+ * The durable claims of one connection that wait for a WAIT there
+ * (ngx_http_idem_redis_batch.c): those made while none is in flight share
+ * the next one, sent at the end of the event-loop turn; those made while
+ * one is in flight, the one after it.
+ */
+typedef struct {
+    ngx_queue_t                      next;       /* ops, for the next WAIT */
+    ngx_queue_t                      sent;       /* ops, the WAIT in flight */
+    ngx_uint_t                       nnext;
+    ngx_uint_t                       nsent;
+    ngx_event_t                      flush;      /* posted: WAIT goes */
+    ngx_http_idem_redis_node_pt      lost;       /* its connection went */
+    unsigned                         ready:1;    /* queues set up */
+    unsigned                         waiting:1;  /* a WAIT in flight */
+} ngx_http_idem_redis_batch_t;
 
 
 /* one connection: the Redis, a cluster master, or a sentinel */
@@ -168,6 +190,7 @@ struct ngx_http_idem_redis_node_s {
      */
     ngx_http_idem_redis_node_t      *durable;
     ngx_http_idem_redis_node_t      *main;       /* durable's: its node */
+    ngx_http_idem_redis_batch_t      batch;      /* its claims' WAITs */
 
     u_char                           name_buf[NGX_HTTP_IDEM_REDIS_NAME_LEN];
 
@@ -175,6 +198,7 @@ struct ngx_http_idem_redis_node_s {
     unsigned                         failing:1;  /* not up since a loss */
     unsigned                         idle:1;     /* no reconnects */
     unsigned                         serving:1;  /* cluster: has slots */
+    unsigned                         subscriber:1;   /* pub/sub's */
 };
 
 
@@ -228,6 +252,8 @@ struct ngx_http_idem_redis_s {
 /* ngx_http_idem_redis_node.c */
 ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_create(
     ngx_http_idem_redis_t *rd, ngx_uint_t role);
+ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_alloc(
+    ngx_http_idem_redis_t *rd, ngx_uint_t role);
 void ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
     u_char *host, size_t len, ngx_int_t port);
 void ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node);
@@ -239,6 +265,10 @@ ngx_int_t ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
 void ngx_http_idem_redis_node_answered(ngx_http_idem_redis_node_t *node);
 ngx_http_idem_redis_node_t *ngx_http_idem_redis_durable_node(
     ngx_http_idem_redis_t *rd, ngx_http_idem_redis_node_t *node);
+
+/* ngx_http_idem_redis_batch.c */
+ngx_int_t ngx_http_idem_redis_batch_add(ngx_http_idem_store_op_t *op,
+    ngx_uint_t replicas);
 
 /* ngx_http_idem_redis_stats.c */
 void ngx_http_idem_redis_pending_add(ngx_http_idem_redis_t *rd);
@@ -263,8 +293,6 @@ ngx_int_t ngx_http_idem_redis_again(ngx_http_idem_store_op_t *op,
     ngx_http_idem_redis_script_t *script, ngx_uint_t argc, ngx_str_t *argv);
 ngx_int_t ngx_http_idem_redis_again_through(ngx_http_idem_store_op_t *op,
     ngx_http_idem_redis_script_t *script);
-ngx_int_t ngx_http_idem_redis_wait(ngx_http_idem_store_op_t *op,
-    ngx_uint_t replicas);
 ngx_int_t ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_idem_redis_script_t *upgrade);
 ngx_int_t ngx_http_idem_redis_room(ngx_uint_t n);
@@ -283,6 +311,13 @@ ngx_int_t ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
     ngx_http_idem_redis_node_t **to);
 ngx_uint_t ngx_http_idem_redis_cluster_slot(u_char *key, size_t len);
 void ngx_http_idem_redis_cluster_stale(ngx_http_idem_redis_t *rd);
+
+/* ngx_http_idem_redis_subscribe.c */
+ngx_int_t ngx_http_idem_redis_subscribe_init(ngx_http_idem_redis_t *rd);
+void ngx_http_idem_redis_subscribe_exit(ngx_http_idem_redis_t *rd);
+ngx_int_t ngx_http_idem_redis_publish(ngx_str_t *channel, ngx_str_t *key);
+ngx_int_t ngx_http_idem_redis_wake_message(ngx_str_t *channel,
+    redisReply *reply, ngx_str_t *key);
 
 /* ngx_http_idem_redis_sentinel.c */
 ngx_int_t ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,
@@ -313,6 +348,10 @@ ngx_int_t ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,
 
 /* the store of this worker process (ngx_http_idem_redis.c) */
 extern ngx_http_idem_redis_t  ngx_http_idem_redis;
+
+/* a call's two scripts, loaded on connect (ngx_http_idem_redis_record.c) */
+extern ngx_http_idem_redis_script_t  ngx_http_idem_redis_take_lua;
+extern ngx_http_idem_redis_script_t  ngx_http_idem_redis_final_lua;
 
 
 /* shared by redis.c, redis_node.c and redis_op.c */

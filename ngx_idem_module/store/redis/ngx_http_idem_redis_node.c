@@ -15,8 +15,6 @@
 #include "ngx_http_idem_redis_adapter.h"
 
 
-static ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_alloc(
-    ngx_http_idem_redis_t *rd, ngx_uint_t role);
 static void ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_node_handshake(
     ngx_http_idem_redis_node_t *node);
@@ -31,6 +29,8 @@ static void ngx_http_idem_redis_disconnected(const redisAsyncContext *ac,
     int status);
 static void ngx_http_idem_redis_connect_timeout(ngx_event_t *ev);
 static void ngx_http_idem_redis_reconnect(ngx_event_t *ev);
+static void ngx_http_idem_redis_script_loaded(redisAsyncContext *ac,
+    void *r, void *privdata);
 static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
     void *r, void *privdata);
 
@@ -78,7 +78,9 @@ ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
 }
 
 
-static ngx_http_idem_redis_node_t *
+/* a connection none of the modes routes to (durable claims', pub/sub's) */
+
+ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_node_alloc(ngx_http_idem_redis_t *rd, ngx_uint_t role)
 {
     ngx_http_idem_redis_node_t  *node;
@@ -214,15 +216,21 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
 
 /*
  * AUTH and SELECT, queued first: commands sent while the connection is
- * being made follow them, and Redis runs them in that order.
+ * being made follow them, and Redis runs them in that order.  Then, on a
+ * data node, SCRIPT LOAD of a call's two scripts: a claim's EVALSHA then
+ * never meets NOSCRIPT on a Redis just restarted or promoted, where its
+ * text could only follow its reply, which may come after the request is
+ * gone (a claim made by nobody's request is never released).
  */
 
 static void
 ngx_http_idem_redis_node_handshake(ngx_http_idem_redis_node_t *node)
 {
-    u_char       db[NGX_INT_T_LEN];
-    size_t       lens[2];
-    const char  *argv[2];
+    u_char                        db[NGX_INT_T_LEN];
+    size_t                        lens[3];
+    ngx_uint_t                    i;
+    const char                   *argv[3];
+    ngx_http_idem_redis_script_t *scripts[2];
 
     if (node->password.len) {
         argv[0] = "AUTH";
@@ -246,6 +254,31 @@ ngx_http_idem_redis_node_handshake(ngx_http_idem_redis_node_t *node)
                             ngx_http_idem_redis_handshake_done,
                             (void *) NGX_HTTP_IDEM_REDIS_SELECT, 2, argv, lens,
                             1);
+    }
+
+    if (node->role != NGX_HTTP_IDEM_REDIS_DATA) {
+        return;
+    }
+
+    scripts[0] = &ngx_http_idem_redis_take_lua;
+    scripts[1] = &ngx_http_idem_redis_final_lua;
+
+    argv[0] = "SCRIPT";
+    lens[0] = sizeof("SCRIPT") - 1;
+    argv[1] = "LOAD";
+    lens[1] = sizeof("LOAD") - 1;
+
+    for (i = 0; i < 2; i++) {
+        argv[2] = (const char *) scripts[i]->text.data;
+        lens[2] = scripts[i]->text.len;
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, node->rd->log, 0,
+                       "idem redis \"%V\": SCRIPT LOAD, %uz bytes",
+                       &node->name, lens[2]);
+
+        (void) ngx_http_idem_redis_node_command(node,
+                                           ngx_http_idem_redis_script_loaded,
+                                           NULL, 3, argv, lens, 1);
     }
 }
 
@@ -312,6 +345,10 @@ ngx_http_idem_redis_connect_failed(ngx_http_idem_redis_node_t *node,
     ngx_http_idem_redis_retry(node);
 
     level = ngx_http_idem_redis_conn_level(node);
+
+    if (node->subscriber) {
+        level = ngx_max(level, NGX_LOG_WARN);
+    }
 
     if (node->retry_in) {
         ngx_log_error(level, node->rd->log, 0,
@@ -437,6 +474,12 @@ ngx_http_idem_redis_disconnected(const redisAsyncContext *ac, int status)
     node->ac = NULL;
     node->state = NGX_HTTP_IDEM_REDIS_DOWN;
 
+    /* durable claims made on it wait for no WAIT on the next one */
+
+    if (node->batch.lost) {
+        node->batch.lost(node);
+    }
+
     if (rd->closing) {
         return;
     }
@@ -450,6 +493,12 @@ ngx_http_idem_redis_disconnected(const redisAsyncContext *ac, int status)
 
         node->attempts++;
         level = ngx_http_idem_redis_conn_level(node);
+
+        /* no request fails with the subscriber: its waiters poll */
+
+        if (node->subscriber) {
+            level = ngx_max(level, NGX_LOG_WARN);
+        }
 
         ngx_log_error(level, rd->log, 0,
                       "idem: redis \"%V\": connection lost: %s, "
@@ -721,6 +770,44 @@ ngx_http_idem_redis_handshake_done(redisAsyncContext *ac, void *r,
                   reply->len, reply->str);
 
     ngx_http_idem_redis_node_drop(node);
+}
+
+
+/*
+ * SCRIPT LOAD's reply.  An error (scripts refused, say) is logged: the
+ * EVALSHA of a call then meets NOSCRIPT and sends the text, as before.
+ */
+
+static void
+ngx_http_idem_redis_script_loaded(redisAsyncContext *ac, void *r,
+    void *privdata)
+{
+    redisReply *reply = r;
+
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
+
+    node = ac->data;
+    rd = node->rd;
+
+    ngx_http_idem_redis_pending_done(rd);
+
+    if (reply == NULL || rd->closing) {
+        return;
+    }
+
+    if (reply->type != REDIS_REPLY_ERROR) {
+        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, rd->log, 0,
+                       "idem redis \"%V\": script %*s loaded", &node->name,
+                       (int) reply->len, reply->str);
+        return;
+    }
+
+    rd->stats.failed++;
+
+    ngx_log_error(NGX_LOG_WARN, rd->log, 0,
+                  "idem: redis \"%V\": SCRIPT LOAD failed: \"%*s\"",
+                  &node->name, reply->len, reply->str);
 }
 
 

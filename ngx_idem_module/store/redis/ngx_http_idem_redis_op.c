@@ -382,66 +382,6 @@ ngx_http_idem_redis_again_send(ngx_http_idem_redis_t *rd,
 }
 
 
-/*
- * From inside a durable op's handler (a reply, never a timeout): WAIT
- * <replicas> <its wait> on the connection that answered it, which counts
- * every write sent there before it (the claim's), answered with how many
- * replicas have them.  On that connection only durable claims wait
- * behind it.
- */
-
-ngx_int_t
-ngx_http_idem_redis_wait(ngx_http_idem_store_op_t *op, ngx_uint_t replicas)
-{
-    u_char                       n[NGX_INT_T_LEN], ms[NGX_INT_T_LEN];
-    ngx_str_t                    argv[3];
-    ngx_http_idem_redis_t       *rd;
-    ngx_http_idem_redis_node_t  *node;
-
-    rd = &ngx_http_idem_redis;
-    node = op->node;
-
-    if (rd->closing || node == NULL || op->wait == 0) {
-        return NGX_ERROR;
-    }
-
-    ngx_str_set(&argv[0], "WAIT");
-    argv[1].data = n;
-    argv[1].len = ngx_sprintf(n, "%ui", replicas) - n;
-    argv[2].data = ms;
-    argv[2].len = ngx_sprintf(ms, "%M", op->wait) - ms;
-
-    if (ngx_http_idem_redis_op_command(rd, op, NULL, 3, argv) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    op->upgrade = NULL;
-
-    if (ngx_http_idem_redis_accept(rd, node, 1) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "idem redis: WAIT %ui %M on \"%V\"",
-                   replicas, op->wait, &node->name);
-
-    if (ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
-                                         op, op->argc, op->argv, op->lens, 1)
-        != NGX_OK)
-    {
-        (void) ngx_http_idem_redis_drop(rd, &rd->down);
-        return NGX_ERROR;
-    }
-
-    op->done = 0;
-    op->again = 1;
-
-    ngx_add_timer(&op->timeout, rd->conf->timeout + op->wait);
-
-    return NGX_OK;
-}
-
-
 void
 ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op)
 {

@@ -11,7 +11,7 @@
  * it stands for first (redis_op.c); so does a short write that meets a
  * record there already; the other scripts read both forms.
  *
- * What a call costs Redis, on the common path, without a script:
+ * What a call costs Redis, on the common path:
  *
  *   a recorded call  over within idem_record_arrival_delay, its id new:
  *                    SET (short: arrival and end in one write, with the
@@ -19,19 +19,21 @@
  *                    (end; PEXPIRE only when the expiry must move);
  *                    HINCRBY (the count) only when the record was there
  *                    before the call
- *   a new claim      HSETNX "o" (the claim itself: atomic, one field);
- *                    its owner's arrival completes it: HSET with "d" and
- *                    the lease, PEXPIRE; at the end HSET
- *   a durable one    the same, and WAIT after the HSETNX, both on the
+ *   a new claim      the take script: the owner, its digest, lease,
+ *                    bound and arrival, and the expiry, in one write (a
+ *                    duplicate never meets half a claim); at the end the
+ *                    final script: the owner's fields, and the expiry
+ *                    when it must move, in one command (2 in all)
+ *   a durable one    the same, and WAIT after the claim, both on the
  *                    node's connection for durable claims
  *
- * A claim made without a script has no clock of Redis's to write its
- * lease with: it writes "l:<token>" as "+<lease> <ttl>" in the write that
- * sets the record's expiry to <ttl>, and the scripts read the lease from
- * the record's PTTL (ngx_http_idem_redis_record.lua).  Scripts
- * (ngx_http_idem_redis_*.lua) run only when a claim finds an owner
- * already (a duplicate, an execution to take over), for a status read,
- * and for a trim; they run by SHA1 (ngx_http_idem_redis.c).
+ * A claim made by 0.6.0 (HSETNX of "o", then the rest with the arrival)
+ * writes its lease as "+<lease> <ttl>", relative to the PEXPIRE with it;
+ * the scripts read that form from the record's PTTL
+ * (ngx_http_idem_redis_record.lua), a claim of theirs by Redis's clock.
+ * The scripts (ngx_http_idem_redis_*.lua) run by SHA1
+ * (ngx_http_idem_redis.c); the claim's and the final write's are loaded
+ * on every data connection as it is made.
  */
 
 
@@ -53,13 +55,13 @@ typedef struct {
 } ngx_http_idem_redis_first_t;
 
 
-/* a claim on its way: copies, the request may go before the reply */
+/* a claim on its way: the request may go before the reply */
 typedef struct {
     ngx_http_idem_store_claim_pt     handler;
     void                            *data;
     ngx_uint_t                       replicas;   /* durable, 0: not */
-    ngx_str_t                        argv[7];    /* key, the script's ARGV */
-    unsigned                         rest:1;     /* HSETNX: rest to write */
+    ngx_str_t                        key;        /* a copy, for the logs */
+    unsigned                         made:1;     /* the record, new */
 } ngx_http_idem_redis_claim_t;
 
 
@@ -84,8 +86,6 @@ typedef struct {
 } ngx_http_idem_redis_appender_t;
 
 
-static void ngx_http_idem_redis_claimed(void *data, ngx_int_t rc,
-    ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_claim_waited(void *data, ngx_int_t rc,
@@ -100,6 +100,10 @@ static ngx_int_t ngx_http_idem_redis_write_short(
     ngx_http_idem_store_write_t *w);
 static ngx_int_t ngx_http_idem_redis_write_owned(
     ngx_http_idem_store_write_t *w);
+static ngx_int_t ngx_http_idem_redis_write_final(
+    ngx_http_idem_store_write_t *w);
+static void ngx_http_idem_redis_final_written(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_owned_written(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_short_written(void *data, ngx_int_t rc,
@@ -116,13 +120,27 @@ static ngx_http_idem_store_op_t *ngx_http_idem_redis_write_read(
 static void ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_ms(ngx_str_t *value, uint64_t *ms);
+static ngx_int_t ngx_http_idem_redis_write_fields(
+    ngx_http_idem_store_write_t *w);
 static void ngx_http_idem_redis_ttl(ngx_http_idem_store_found_t *found,
     ngx_str_t *elts, ngx_uint_t n, ngx_uint_t want);
 
 
-static ngx_http_idem_redis_script_t  ngx_http_idem_redis_claim_lua = {
+/*
+ * The claim: its common path (take), then its rare ones (claim); and the
+ * owner's final write.  One of each per call: every data connection loads
+ * them as it is made (redis_node.c), so that their EVALSHA runs whenever
+ * Redis reads it, even if its reply comes too late to send the text.
+ */
+
+ngx_http_idem_redis_script_t  ngx_http_idem_redis_take_lua = {
     ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_RECORD
-               NGX_HTTP_IDEM_REDIS_LUA_CLAIM),
+               NGX_HTTP_IDEM_REDIS_LUA_TAKE NGX_HTTP_IDEM_REDIS_LUA_CLAIM),
+    { 0 }, 0, 0
+};
+
+ngx_http_idem_redis_script_t  ngx_http_idem_redis_final_lua = {
+    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_FINAL),
     { 0 }, 0, 0
 };
 
@@ -167,6 +185,40 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_owned_lua = {
 ngx_int_t
 ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 {
+    ngx_int_t  rc;
+
+    rc = ngx_http_idem_redis_write_fields(w);
+
+    if (rc != NGX_OK || w->wake.len == 0) {
+        return rc;
+    }
+
+    /* the final script published it itself, after its write */
+
+    if (w->final && w->nfields && !w->claim && !w->owned) {
+        return NGX_OK;
+    }
+
+    /*
+     * A final write that waiters may wait for: PUBLISH <channel> <key>
+     * after it, on its connection (the durable claims' one for a durable
+     * owned write), so that Redis has run the write when the message
+     * goes out.  Lost or not, the write stands: waiters poll at last.
+     */
+
+    ngx_http_idem_redis_durable(w->owned ? w->wait : 0);
+
+    (void) ngx_http_idem_redis_publish(&w->wake, &w->key);
+
+    ngx_http_idem_redis_durable(0);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
+{
     u_char                        ttl[NGX_INT64_LEN],
                                   lease[2 + 64 + 3 + 2 * NGX_INT64_LEN],
                                   bound[2 + 64 + 3 + 2 * NGX_INT64_LEN];
@@ -187,6 +239,10 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 
     if (w->owned && w->nfields) {
         return ngx_http_idem_redis_write_owned(w);
+    }
+
+    if (w->final && w->nfields && !w->claim) {
+        return ngx_http_idem_redis_write_final(w);
     }
 
     if (w->whole && w->first && w->ttl && !w->claim && w->nfields) {
@@ -459,6 +515,99 @@ ngx_http_idem_redis_write_owned(ngx_http_idem_store_write_t *w)
 }
 
 
+/*
+ * The final script (ngx_http_idem_redis_final.lua): the owner's last
+ * fields and the record's expiry in one command, where HSET and PEXPIRE
+ * were two.  Its last argument is a pub/sub channel for the call's
+ * waiters, "" for none.  Its reply counts the execution as an
+ * execution's first write does, when it is one.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_write_final(ngx_http_idem_store_write_t *w)
+{
+    u_char                        ttl[NGX_INT64_LEN];
+    ngx_str_t                     argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv;
+    ngx_uint_t                    i, argc;
+    ngx_http_idem_store_op_t     *op;
+    ngx_http_idem_redis_first_t  *first;
+
+    argc = 4 + w->nfields;
+
+    if (argc <= NGX_HTTP_IDEM_REDIS_ARGS) {
+        argv = argv_buf;
+
+    } else {
+        argv = ngx_alloc(argc * sizeof(ngx_str_t), ngx_cycle->log);
+        if (argv == NULL) {
+            return NGX_DECLINED;
+        }
+    }
+
+    ngx_str_set(&argv[0], "1");
+    argv[1] = w->key;
+    argv[2].data = ttl;
+    argv[2].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
+
+    for (i = 0; i < w->nfields; i++) {
+        argv[3 + i] = w->fields[i];
+    }
+
+    /* its waiters' channel, or "": the script publishes the key there */
+
+    argv[3 + i] = w->wake;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: write \"%V\": final, %ui fields, ttl %M",
+                   &w->key, w->nfields / 2, w->ttl);
+
+    ngx_http_idem_redis_lazy(1);
+
+    op = ngx_http_idem_redis_read(&ngx_http_idem_redis_final_lua, argc, argv,
+                                  ngx_http_idem_redis_final_written, NULL,
+                                  sizeof(ngx_http_idem_redis_first_t));
+
+    ngx_http_idem_redis_lazy(0);
+
+    if (argv != argv_buf) {
+        ngx_free(argv);
+    }
+
+    if (op == NULL) {
+        return NGX_DECLINED;
+    }
+
+    op->data = op;
+
+    first = op->ext;
+    first->max_executions = w->first ? w->max_executions : 0;
+    first->nfields = w->nfields / 2;
+
+    return NGX_OK;
+}
+
+
+/* the final script's answer: the fields that were new, as HSET's */
+
+static void
+ngx_http_idem_redis_final_written(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_http_idem_redis_first_t  *first;
+
+    first = op->ext;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: final write: rc %i, %ui elements", rc, n);
+
+    if (first->max_executions) {
+        ngx_http_idem_redis_first_written(data, rc, elts, n);
+    }
+}
+
+
 /* the owned script's answer: -1, nothing written (not the owner's claim) */
 
 static void
@@ -677,14 +826,14 @@ ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc, ngx_str_t *elts,
 
 
 /*
- * HSETNX key o token: the claim, atomic with one field.  Taken, the rest
- * of it follows without waiting (the lease, the digest, the arrival); an
- * owner there already, the claim script says what became of it.
+ * The claim, one script (take.lua, then claim.lua's rare paths): a new
+ * call id's claim makes its record, the owner, its digest, lease, bound
+ * and arrival in one write with its expiry; an owner there already, the
+ * script says what became of it.  One command, one round trip.
  *
- * A durable claim goes on the node's connection for durable claims, the
- * same commands; when it makes the owner, WAIT follows there.  What the
- * replicas confirm is the owner field ("o"), which is what keeps a
- * duplicate from running: the rest of a new claim follows as usual.
+ * A durable claim goes on the node's connection for durable claims; when
+ * it makes the owner, WAIT follows there.  The replicas confirm the whole
+ * claim, as it is one write.
  */
 
 ngx_http_idem_store_op_t *
@@ -693,46 +842,36 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
 {
     u_char                       *p, lease[NGX_INT64_LEN], ttl[NGX_INT64_LEN],
                                   bound[NGX_INT64_LEN];
-    size_t                        size;
-    ngx_str_t                     argv[4], a[7];
-    ngx_uint_t                    i;
+    ngx_str_t                     argv[8];
     ngx_http_idem_store_op_t     *op;
     ngx_http_idem_redis_claim_t  *cl;
 
-    a[0] = claim->key;
-    a[1] = claim->token;
-    a[2] = claim->digest;
-    a[3].data = lease;
-    a[3].len = ngx_sprintf(lease, "%M", claim->lease) - lease;
-    a[4].data = ttl;
-    a[4].len = ngx_sprintf(ttl, "%M", claim->ttl) - ttl;
-    a[5] = claim->arrival;
+    ngx_str_set(&argv[0], "1");
+    argv[1] = claim->key;
+    argv[2] = claim->token;
+    argv[3] = claim->digest;
+    argv[4].data = lease;
+    argv[4].len = ngx_sprintf(lease, "%M", claim->lease) - lease;
+    argv[5].data = ttl;
+    argv[5].len = ngx_sprintf(ttl, "%M", claim->ttl) - ttl;
+    argv[6] = claim->arrival;
 
     /* how long its owner may answer: a resolution waits for that */
 
     if (claim->bound) {
-        a[6].data = bound;
-        a[6].len = ngx_sprintf(bound, "%M", claim->bound) - bound;
+        argv[7].data = bound;
+        argv[7].len = ngx_sprintf(bound, "%M", claim->bound) - bound;
 
     } else {
-        ngx_str_set(&a[6], "-");
+        ngx_str_set(&argv[7], "-");
     }
-
-    size = sizeof(ngx_http_idem_redis_claim_t);
-
-    for (i = 0; i < 7; i++) {
-        size += a[i].len;
-    }
-
-    ngx_str_set(&argv[0], "HSETNX");
-    argv[1] = claim->key;
-    ngx_str_set(&argv[2], "o");
-    argv[3] = claim->token;
 
     ngx_http_idem_redis_durable(claim->replicas ? claim->wait : 0);
 
-    op = ngx_http_idem_redis_read(NULL, 4, argv, ngx_http_idem_redis_claimed,
-                                  NULL, size);
+    op = ngx_http_idem_redis_read(&ngx_http_idem_redis_take_lua, 8, argv,
+                                  ngx_http_idem_redis_claim_verdict, NULL,
+                                  sizeof(ngx_http_idem_redis_claim_t)
+                                  + claim->key.len);
 
     ngx_http_idem_redis_durable(0);
 
@@ -740,25 +879,20 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
         return NULL;
     }
 
-    /* a short record there: the claim goes through the upgrade script */
-
-    op->upgrade = &ngx_http_idem_redis_upgrade_lua;
-
     cl = op->ext;
     op->data = op;
 
     cl->handler = handler;
     cl->data = data;
     cl->replicas = claim->replicas;
-    cl->rest = 0;
+    cl->made = 0;
+
+    /* the key, for the logs: the request may go before the reply */
 
     p = (u_char *) &cl[1];
-
-    for (i = 0; i < 7; i++) {
-        cl->argv[i].data = p;
-        cl->argv[i].len = a[i].len;
-        p = ngx_cpymem(p, a[i].data, a[i].len);
-    }
+    cl->key.data = p;
+    cl->key.len = claim->key.len;
+    ngx_memcpy(p, claim->key.data, claim->key.len);
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                    "idem store: claim of \"%V\" sent, %ui replicas",
@@ -768,76 +902,9 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
 }
 
 
-static void
-ngx_http_idem_redis_claimed(void *data, ngx_int_t rc, ngx_str_t *elts,
-    ngx_uint_t n)
-{
-    ngx_http_idem_store_op_t *op = data;
-
-    ngx_str_t                     argv[8];
-    ngx_uint_t                    i;
-    ngx_http_idem_redis_claim_t  *cl;
-    ngx_http_idem_store_found_t   found;
-
-    cl = op->ext;
-
-    ngx_memzero(&found, sizeof(ngx_http_idem_store_found_t));
-
-    if (rc != NGX_OK || n != 1) {
-        found.verdict = NGX_HTTP_IDEM_STORE_UNAVAILABLE;
-        cl->handler(cl->data, &found);
-        return;
-    }
-
-    if (elts[0].len == 1 && elts[0].data[0] == '1') {
-
-        /* taken: the execution's arrival completes it */
-
-        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                       "idem store: \"%V\" claimed", &cl->argv[0]);
-
-        found.rest = 1;
-        found.verdict = NGX_HTTP_IDEM_STORE_CLAIMED;
-
-        if (cl->replicas) {
-
-            /* durable: held once the replicas have it */
-
-            cl->rest = 1;
-            op->handler = ngx_http_idem_redis_claim_waited;
-
-            if (ngx_http_idem_redis_wait(op, cl->replicas) == NGX_OK) {
-                return;
-            }
-
-            found.verdict = NGX_HTTP_IDEM_STORE_NOT_DURABLE;
-        }
-
-        cl->handler(cl->data, &found);
-        return;
-    }
-
-    /* an owner already: what became of it */
-
-    ngx_str_set(&argv[0], "1");
-
-    for (i = 0; i < 7; i++) {
-        argv[1 + i] = cl->argv[i];
-    }
-
-    op->handler = ngx_http_idem_redis_claim_verdict;
-
-    if (ngx_http_idem_redis_again(op, &ngx_http_idem_redis_claim_lua, 8, argv)
-        != NGX_OK)
-    {
-        found.verdict = NGX_HTTP_IDEM_STORE_UNAVAILABLE;
-        cl->handler(cl->data, &found);
-    }
-}
-
-
 /*
- * The claim script's answer: {"claimed"}, {"mismatch"}, {"inflight", ms},
+ * The claim script's answer: {"claimed"} ({"claimed", "1"}: it made the
+ * record), {"mismatch"}, {"inflight", ms},
  * {"replay", answer}, {"large" | "unknown" | "applied", now, fields ...},
  * the last three kinds followed by the record's PTTL.
  */
@@ -848,6 +915,7 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
 {
     ngx_http_idem_store_op_t *op = data;
 
+    ngx_int_t                     left;
     ngx_http_idem_redis_claim_t  *cl;
     ngx_http_idem_store_found_t   found;
 
@@ -869,6 +937,11 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
     case 'c':
         found.verdict = NGX_HTTP_IDEM_STORE_CLAIMED;
 
+        /* a new record: its first execution, not counted */
+
+        found.made = (n > 1 && elts[1].len == 1 && elts[1].data[0] == '1');
+        cl->made = found.made;
+
         if (cl->replicas == 0) {
             break;
         }
@@ -877,7 +950,7 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
 
         op->handler = ngx_http_idem_redis_claim_waited;
 
-        if (ngx_http_idem_redis_wait(op, cl->replicas) == NGX_OK) {
+        if (ngx_http_idem_redis_batch_add(op, cl->replicas) == NGX_OK) {
             return;
         }
 
@@ -891,6 +964,14 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
     case 'i':
         found.verdict = NGX_HTTP_IDEM_STORE_IN_FLIGHT;
         ngx_http_idem_redis_ttl(&found, elts, n, 3);
+
+        /* what is left of the owner's lease: a waiter asks again then */
+
+        if (n > 1) {
+            left = ngx_atoi(elts[1].data, elts[1].len);
+            found.left = (left > 0) ? (ngx_msec_t) left : 0;
+        }
+
         break;
 
     case 'r':
@@ -965,12 +1046,12 @@ ngx_http_idem_redis_claim_waited(void *data, ngx_int_t rc, ngx_str_t *elts,
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                    "idem store: claim of \"%V\": %i of %ui replicas",
-                   &cl->argv[0], acked, cl->replicas);
+                   &cl->key, acked, cl->replicas);
 
     found.verdict = (acked != NGX_ERROR && (ngx_uint_t) acked >= cl->replicas)
                     ? NGX_HTTP_IDEM_STORE_CLAIMED
                     : NGX_HTTP_IDEM_STORE_NOT_DURABLE;
-    found.rest = cl->rest;
+    found.made = cl->made;
 
     cl->handler(cl->data, &found);
 }

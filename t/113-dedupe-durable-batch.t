@@ -1,0 +1,472 @@
+# Group commit of durable claims (issue 36, part 1): the durable claims of
+# one connection share WAITs.  A master on TEST_NGINX_REDIS_PORT + 460 and
+# a replica on + 461, started here; the replica is stopped (SIGSTOP) to
+# hold a WAIT in flight, or to answer one short, and resumed (SIGCONT).
+#
+# The claims sent while a WAIT blocks the durable claims' connection run
+# in Redis once it returns, and their replies come back together: they
+# share the next WAIT (its debug line: "WAIT <n> <ms> on ... for <k>
+# claims").  The blocks wait for those lines, for the claims' own lines
+# ("claim of ... sent") and for the answers, never a fixed time.
+#
+#   a batch answered in full: every claim forwarded, once
+#   a batch answered short: every claim 503 claim-not-durable, nothing
+#     forwarded, each released (the same ids run once afterwards)
+#   replicas=1 and replicas=2 in one batch, one replica: the first runs,
+#     the second is refused
+#   a claim sent while a WAIT is in flight waits for the next WAIT: the
+#     first is answered short, the second, after the replica is back, in
+#     full
+#   a claim whose own timeout ends before its batch's WAIT returns is
+#     refused then; the batch goes on without it
+#   the connection lost under a batch's WAIT: 503 to its claims, released
+#   clients that leave while their claims wait for a WAIT (HTTP/1.1, and
+#     HTTP/2 connections closed): no crash, each call once (the call runs
+#     on, as a dedupe owner's does when its client goes)
+
+use Test::Nginx::Socket 'no_plan';
+
+BEGIN {
+    if ($ENV{TEST_NGINX_USE_VALGRIND}) {
+        require Test::More;
+        Test::More::plan(skip_all => 'background requests across blocks, '
+                                     . 'timed: not under valgrind');
+    }
+}
+
+use lib 't/lib';
+use RedisSentinel ();
+use IdemBg qw(bg done);
+use IdemWait ();
+
+our ($Master, $Replica);
+
+BEGIN {
+    $Master = ($ENV{TEST_NGINX_REDIS_PORT} || 16379) + 460;
+    $Replica = $Master + 1;
+    $ENV{TEST_NGINX_BATCH_MASTER} = $Master;
+}
+
+sub signal {
+    my ($port, $sig) = @_;
+    my $pid = RedisSentinel::pid($port) or return;
+    kill $sig, $pid;
+}
+
+# a clean master, and a replica up and acknowledging its writes
+sub fresh {
+    signal($Replica, 'CONT');
+    RedisSentinel::cli($Master, 'flushall');
+    RedisSentinel::start_redis($Replica, $Master)
+        unless RedisSentinel::pid($Replica);
+    RedisSentinel::wait_until(20, sub {
+        RedisSentinel::replicated($Master)
+    }) or die "the replica on $Replica does not acknowledge\n";
+}
+
+# waits for $n lines of the server's error log matching $re (log_count
+# reads the log into $_: not the caller's loop variable)
+sub seen {
+    my ($what, $re, $n) = @_;
+    local $_;
+    Test::More::ok(IdemWait::wait_for($what,
+                       sub { IdemWait::log_count($re) >= ($n // 1) }),
+                   $what);
+}
+
+sub wait_line {
+    my ($n, $ms, $k) = @_;
+    return qr/idem redis: WAIT $n $ms on "[^"]*" for $k claims/;
+}
+
+sub claim_sent {
+    my ($id) = @_;
+    return qr/idem store: claim of "idem:c:\{\Q$id\E\}" sent/;
+}
+
+sub runs { IdemWait::backend_runs($_[0]) }
+
+# the URL of a path on the block's HTTP/2 server
+sub h2_url {
+    local (@ARGV, $/) = ("$ENV{TEST_NGINX_ROOT}/t/servroot/conf/nginx.conf");
+    my ($port) = <> =~ /listen 127\.0\.0\.1:(\d+) http2;/
+        or die "no http2 listen";
+    return "http://127.0.0.1:$port$_[0]";
+}
+
+# the record of $id holds a released claim ("k:<token>" F) of its owner
+sub released {
+    my ($id) = @_;
+    my $h = RedisSentinel::cli($Master, 'hgetall', "idem:c:{$id}");
+    return $h =~ /^k:[0-9a-f]{16}\nF$/m;
+}
+
+sub status { $_[0] =~ m{^HTTP/1\.1 (\d+)} ? $1 : 0 }
+
+sub problem { $_[0] =~ /"type":"urn:ngx-idem:problem:([a-z-]+)"/ ? $1 : '' }
+
+END {
+    local $?;
+    IdemBg::stop_all();
+    signal($Replica, 'CONT');
+    RedisSentinel::kill_node($_, 'KILL') for $Replica, $Master;
+}
+
+RedisSentinel::kill_node($_, 'KILL') for $Replica, $Master;
+RedisSentinel::start_redis($Master);
+
+our $Config = <<'CONF';
+    location /w {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_durable replicas=1 timeout=10s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /s {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_durable replicas=1 timeout=2s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /short {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_durable replicas=1 timeout=100ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /two {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_durable replicas=2 timeout=1s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /one {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_durable replicas=1 timeout=1s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+CONF
+
+add_block_preprocessor(sub {
+    my $block = shift;
+    if (!defined $block->config) {
+        $block->set_value('config', $main::Config);
+    }
+    if (!defined $block->http_config) {
+        $block->set_value('http_config', '    idem_redis '
+            . '127.0.0.1:$TEST_NGINX_BATCH_MASTER timeout=1s;');
+    }
+});
+
+no_long_string();
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: a batch answered in full: the three claims made while a WAIT was in flight share the next one, each call forwarded once
+--- init
+main::fresh();
+main::signal($main::Replica, 'STOP');
+main::bg('b1-0', 'b1-0', '/w', '--data', 'x=1');
+main::seen('the first claim waits', main::wait_line(1, 10000, 1));
+main::bg("b1-$_", "b1-$_", '/w', '--data', 'x=1') for 1 .. 3;
+main::seen("claim $_ sent", main::claim_sent("b1-$_")) for 1 .. 3;
+main::signal($main::Replica, 'CONT');
+for my $i (0 .. 3) {
+    my $r = main::done("b1-$i");
+    Test::More::is(main::status($r), 200, "b1-$i forwarded");
+    Test::More::is(main::runs("b1-$i"), 1, "b1-$i ran once");
+}
+Test::More::is(IdemWait::log_count(main::wait_line(1, 10000, 3)), 1,
+               'one WAIT for the three claims');
+Test::More::is(IdemWait::log_count(qr/idem redis: WAIT \d+ \d+ on /), 2,
+               'two WAITs for four claims');
+--- request
+GET /log/b1-2
+--- response_body_like eval
+'\An=1 [^\n]*\n\z'
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: a batch answered short: every claim 503 claim-not-durable, nothing forwarded, each released; the same ids run once with the replica back
+--- init
+main::fresh();
+main::signal($main::Replica, 'STOP');
+main::bg('b2-0', 'b2-0', '/s', '--data', 'x=1');
+main::seen('the first claim waits', main::wait_line(1, 2000, 1));
+main::bg("b2-$_", "b2-$_", '/s', '--data', 'x=1') for 1 .. 3;
+main::seen("claim $_ sent", main::claim_sent("b2-$_")) for 1 .. 3;
+for my $i (0 .. 3) {
+    my $r = main::done("b2-$i");
+    Test::More::is(main::status($r), 503, "b2-$i refused");
+    Test::More::is(main::problem($r), 'claim-not-durable',
+                   "b2-$i: claim-not-durable");
+    Test::More::is(main::runs("b2-$i"), 0, "b2-$i not forwarded");
+    Test::More::ok(IdemWait::wait_for("b2-$i released",
+                                      sub { main::released("b2-$i") }),
+                   "b2-$i released");
+}
+Test::More::is(IdemWait::log_count(main::wait_line(1, 2000, 3)), 1,
+               'the three later claims shared one WAIT');
+main::seen('that WAIT was answered short',
+           qr/idem redis: WAIT on "[^"]*": 0 replicas, for 3 claims/);
+main::fresh();
+for my $i (0 .. 3) {
+    main::bg("b2-again-$i", "b2-$i", '/s', '--data', 'x=1');
+    Test::More::is(main::status(main::done("b2-again-$i")), 200,
+                   "b2-$i sent again: forwarded");
+    Test::More::is(main::runs("b2-$i"), 1, "b2-$i ran once");
+}
+--- request
+GET /log/b2-3
+--- response_body_like eval
+'\An=1 [^\n]*\n\z'
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: replicas=1 and replicas=2 in one batch, one replica: WAIT asks for 2; the claim for 1 runs, the claim for 2 is refused and released
+--- init
+main::fresh();
+main::signal($main::Replica, 'STOP');
+main::bg('b3-0', 'b3-0', '/w', '--data', 'x=1');
+main::seen('the first claim waits', main::wait_line(1, 10000, 1));
+main::bg('b3-one', 'b3-one', '/one', '--data', 'x=1');
+main::bg('b3-two', 'b3-two', '/two', '--data', 'x=1');
+main::seen("claim $_ sent", main::claim_sent($_)) for qw(b3-one b3-two);
+main::signal($main::Replica, 'CONT');
+Test::More::is(main::status(main::done('b3-0')), 200, 'the first runs');
+my $one = main::done('b3-one');
+my $two = main::done('b3-two');
+Test::More::is(main::status($one), 200, 'replicas=1: forwarded');
+Test::More::is(main::runs('b3-one'), 1, 'replicas=1: ran once');
+Test::More::is(main::status($two), 503, 'replicas=2: refused');
+Test::More::is(main::problem($two), 'claim-not-durable',
+               'replicas=2: claim-not-durable');
+Test::More::is(main::runs('b3-two'), 0, 'replicas=2: not forwarded');
+Test::More::ok(IdemWait::wait_for('b3-two released',
+                                  sub { main::released('b3-two') }),
+               'replicas=2: released');
+Test::More::is(IdemWait::log_count(main::wait_line(2, 1000, 2)), 1,
+               'one WAIT 2 for both');
+main::seen('answered with the one replica',
+           qr/idem redis: WAIT on "[^"]*": 1 replicas, for 2 claims/);
+--- request
+GET /log/b3-one
+--- response_body_like eval
+'\An=1 [^\n]*\n\z'
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: a claim sent while a WAIT is in flight waits for the next WAIT: that WAIT is answered short (its claim refused), the next one in full once the replica is back (its claim runs)
+--- init
+main::fresh();
+main::signal($main::Replica, 'STOP');
+main::bg('b4-a', 'b4-a', '/s', '--data', 'x=1');
+main::seen('the first claim waits', main::wait_line(1, 2000, 1));
+main::bg('b4-b', 'b4-b', '/w', '--data', 'x=1');
+main::seen('the second claim sent', main::claim_sent('b4-b'));
+Test::More::is(IdemWait::log_count(
+                   qr/idem redis: WAIT on "[^"]*": 0 replicas, for 1 claims/),
+               0, 'sent while the first WAIT was in flight');
+my $a = main::done('b4-a');
+Test::More::is(main::status($a), 503, 'the first WAIT was answered short');
+Test::More::is(main::problem($a), 'claim-not-durable', 'claim-not-durable');
+main::seen('the second claim waits for the next WAIT',
+           main::wait_line(1, 10000, 1));
+main::signal($main::Replica, 'CONT');
+my $b = main::done('b4-b');
+Test::More::is(main::status($b), 200,
+               'the second claim is answered by the next WAIT: forwarded');
+Test::More::is(main::runs('b4-a'), 0, 'the first not forwarded');
+Test::More::is(main::runs('b4-b'), 1, 'the second ran once');
+--- request
+GET /log/b4-b
+--- response_body_like eval
+'\An=1 [^\n]*\n\z'
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: a claim whose own wait (its 100 ms timeout and the store's 3 s) ends while its batch's WAIT (10 s) is in flight is refused then; the other claim of the batch runs when the replica is back
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_BATCH_MASTER timeout=3s;
+--- init
+main::fresh();
+main::signal($main::Replica, 'STOP');
+main::bg('b5-0', 'b5-0', '/one', '--data', 'x=1');
+main::seen('the first claim waits', main::wait_line(1, 1000, 1));
+main::bg('b5-long', 'b5-long', '/w', '--data', 'x=1');
+main::bg('b5-short', 'b5-short', '/short', '--data', 'x=1');
+main::seen("claim $_ sent", main::claim_sent($_)) for qw(b5-long b5-short);
+Test::More::is(main::status(main::done('b5-0')), 503, 'the first refused');
+main::seen('both in the next WAIT', main::wait_line(1, 10000, 2));
+my $short = main::done('b5-short');
+Test::More::is(main::status($short), 503, 'the short claim refused');
+Test::More::is(main::problem($short), 'claim-not-durable',
+               'claim-not-durable');
+Test::More::ok(IdemWait::wait_for('b5-short released',
+                                  sub { main::released('b5-short') }),
+               'the short claim released');
+main::signal($main::Replica, 'CONT');
+Test::More::is(main::status(main::done('b5-long')), 200,
+               'the long claim forwarded');
+Test::More::is(main::runs('b5-long'), 1, 'the long claim ran once');
+Test::More::is(main::runs('b5-short'), 0, 'the short claim not forwarded');
+main::seen('the WAIT answered, for both',
+           qr/idem redis: WAIT on "[^"]*": 1 replicas, for 2 claims/);
+--- request
+GET /log/b5-long
+--- response_body_like eval
+'\An=1 [^\n]*\n\z'
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: the durable claims' connection lost under a batch's WAIT (its loss logged as an error): its two claims 503 claim-not-durable, released; sent again, each runs once
+--- init
+main::fresh();
+main::signal($main::Replica, 'STOP');
+main::bg('b6-0', 'b6-0', '/s', '--data', 'x=1');
+main::seen('the first claim waits', main::wait_line(1, 2000, 1));
+main::bg("b6-$_", "b6-$_", '/w', '--data', 'x=1') for 1, 2;
+main::seen("claim $_ sent", main::claim_sent("b6-$_")) for 1, 2;
+Test::More::is(main::status(main::done('b6-0')), 503, 'the first refused');
+main::seen('both in the next WAIT', main::wait_line(1, 10000, 2));
+# the connection blocked in WAIT: only it goes
+my ($id) = RedisSentinel::cli($main::Master, 'client', 'list')
+           =~ /^id=(\d+) [^\n]*cmd=wait/m;
+Test::More::ok($id, 'the WAIT\'s connection found');
+RedisSentinel::cli($main::Master, 'client', 'kill', 'id', $id);
+for my $i (1, 2) {
+    my $r = main::done("b6-$i");
+    Test::More::is(main::status($r), 503, "b6-$i refused");
+    Test::More::is(main::problem($r), 'claim-not-durable',
+                   "b6-$i: claim-not-durable");
+    Test::More::ok(IdemWait::wait_for("b6-$i released",
+                                      sub { main::released("b6-$i") }),
+                   "b6-$i released");
+}
+main::fresh();
+for my $i (1, 2) {
+    main::bg("b6-again-$i", "b6-$i", '/w', '--data', 'x=1');
+    Test::More::is(main::status(main::done("b6-again-$i")), 200,
+                   "b6-$i sent again: forwarded");
+    Test::More::is(main::runs("b6-$i"), 1, "b6-$i ran once");
+}
+--- request
+GET /log/b6-1
+--- response_body_like eval
+'\An=1 [^\n]*\n\z'
+--- error_log
+connection lost
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 7: clients that leave while their claims wait in a batch (one in the WAIT in flight, two for the next): no crash, each call runs once, the resends get its answer
+--- init
+main::fresh();
+main::signal($main::Replica, 'STOP');
+main::bg('b7-0', 'b7-0', '--max-time', '1', '/w', '--data', 'x=1');
+main::seen('the first claim waits', main::wait_line(1, 10000, 1));
+main::bg("b7-$_", "b7-$_", '--max-time', '1', '/w', '--data', 'x=1')
+    for 1, 2;
+main::seen("claim $_ sent", main::claim_sent("b7-$_")) for 1, 2;
+Test::More::is(main::done("b7-$_"), '', "b7-$_: the client gave up")
+    for 0 .. 2;
+main::signal($main::Replica, 'CONT');
+for my $i (0 .. 2) {
+    Test::More::ok(IdemWait::wait_for("b7-$i ran",
+                                      sub { main::runs("b7-$i") >= 1 }),
+                   "b7-$i ran");
+    Test::More::ok(IdemWait::wait_for("the answer of b7-$i stored",
+        sub { RedisSentinel::cli($main::Master, 'hexists', "idem:c:{b7-$i}",
+                                 'r') =~ /^1$/m }),
+                   "the answer of b7-$i stored");
+}
+--- request eval
+["POST /w\nx=1", "POST /w\nx=1", "POST /w\nx=1", "GET /log/b7-0",
+ "GET /log/b7-1", "GET /log/b7-2"]
+--- more_headers eval
+["X-Call-Id: b7-0", "X-Call-Id: b7-1", "X-Call-Id: b7-2", "", "", ""]
+--- response_headers eval
+["Idempotent-Replayed: true", "Idempotent-Replayed: true",
+ "Idempotent-Replayed: true", "", "", ""]
+--- response_body_like eval
+['\An=1 ', '\An=1 ', '\An=1 ', '\An=1 [^\n]*\n\z', '\An=1 [^\n]*\n\z',
+ '\An=1 [^\n]*\n\z']
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 8: HTTP/2 clients that close their connections while their claims wait in a batch: no crash, each call once, the resends get its answer
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_BATCH_MASTER timeout=1s;
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location /w {
+            idem on;
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            idem_dedupe_durable replicas=1 timeout=10s;
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+        }
+    }
+--- init
+main::fresh();
+main::signal($main::Replica, 'STOP');
+main::bg('b8-0', 'b8-0', '--http2-prior-knowledge', '--max-time', '1',
+         '--data', 'x=1', main::h2_url('/w'));
+main::seen('the first claim waits', main::wait_line(1, 10000, 1));
+main::bg("b8-$_", "b8-$_", '--http2-prior-knowledge', '--max-time', '1',
+         '--data', 'x=1', main::h2_url('/w'))
+    for 1, 2;
+main::seen("claim $_ sent", main::claim_sent("b8-$_")) for 1, 2;
+Test::More::is(main::done("b8-$_"), '', "b8-$_: the client gave up")
+    for 0 .. 2;
+main::signal($main::Replica, 'CONT');
+for my $i (0 .. 2) {
+    Test::More::ok(IdemWait::wait_for("b8-$i ran",
+                                      sub { main::runs("b8-$i") >= 1 }),
+                   "b8-$i ran");
+    Test::More::ok(IdemWait::wait_for("the answer of b8-$i stored",
+        sub { RedisSentinel::cli($main::Master, 'hexists', "idem:c:{b8-$i}",
+                                 'r') =~ /^1$/m }),
+                   "the answer of b8-$i stored");
+}
+--- request eval
+["POST /w\nx=1", "POST /w\nx=1", "POST /w\nx=1", "GET /log/b8-0",
+ "GET /log/b8-1", "GET /log/b8-2"]
+--- more_headers eval
+["X-Call-Id: b8-0", "X-Call-Id: b8-1", "X-Call-Id: b8-2", "", "", ""]
+--- response_headers eval
+["Idempotent-Replayed: true", "Idempotent-Replayed: true",
+ "Idempotent-Replayed: true", "", "", ""]
+--- response_body_like eval
+['\An=1 ', '\An=1 ', '\An=1 ', '\An=1 [^\n]*\n\z', '\An=1 [^\n]*\n\z',
+ '\An=1 [^\n]*\n\z']
+--- no_error_log
+[error]
+[alert]

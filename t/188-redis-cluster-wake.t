@@ -1,0 +1,95 @@
+# idem_dedupe_wait on a Redis Cluster (t/lib/RedisCluster.pm, 3 masters):
+# the owner's final write is followed by a plain PUBLISH on the master of
+# its key's slot, which the cluster bus carries to every node, so that a
+# worker's one subscription, on whichever node, hears it: a waiter whose
+# call's slot is on another master than its worker's subscription is
+# woken, not polled.  (A slot moved while waiting: not covered here yet.)
+
+BEGIN {
+    if ($ENV{TEST_NGINX_USE_VALGRIND}) {
+        require Test::More;
+        Test::More::plan(skip_all => 'background requests across blocks, '
+                                     . 'timed: not under valgrind');
+    }
+}
+
+use lib 't/lib';
+use POSIX ();
+use RedisCluster;
+use IdemBg qw(bg done);
+use IdemWait ();
+use Test::Nginx::Socket 'no_plan';
+
+$ENV{TEST_NGINX_REDIS_CLUSTER_PORT} = RedisCluster::base();
+
+RedisCluster::create(0);
+
+# call ids whose slots are on each master
+our %id_on;
+for my $i (1 .. 60) {
+    my $id = "cw-$$-$i";
+    my $slot = RedisCluster::cli(RedisCluster::base(), 'cluster', 'keyslot',
+                                 $id);
+    $id_on{RedisCluster::slot_owner($slot)} //= $id;
+}
+
+# in the background: releases the owner of $id once its waiter is watched
+sub release_when_watched {
+    my ($id) = @_;
+    my $pid = fork() // die "fork: $!";
+    if ($pid == 0) {
+        IdemWait::wait_for("a watched waiter of $id",
+            sub { IdemWait::log_count(qr/idem dedupe: "\Q$id\E" watched/) });
+        IdemWait::release($id);
+        POSIX::_exit(0);
+    }
+    return $pid;
+}
+
+END { IdemBg::stop_all(); RedisCluster::stop() }
+
+no_long_string();
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: waiters of calls on each of the three masters are woken by their owners' final writes
+--- http_config
+    idem_redis cluster 127.0.0.1:$TEST_NGINX_REDIS_CLUSTER_PORT timeout=500ms;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 20s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+Test::More::is(scalar keys %main::id_on, 3, 'ids on the three masters');
+IdemWait::log_ok('subscribed', qr/subscribed to "idem:wake"/);
+for my $id (sort values %main::id_on) {
+    bg("owner-$id", $id, '/pay', '--data', 'x=1');
+    Test::More::ok(IdemWait::wait_for("the owner of $id at the backend",
+                       sub { IdemWait::backend_runs($id) >= 1 }),
+                   "the owner of $id is at the backend");
+    bg("dup-$id", $id, '/pay', '--data', 'x=1');
+    main::release_when_watched($id);
+    Test::More::like(done("dup-$id"), qr/^Idempotent-Replayed: true\r$/mi,
+                     "$id: the waiter got the replay");
+    Test::More::like(done("owner-$id"), qr{^HTTP/1\.1 200 },
+                     "$id: the owner 200");
+    Test::More::is(IdemWait::log_count(qr/idem dedupe: "\Q$id\E" woken by its owner's final write/),
+                   1, "$id: woken");
+    Test::More::is(IdemWait::log_count(qr/idem dedupe: "\Q$id\E" asks again/),
+                   1, "$id: asked once more");
+}
+--- request
+GET /log/nothing
+--- error_code: 200
+--- no_error_log
+[error]
