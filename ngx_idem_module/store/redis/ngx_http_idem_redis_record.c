@@ -582,6 +582,7 @@ ngx_http_idem_redis_write_final(ngx_http_idem_store_write_t *w)
     first = op->ext;
     first->max_executions = w->first ? w->max_executions : 0;
     first->nfields = w->nfields / 2;
+    first->known = NULL;
 
     return NGX_OK;
 }
