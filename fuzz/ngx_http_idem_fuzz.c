@@ -1214,6 +1214,41 @@ ngx_http_idem_resend_refuse(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 }
 
 
+/* the waiters' subscription (store/redis/ngx_http_idem_redis_subscribe.c) */
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_store_watch(ngx_http_idem_store_watch_t *w, ngx_msec_t since)
+{
+    return NGX_DECLINED;
+}
+
+
+__attribute__((weak)) void
+ngx_http_idem_store_unwatch(ngx_http_idem_store_watch_t *w)
+{
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_redis_subscribe_init(ngx_http_idem_redis_t *rd)
+{
+    return NGX_OK;
+}
+
+
+__attribute__((weak)) void
+ngx_http_idem_redis_subscribe_exit(ngx_http_idem_redis_t *rd)
+{
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_redis_publish(ngx_str_t *channel, ngx_str_t *key)
+{
+    return NGX_OK;
+}
+
+
 /* the Redis store's cluster and sentinel parts (redis_cluster target) */
 
 __attribute__((weak)) ngx_int_t
