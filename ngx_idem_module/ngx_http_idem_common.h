@@ -474,16 +474,14 @@ typedef struct {
 
 /*
  * dedupe.c: duplicate suppression, the claim and its verdict; handler.c
- * makes a claim's owner (unsure), record.c clears claim_rest once written
+ * makes a claim's owner (unsure)
  */
 typedef struct {
     ngx_uint_t                state;        /* NGX_HTTP_IDEM_DEDUPE_* */
     ngx_uint_t                verdict;
     ngx_http_idem_store_op_t *claim_op;
-    ngx_str_t                 digest;       /* the claim's, hex */
-    ngx_msec_t                lease;        /* how long the claim holds */
-    ngx_msec_t                bound;        /* how long the owner may
-                                               answer, 0: no bound */
+    ngx_http_idem_store_claim_t   claim;    /* as sent: a waiter sends it
+                                               again */
     ngx_msec_t                claimed;      /* ngx_current_msec, sent */
     ngx_event_t               bound_ev;     /* still running near it */
     ngx_event_t               resume_ev;
@@ -491,7 +489,6 @@ typedef struct {
     void                     *md;           /* EVP_MD_CTX: the digest */
 
     /* a duplicate that waits for its owner (idem_dedupe_wait) */
-    ngx_http_idem_store_claim_t   claim;    /* sent again, as it was */
     ngx_event_t               poll_ev;
     ngx_msec_t                wait_until;
     ngx_msec_t                poll;         /* the next delay */
@@ -500,7 +497,6 @@ typedef struct {
     ngx_http_idem_store_watch_t   watch;    /* woken by the final write */
     time_t                    expires;      /* the id known until, 0: ? */
 
-    unsigned                  claim_rest:1; /* to write: digest, lease */
     unsigned                  owner:1;      /* this request holds a claim */
     unsigned                  unsure:1;     /* or may: no answer came */
     unsigned                  md_failed:1;

@@ -28,11 +28,10 @@
  * The claim adds these fields to the call's record (record.c):
  *
  *   o              the token of the execution that holds the claim
- *   d              SHA-256 of method, URI and body of the first claim,
- *                  written with its owner's arrival (ctx->dedupe.claim_rest)
- *   l:<token>      when its claim lapses, Redis's clock, unix ms (for a
- *                  new id's claim the store writes it relative to the
- *                  record's expiry: it reads the same)
+ *   d              SHA-256 of method, URI and body of the first claim
+ *   l:<token>      when its claim lapses, Redis's clock, unix ms (a
+ *                  claim of 0.6.0 wrote it relative to the record's
+ *                  expiry: the store reads it the same)
  *   k:<token>      what it left for duplicates (NGX_HTTP_IDEM_KEEP_*),
  *                  written with its final state
  *   r              the stored answer (answer.c), written with "k:"
@@ -414,9 +413,6 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return NGX_ERROR;
     }
 
-    ctx->dedupe.digest = claim.digest;
-    ctx->dedupe.lease = claim.lease;
-    ctx->dedupe.bound = claim.bound;
     ctx->dedupe.claimed = ngx_current_msec;
 
     p += NGX_HTTP_IDEM_SHA256_HEX_LEN;
@@ -662,14 +658,6 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
             ctx->record.counted = 1;
         }
 
-        if (found->rest) {
-
-            /* the arrival completes the claim: its digest, its lease */
-
-            ctx->dedupe.claim_rest = 1;
-            return;
-        }
-
         /* the claim wrote the arrival and set the record's expiry */
 
         ngx_http_idem_record_expiring(ctx);
@@ -679,7 +667,7 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
         /*
          * Made, but a failover may lose it: the call is not forwarded,
-         * and its final write releases the claim (completing it first)
+         * and its final write releases the claim
          */
 
         ctx->dedupe.verdict = NGX_HTTP_IDEM_NOT_DURABLE;
@@ -689,13 +677,8 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
             ctx->record.counted = 1;
         }
 
-        if (found->rest) {
-            ctx->dedupe.claim_rest = 1;
-
-        } else {
-            ngx_http_idem_record_expiring(ctx);
-            ctx->record.arrived = 1;
-        }
+        ngx_http_idem_record_expiring(ctx);
+        ctx->record.arrived = 1;
 
         return;
 
@@ -785,7 +768,7 @@ ngx_http_idem_dedupe_bound_start(ngx_http_request_t *r,
 {
     ngx_msec_int_t  left;
 
-    if (ctx->dedupe.bound == 0) {
+    if (ctx->dedupe.claim.bound == 0) {
         return;     /* no bound: "-" already */
     }
 
@@ -796,7 +779,7 @@ ngx_http_idem_dedupe_bound_start(ngx_http_request_t *r,
 
     /* by this worker's clock, from the claim sent: before Redis's bound */
 
-    left = (ngx_msec_int_t) (ctx->dedupe.claimed + ctx->dedupe.bound
+    left = (ngx_msec_int_t) (ctx->dedupe.claimed + ctx->dedupe.claim.bound
                              - NGX_HTTP_IDEM_BOUND_MARGIN - ngx_current_msec);
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -1126,29 +1109,17 @@ ngx_http_idem_dedupe_answer(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
             ngx_http_idem_dedupe_bound_start(r, ctx);
 
-            if (ctx->dedupe.claim_rest) {
+            ctx->record.arrived = 1;   /* the claim wrote the arrival */
 
-                /*
-                 * The arrival goes at the end of this turn, with the rest
-                 * of the claim: one write, which says PROCESSING when the
-                 * first attempt starts in this turn
-                 */
+            /*
+             * Marked PROCESSING only once the call has run the arrival
+             * delay: one over sooner has its final write say it all
+             * (2 commands a call: the claim, the end)
+             */
 
-                ngx_post_event(&ctx->record.arrival_ev, &ngx_posted_events);
-
-            } else {
-                ctx->record.arrived = 1;   /* the claim wrote the arrival */
-
-                /*
-                 * Marked PROCESSING only once the call has run the
-                 * arrival delay: one over sooner has its final write
-                 * say it all (2 commands a call: the claim, the end)
-                 */
-
-                if (ilcf->record_arrival_delay) {
-                    ngx_add_timer(&ctx->record.arrival_ev,
-                                  ilcf->record_arrival_delay);
-                }
+            if (ilcf->record_arrival_delay) {
+                ngx_add_timer(&ctx->record.arrival_ev,
+                              ilcf->record_arrival_delay);
             }
         }
 

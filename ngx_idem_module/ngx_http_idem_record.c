@@ -961,20 +961,6 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         w.ttl = imcf->record_ttl;
     }
 
-    if (ctx->dedupe.claim_rest) {
-
-        /*
-         * The first write of a fresh claim's owner completes it; its
-         * lease is read against the expiry this write sets.
-         */
-
-        w.claim = 1;
-        w.digest = ctx->dedupe.digest;
-        w.lease = final ? 0 : ctx->dedupe.lease;
-        w.bound = ctx->dedupe.bound;
-        w.ttl = imcf->record_ttl;
-    }
-
     if (final && ctx->dedupe.owner && ilcf->dedupe_wait) {
 
         /* duplicates may wait for this write: they hear of it */
@@ -1024,7 +1010,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
         /* over before its arrival was written, and no claim: short */
 
-        w.whole = final && !w.claim && !ctx->dedupe.owner
+        w.whole = final && !ctx->dedupe.owner
                   && imcf->record_short;
 
         /* lost or not, never counted twice */
@@ -1051,8 +1037,6 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         if (w.ttl) {
             ngx_http_idem_record_expiring(ctx);
         }
-
-        ctx->dedupe.claim_rest = 0;
 
         ngx_http_idem_count(record_writes);
     }

@@ -105,17 +105,11 @@ typedef struct {
 
 /*
  * What a claim found; the strings are valid during the handler only.
- * CLAIMED with "rest": the claim holds, and the execution's next write
- * completes it (ngx_http_idem_store_write_t's "claim": its digest, its
- * lease, with its arrival), on the same connection, in the same turn;
- * until then a duplicate reads the call as in flight.  A durable claim
- * with "rest" had its owner field confirmed by the replicas, its rest
- * follows without them (a duplicate after a failover that lost the rest
- * reads the call as in flight, and unknown after the lease).
- * NOT_DURABLE has "rest" as CLAIMED has: the write that releases the
- * claim completes it first.  "made" (CLAIMED, NOT_DURABLE): the claim
- * made the record, with the execution's arrival and "v": its first
- * execution, which is not counted.
+ * CLAIMED: the claim holds, whole (its owner, digest, lease, bound and
+ * the execution's arrival, one write); NOT_DURABLE: made, but not
+ * confirmed by the replicas, for the caller to release.  "made" (CLAIMED,
+ * NOT_DURABLE): the claim made the record, with the execution's arrival
+ * and "v": its first execution, which is not counted.
  */
 typedef struct {
     ngx_http_idem_store_verdict_e  verdict;
@@ -126,7 +120,6 @@ typedef struct {
                                                   APPLIED */
     ngx_msec_t                     left;       /* IN_FLIGHT: of the lease,
                                                   0: not known */
-    unsigned                       rest:1;
     unsigned                       made:1;
 } ngx_http_idem_store_found_t;
 
@@ -148,10 +141,9 @@ typedef void (*ngx_http_idem_store_known_pt)(void *data, ngx_int_t rc);
  * execution's first write, which counts it in the record and trims the
  * record past max_executions (+ a quarter), unless every field it wrote
  * was new (the fields include one that every record has: the write made
- * the record); claim: the rest of a claim that said so (its digest, and
- * its lease and bound unless the execution is done; they need the ttl);
- * whole: the execution's first write is its only one, and no claim
- * needs its record (a record it makes may take a cheaper form); owned:
+ * the record); whole: the execution's first write is its only one, and
+ * no claim needs its record (a record it makes may take a cheaper form);
+ * owned:
  * written only if the record's claim is this execution's (token), else
  * not at all: the execution's claim got no answer, it may have been made
  * or not (wait: that claim was durable, with this WAIT timeout: the write
@@ -161,11 +153,7 @@ typedef void (*ngx_http_idem_store_known_pt)(void *data, ngx_int_t rc);
  */
 typedef struct {
     ngx_str_t                  key;
-    ngx_str_t                  token;          /* claim, owned */
-    ngx_str_t                  digest;         /* claim */
-    ngx_msec_t                 lease;          /* claim, 0: none */
-    ngx_msec_t                 bound;          /* claim, with the lease;
-                                                  0: no bound */
+    ngx_str_t                  token;          /* owned */
     ngx_str_t                 *fields;         /* field, value, ... */
     ngx_uint_t                 nfields;        /* strings, 2 a field */
     ngx_msec_t                 ttl;
@@ -177,7 +165,6 @@ typedef struct {
     ngx_http_idem_store_known_pt  known;       /* first, NULL: not asked */
     void                      *known_data;
     unsigned                   first:1;
-    unsigned                   claim:1;
     unsigned                   whole:1;
     unsigned                   owned:1;
     unsigned                   final:1;

@@ -273,17 +273,9 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
 
 
 /*
- * The commands that follow leave at the end of this turn (urgent: a
- * claim's writes), or may wait with the writes (lazy: a read whose reply
- * no request waits for).
+ * The reads that follow may wait with the writes (lazy: a read whose
+ * reply no request waits for).
  */
-
-void
-ngx_http_idem_redis_urgent(ngx_uint_t urgent)
-{
-    ngx_http_idem_redis.urgent = urgent ? 1 : 0;
-}
-
 
 void
 ngx_http_idem_redis_lazy(ngx_uint_t lazy)

@@ -242,7 +242,6 @@ struct ngx_http_idem_redis_s {
     unsigned                         started:1;
     unsigned                         closing:1;  /* exit_process */
     unsigned                         draining:1; /* exiting, pending */
-    unsigned                         urgent:1;   /* writes: flush now */
     unsigned                         lazy:1;     /* reads: may wait */
 
     ngx_msec_t                       durable;    /* reads: durable, WAIT */
@@ -296,7 +295,6 @@ ngx_int_t ngx_http_idem_redis_again_through(ngx_http_idem_store_op_t *op,
 ngx_int_t ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_idem_redis_script_t *upgrade);
 ngx_int_t ngx_http_idem_redis_room(ngx_uint_t n);
-void ngx_http_idem_redis_urgent(ngx_uint_t urgent);
 void ngx_http_idem_redis_lazy(ngx_uint_t lazy);
 void ngx_http_idem_redis_durable(ngx_msec_t wait);
 

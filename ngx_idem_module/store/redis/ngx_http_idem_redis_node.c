@@ -695,7 +695,7 @@ ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
      * of this turn.
      */
 
-    if (now || rd->urgent) {
+    if (now) {
         ngx_http_idem_redis_flush(node->ac);
     }
 

@@ -98,9 +98,7 @@ static void ngx_http_idem_redis_resolved(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_write_short(
     ngx_http_idem_store_write_t *w);
-static ngx_int_t ngx_http_idem_redis_write_owned(
-    ngx_http_idem_store_write_t *w);
-static ngx_int_t ngx_http_idem_redis_write_final(
+static ngx_int_t ngx_http_idem_redis_write_last(
     ngx_http_idem_store_write_t *w);
 static void ngx_http_idem_redis_final_written(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
@@ -175,11 +173,11 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_owned_lua = {
 
 
 /*
- * HSET key fields (with a claim's "d" and "l:"), PEXPIRE key ttl: both of
- * them or none; a whole execution's, one SET (short).  An execution's
- * first write is a read in passing: its reply (how many fields were new)
- * says whether the execution is counted, and, asked (w->known), whether
- * the call id was known.
+ * HSET key fields, PEXPIRE key ttl: both of them or none; a whole
+ * execution's, one SET (short); an execution's last, one script.  An
+ * execution's first write is a read in passing: its reply (how many
+ * fields were new) says whether the execution is counted, and, asked
+ * (w->known), whether the call id was known.
  */
 
 ngx_int_t
@@ -195,7 +193,7 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 
     /* the final script published it itself, after its write */
 
-    if (w->final && w->nfields && !w->claim && !w->owned) {
+    if (w->final && w->nfields && !w->owned) {
         return NGX_OK;
     }
 
@@ -219,12 +217,10 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 static ngx_int_t
 ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
 {
-    u_char                        ttl[NGX_INT64_LEN],
-                                  lease[2 + 64 + 3 + 2 * NGX_INT64_LEN],
-                                  bound[2 + 64 + 3 + 2 * NGX_INT64_LEN];
+    u_char                        ttl[NGX_INT64_LEN];
     ngx_int_t                     rc;
     ngx_str_t                     argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv,
-                                  cmd[3], lfield;
+                                  cmd[3];
     ngx_uint_t                    n, i;
     ngx_http_idem_store_op_t     *known_op;
     ngx_http_idem_redis_first_t  *first;
@@ -237,15 +233,11 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
         return NGX_OK;
     }
 
-    if (w->owned && w->nfields) {
-        return ngx_http_idem_redis_write_owned(w);
+    if ((w->owned || w->final) && w->nfields) {
+        return ngx_http_idem_redis_write_last(w);
     }
 
-    if (w->final && w->nfields && !w->claim) {
-        return ngx_http_idem_redis_write_final(w);
-    }
-
-    if (w->whole && w->first && w->ttl && !w->claim && w->nfields) {
+    if (w->whole && w->first && w->ttl && w->nfields) {
         return ngx_http_idem_redis_write_short(w);
     }
 
@@ -259,12 +251,8 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
 
     rc = NGX_OK;
 
-    /* a claim's rest leaves now: duplicates wait on it */
-
-    ngx_http_idem_redis_urgent(w->claim);
-
     if (w->nfields) {
-        i = w->nfields + 2 + (w->claim ? 6 : 0);
+        i = w->nfields + 2;
 
         if (i <= NGX_HTTP_IDEM_REDIS_ARGS) {
             argv = argv_buf;
@@ -272,7 +260,7 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
         } else {
             argv = ngx_alloc(i * sizeof(ngx_str_t), ngx_cycle->log);
             if (argv == NULL) {
-                goto failed;
+                return NGX_DECLINED;
             }
         }
 
@@ -284,48 +272,6 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
         }
 
         i += 2;
-
-        if (w->claim) {
-            ngx_str_set(&argv[i], "d");
-            argv[i + 1] = w->digest;
-            i += 2;
-
-            if (w->lease && w->ttl && w->token.len <= 64) {
-
-                /* "l:<token>": "+<lease> <ttl>", the PEXPIRE below's */
-
-                lfield.data = lease;
-                lfield.len = ngx_sprintf(lease, "l:%V", &w->token) - lease;
-
-                argv[i] = lfield;
-                argv[i + 1].data = lease + lfield.len;
-                argv[i + 1].len = ngx_sprintf(argv[i + 1].data, "+%M %M",
-                                              w->lease, w->ttl)
-                                  - argv[i + 1].data;
-                i += 2;
-
-                /*
-                 * "b:<token>": until when its owner may answer, in the
-                 * lease's form, or "-": no bound (no deadline)
-                 */
-
-                argv[i].data = bound;
-                argv[i].len = ngx_sprintf(bound, "b:%V", &w->token) - bound;
-                argv[i + 1].data = bound + argv[i].len;
-
-                if (w->bound) {
-                    argv[i + 1].len = ngx_sprintf(argv[i + 1].data,
-                                                  "+%M %M", w->bound, w->ttl)
-                                      - argv[i + 1].data;
-
-                } else {
-                    *argv[i + 1].data = '-';
-                    argv[i + 1].len = 1;
-                }
-
-                i += 2;
-            }
-        }
 
         if (w->first) {
             known_op = ngx_http_idem_redis_write_read(i, argv,
@@ -359,13 +305,9 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
         }
     }
 
-    ngx_http_idem_redis_urgent(0);
-
     return NGX_OK;
 
 failed:
-
-    ngx_http_idem_redis_urgent(0);
 
     /* dropped: its caller is not told, though the fields may land */
 
@@ -443,20 +385,30 @@ ngx_http_idem_redis_write_short(ngx_http_idem_store_write_t *w)
 
 
 /*
- * The owned script (ngx_http_idem_redis_owned.lua): the fields written,
- * and the expiry set, only where the record's claim names the execution.
- * It goes where the claim went, after it: to the durable claims'
- * connection when the claim was durable.
+ * An execution's last write, by script, in one command: its fields and
+ * the record's expiry ("0": left as it is).  The owned script
+ * (ngx_http_idem_redis_owned.lua, w->owned) writes them only where the
+ * record's claim names the execution (its token, the argument after the
+ * key), and goes where the claim went: to the durable claims' connection
+ * when the claim was durable.  The final script
+ * (ngx_http_idem_redis_final.lua) is the owner's write; its last argument
+ * is the pub/sub channel of the call's waiters, "" for none.  Either
+ * reply counts the execution as an execution's first write does, when it
+ * is one.
  */
 
 static ngx_int_t
-ngx_http_idem_redis_write_owned(ngx_http_idem_store_write_t *w)
+ngx_http_idem_redis_write_last(ngx_http_idem_store_write_t *w)
 {
     u_char                        ttl[NGX_INT64_LEN];
     ngx_str_t                     argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv;
     ngx_uint_t                    i, argc;
     ngx_http_idem_store_op_t     *op;
     ngx_http_idem_redis_first_t  *first;
+    ngx_http_idem_redis_script_t *script;
+    ngx_http_idem_redis_reply_pt  handler;
+
+    /* numkeys, the key, the token or the channel, the ttl, the fields */
 
     argc = 4 + w->nfields;
 
@@ -472,101 +424,47 @@ ngx_http_idem_redis_write_owned(ngx_http_idem_store_write_t *w)
 
     ngx_str_set(&argv[0], "1");
     argv[1] = w->key;
-    argv[2] = w->token;
-    argv[3].data = ttl;
-    argv[3].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
 
-    for (i = 0; i < w->nfields; i++) {
-        argv[4 + i] = w->fields[i];
+    i = 2;
+
+    if (w->owned) {
+        argv[i++] = w->token;
     }
 
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "idem store: write \"%V\": %ui fields, if its claim is "
-                   "\"%V\"'s", &w->key, w->nfields / 2, &w->token);
+    argv[i].data = ttl;
+    argv[i].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
+
+    ngx_memcpy(&argv[i + 1], w->fields, w->nfields * sizeof(ngx_str_t));
+
+    if (w->owned) {
+        script = &ngx_http_idem_redis_owned_lua;
+        handler = ngx_http_idem_redis_owned_written;
+
+        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "idem store: write \"%V\": %ui fields, if its claim "
+                       "is \"%V\"'s", &w->key, w->nfields / 2, &w->token);
+
+    } else {
+
+        /* its waiters' channel, or "": the script publishes the key */
+
+        argv[argc - 1] = w->wake;
+
+        script = &ngx_http_idem_redis_final_lua;
+        handler = ngx_http_idem_redis_final_written;
+
+        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "idem store: write \"%V\": final, %ui fields, "
+                       "ttl %M", &w->key, w->nfields / 2, w->ttl);
+    }
 
     ngx_http_idem_redis_lazy(1);
-    ngx_http_idem_redis_durable(w->wait);
+    ngx_http_idem_redis_durable(w->owned ? w->wait : 0);
 
-    op = ngx_http_idem_redis_read(&ngx_http_idem_redis_owned_lua, argc, argv,
-                                  ngx_http_idem_redis_owned_written, NULL,
+    op = ngx_http_idem_redis_read(script, argc, argv, handler, NULL,
                                   sizeof(ngx_http_idem_redis_first_t));
 
     ngx_http_idem_redis_durable(0);
-    ngx_http_idem_redis_lazy(0);
-
-    if (argv != argv_buf) {
-        ngx_free(argv);
-    }
-
-    if (op == NULL) {
-        return NGX_DECLINED;
-    }
-
-    op->data = op;
-
-    /* counted as an execution's first write is, when it is one */
-
-    first = op->ext;
-    first->max_executions = w->first ? w->max_executions : 0;
-    first->nfields = w->nfields / 2;
-    first->known = NULL;
-
-    return NGX_OK;
-}
-
-
-/*
- * The final script (ngx_http_idem_redis_final.lua): the owner's last
- * fields and the record's expiry in one command, where HSET and PEXPIRE
- * were two.  Its last argument is a pub/sub channel for the call's
- * waiters, "" for none.  Its reply counts the execution as an
- * execution's first write does, when it is one.
- */
-
-static ngx_int_t
-ngx_http_idem_redis_write_final(ngx_http_idem_store_write_t *w)
-{
-    u_char                        ttl[NGX_INT64_LEN];
-    ngx_str_t                     argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv;
-    ngx_uint_t                    i, argc;
-    ngx_http_idem_store_op_t     *op;
-    ngx_http_idem_redis_first_t  *first;
-
-    argc = 4 + w->nfields;
-
-    if (argc <= NGX_HTTP_IDEM_REDIS_ARGS) {
-        argv = argv_buf;
-
-    } else {
-        argv = ngx_alloc(argc * sizeof(ngx_str_t), ngx_cycle->log);
-        if (argv == NULL) {
-            return NGX_DECLINED;
-        }
-    }
-
-    ngx_str_set(&argv[0], "1");
-    argv[1] = w->key;
-    argv[2].data = ttl;
-    argv[2].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
-
-    for (i = 0; i < w->nfields; i++) {
-        argv[3 + i] = w->fields[i];
-    }
-
-    /* its waiters' channel, or "": the script publishes the key there */
-
-    argv[3 + i] = w->wake;
-
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "idem store: write \"%V\": final, %ui fields, ttl %M",
-                   &w->key, w->nfields / 2, w->ttl);
-
-    ngx_http_idem_redis_lazy(1);
-
-    op = ngx_http_idem_redis_read(&ngx_http_idem_redis_final_lua, argc, argv,
-                                  ngx_http_idem_redis_final_written, NULL,
-                                  sizeof(ngx_http_idem_redis_first_t));
-
     ngx_http_idem_redis_lazy(0);
 
     if (argv != argv_buf) {
