@@ -900,6 +900,15 @@ ngx_http_idem_get_ctx(ngx_http_request_t *r)
 }
 
 
+__attribute__((weak)) void
+ngx_http_idem_ctx_resume(ngx_event_t *ev)
+{
+    ngx_http_idem_ctx_t *ctx = ev->data;
+
+    ngx_http_core_run_phases(ctx->request);
+}
+
+
 __attribute__((weak)) ngx_msec_int_t
 ngx_http_idem_remaining(ngx_http_idem_ctx_t *ctx)
 {

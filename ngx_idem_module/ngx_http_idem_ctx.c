@@ -71,6 +71,30 @@ ngx_http_idem_create_ctx(ngx_http_request_t *r)
 
 
 /*
+ * A posted event's handler (ev->data: the context): the request that a
+ * feature parked in its access phase goes on where it was, as a write
+ * event would run it.
+ */
+
+void
+ngx_http_idem_ctx_resume(ngx_event_t *ev)
+{
+    ngx_connection_t     *c;
+    ngx_http_request_t   *r;
+    ngx_http_idem_ctx_t  *ctx;
+
+    ctx = ev->data;
+    r = ctx->request;
+    c = r->connection;
+
+    ngx_http_set_log_request(c->log, r);
+
+    ngx_http_core_run_phases(r);
+    ngx_http_run_posted_requests(c);
+}
+
+
+/*
  * Runs when the request's pool goes: no timer or posted event of the
  * context may outlive the request.  What a feature holds besides (a claim
  * on its way, a digest) it releases in a pool cleanup of its own.  (This

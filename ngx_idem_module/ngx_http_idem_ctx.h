@@ -13,6 +13,7 @@
 
 ngx_http_idem_ctx_t *ngx_http_idem_get_ctx(ngx_http_request_t *r);
 ngx_http_idem_ctx_t *ngx_http_idem_create_ctx(ngx_http_request_t *r);
+void ngx_http_idem_ctx_resume(ngx_event_t *ev);
 
 
 #endif /* _NGX_HTTP_IDEM_CTX_H_INCLUDED_ */

@@ -103,7 +103,6 @@ static ngx_int_t ngx_http_idem_dedupe_digest(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, u_char *hex);
 static void ngx_http_idem_dedupe_reply(void *data,
     ngx_http_idem_store_found_t *found);
-static void ngx_http_idem_dedupe_resume(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_dedupe_wait(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx);
 static void ngx_http_idem_dedupe_poll(ngx_event_t *ev);
@@ -174,7 +173,7 @@ ngx_http_idem_dedupe(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         cln->handler = ngx_http_idem_dedupe_cleanup;
         cln->data = ctx;
 
-        ctx->dedupe.resume_ev.handler = ngx_http_idem_dedupe_resume;
+        ctx->dedupe.resume_ev.handler = ngx_http_idem_ctx_resume;
         ctx->dedupe.resume_ev.data = ctx;
         ctx->dedupe.resume_ev.log = r->connection->log;
 
@@ -1059,26 +1058,6 @@ ngx_http_idem_dedupe_unwait(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ngx_http_idem_store_unwatch(&ctx->dedupe.watch);
 
     r->read_event_handler = ngx_http_block_reading;
-}
-
-
-/* the request goes on where it was parked, as a write event would */
-
-static void
-ngx_http_idem_dedupe_resume(ngx_event_t *ev)
-{
-    ngx_connection_t     *c;
-    ngx_http_request_t   *r;
-    ngx_http_idem_ctx_t  *ctx;
-
-    ctx = ev->data;
-    r = ctx->request;
-    c = r->connection;
-
-    ngx_http_set_log_request(c->log, r);
-
-    ngx_http_core_run_phases(r);
-    ngx_http_run_posted_requests(c);
 }
 
 

@@ -20,6 +20,7 @@
 
 
 #include "ngx_http_idem_resend_limit.h"
+#include "ngx_http_idem_ctx.h"
 #include "ngx_http_idem_problem.h"
 #include "ngx_http_idem_record.h"
 #include "ngx_http_idem_store.h"
@@ -100,7 +101,6 @@ static ngx_uint_t ngx_http_idem_resend_room(ngx_http_idem_resend_zone_t *zone,
 static void ngx_http_idem_resend_written(void *data, ngx_int_t rc);
 static void ngx_http_idem_resend_read(void *data, ngx_int_t rc,
     ngx_http_idem_store_record_t *record);
-static void ngx_http_idem_resend_resume(ngx_event_t *ev);
 static void ngx_http_idem_resend_cleanup(void *data);
 
 
@@ -918,7 +918,7 @@ ngx_http_idem_resend_record(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     cln->handler = ngx_http_idem_resend_cleanup;
     cln->data = ctx;
 
-    ctx->resend.resume_ev.handler = ngx_http_idem_resend_resume;
+    ctx->resend.resume_ev.handler = ngx_http_idem_ctx_resume;
     ctx->resend.resume_ev.data = ctx;
     ctx->resend.resume_ev.log = r->connection->log;
 
@@ -1039,26 +1039,6 @@ ngx_http_idem_resend_read(void *data, ngx_int_t rc,
     ctx->resend.state = NGX_HTTP_IDEM_RESEND_FOUND;
 
     ngx_post_event(&ctx->resend.resume_ev, &ngx_posted_events);
-}
-
-
-/* the request goes on where it was parked */
-
-static void
-ngx_http_idem_resend_resume(ngx_event_t *ev)
-{
-    ngx_connection_t     *c;
-    ngx_http_request_t   *r;
-    ngx_http_idem_ctx_t  *ctx;
-
-    ctx = ev->data;
-    r = ctx->request;
-    c = r->connection;
-
-    ngx_http_set_log_request(c->log, r);
-
-    ngx_http_core_run_phases(r);
-    ngx_http_run_posted_requests(c);
 }
 
 
