@@ -105,6 +105,57 @@ sub status { $_[0] =~ m{^HTTP/1\.1 (\d+)} ? $1 : 0 }
 
 sub problem { $_[0] =~ /"type":"urn:ngx-idem:problem:([a-z-]+)"/ ? $1 : '' }
 
+# the replica stopped, a first claim (IdemBg::bg's arguments) whose WAIT
+# ($ms) then holds the durable claims' connection
+sub hold_first {
+    my ($ms, @bg) = @_;
+    fresh();
+    signal($Replica, 'STOP');
+    bg(@bg);
+    seen('the first claim waits', wait_line(1, $ms, 1));
+}
+
+# more claims, each its own call id, sent behind it (@$args: bg's after
+# the id)
+sub send_claims {
+    my ($args, @ids) = @_;
+    bg($_, $_, @$args) for @ids;
+    seen("claim $_ sent", claim_sent($_)) for @ids;
+}
+
+# $r, the answer to $id: 503 claim-not-durable, not forwarded, released
+sub refused {
+    my ($id, $r) = @_;
+    Test::More::is(status($r), 503, "$id refused");
+    Test::More::is(problem($r), 'claim-not-durable', "$id: claim-not-durable");
+    Test::More::is(runs($id), 0, "$id not forwarded");
+    Test::More::ok(IdemWait::wait_for("$id released", sub { released($id) }),
+                   "$id released");
+}
+
+# with the replica back, each of the refused ids sent again runs once
+sub once_again {
+    my ($path, @ids) = @_;
+    fresh();
+    for my $id (@ids) {
+        bg("$id-again", $id, $path, '--data', 'x=1');
+        Test::More::is(status(done("$id-again")), 200,
+                       "$id sent again: forwarded");
+        Test::More::is(runs($id), 1, "$id ran once");
+    }
+}
+
+# a call whose client left: it ran, and its answer is stored
+sub ran_stored {
+    my ($id) = @_;
+    Test::More::ok(IdemWait::wait_for("$id ran", sub { runs($id) >= 1 }),
+                   "$id ran");
+    Test::More::ok(IdemWait::wait_for("the answer of $id stored",
+        sub { RedisSentinel::cli($Master, 'hexists', "idem:c:{$id}", 'r')
+              =~ /^1$/m }),
+                   "the answer of $id stored");
+}
+
 END {
     local $?;
     IdemBg::stop_all();
@@ -175,12 +226,8 @@ __DATA__
 
 === TEST 1: a batch answered in full: the three claims made while a WAIT was in flight share the next one, each call forwarded once
 --- init
-main::fresh();
-main::signal($main::Replica, 'STOP');
-main::bg('b1-0', 'b1-0', '/w', '--data', 'x=1');
-main::seen('the first claim waits', main::wait_line(1, 10000, 1));
-main::bg("b1-$_", "b1-$_", '/w', '--data', 'x=1') for 1 .. 3;
-main::seen("claim $_ sent", main::claim_sent("b1-$_")) for 1 .. 3;
+main::hold_first(10000, 'b1-0', 'b1-0', '/w', '--data', 'x=1');
+main::send_claims(['/w', '--data', 'x=1'], map { "b1-$_" } 1 .. 3);
 main::signal($main::Replica, 'CONT');
 for my $i (0 .. 3) {
     my $r = main::done("b1-$i");
@@ -202,33 +249,14 @@ GET /log/b1-2
 
 === TEST 2: a batch answered short: every claim 503 claim-not-durable, nothing forwarded, each released; the same ids run once with the replica back
 --- init
-main::fresh();
-main::signal($main::Replica, 'STOP');
-main::bg('b2-0', 'b2-0', '/s', '--data', 'x=1');
-main::seen('the first claim waits', main::wait_line(1, 2000, 1));
-main::bg("b2-$_", "b2-$_", '/s', '--data', 'x=1') for 1 .. 3;
-main::seen("claim $_ sent", main::claim_sent("b2-$_")) for 1 .. 3;
-for my $i (0 .. 3) {
-    my $r = main::done("b2-$i");
-    Test::More::is(main::status($r), 503, "b2-$i refused");
-    Test::More::is(main::problem($r), 'claim-not-durable',
-                   "b2-$i: claim-not-durable");
-    Test::More::is(main::runs("b2-$i"), 0, "b2-$i not forwarded");
-    Test::More::ok(IdemWait::wait_for("b2-$i released",
-                                      sub { main::released("b2-$i") }),
-                   "b2-$i released");
-}
+main::hold_first(2000, 'b2-0', 'b2-0', '/s', '--data', 'x=1');
+main::send_claims(['/s', '--data', 'x=1'], map { "b2-$_" } 1 .. 3);
+main::refused("b2-$_", main::done("b2-$_")) for 0 .. 3;
 Test::More::is(IdemWait::log_count(main::wait_line(1, 2000, 3)), 1,
                'the three later claims shared one WAIT');
 main::seen('that WAIT was answered short',
            qr/idem redis: WAIT on "[^"]*": 0 replicas, for 3 claims/);
-main::fresh();
-for my $i (0 .. 3) {
-    main::bg("b2-again-$i", "b2-$i", '/s', '--data', 'x=1');
-    Test::More::is(main::status(main::done("b2-again-$i")), 200,
-                   "b2-$i sent again: forwarded");
-    Test::More::is(main::runs("b2-$i"), 1, "b2-$i ran once");
-}
+main::once_again('/s', map { "b2-$_" } 0 .. 3);
 --- request
 GET /log/b2-3
 --- response_body_like eval
@@ -240,26 +268,15 @@ GET /log/b2-3
 
 === TEST 3: replicas=1 and replicas=2 in one batch, one replica: WAIT asks for 2; the claim for 1 runs, the claim for 2 is refused and released
 --- init
-main::fresh();
-main::signal($main::Replica, 'STOP');
-main::bg('b3-0', 'b3-0', '/w', '--data', 'x=1');
-main::seen('the first claim waits', main::wait_line(1, 10000, 1));
-main::bg('b3-one', 'b3-one', '/one', '--data', 'x=1');
-main::bg('b3-two', 'b3-two', '/two', '--data', 'x=1');
-main::seen("claim $_ sent", main::claim_sent($_)) for qw(b3-one b3-two);
+main::hold_first(10000, 'b3-0', 'b3-0', '/w', '--data', 'x=1');
+main::send_claims(['/one', '--data', 'x=1'], 'b3-one');
+main::send_claims(['/two', '--data', 'x=1'], 'b3-two');
 main::signal($main::Replica, 'CONT');
 Test::More::is(main::status(main::done('b3-0')), 200, 'the first runs');
-my $one = main::done('b3-one');
-my $two = main::done('b3-two');
-Test::More::is(main::status($one), 200, 'replicas=1: forwarded');
+Test::More::is(main::status(main::done('b3-one')), 200,
+               'replicas=1: forwarded');
 Test::More::is(main::runs('b3-one'), 1, 'replicas=1: ran once');
-Test::More::is(main::status($two), 503, 'replicas=2: refused');
-Test::More::is(main::problem($two), 'claim-not-durable',
-               'replicas=2: claim-not-durable');
-Test::More::is(main::runs('b3-two'), 0, 'replicas=2: not forwarded');
-Test::More::ok(IdemWait::wait_for('b3-two released',
-                                  sub { main::released('b3-two') }),
-               'replicas=2: released');
+main::refused('b3-two', main::done('b3-two'));
 Test::More::is(IdemWait::log_count(main::wait_line(2, 1000, 2)), 1,
                'one WAIT 2 for both');
 main::seen('answered with the one replica',
@@ -275,12 +292,8 @@ GET /log/b3-one
 
 === TEST 4: a claim sent while a WAIT is in flight waits for the next WAIT: that WAIT is answered short (its claim refused), the next one in full once the replica is back (its claim runs)
 --- init
-main::fresh();
-main::signal($main::Replica, 'STOP');
-main::bg('b4-a', 'b4-a', '/s', '--data', 'x=1');
-main::seen('the first claim waits', main::wait_line(1, 2000, 1));
-main::bg('b4-b', 'b4-b', '/w', '--data', 'x=1');
-main::seen('the second claim sent', main::claim_sent('b4-b'));
+main::hold_first(2000, 'b4-a', 'b4-a', '/s', '--data', 'x=1');
+main::send_claims(['/w', '--data', 'x=1'], 'b4-b');
 Test::More::is(IdemWait::log_count(
                    qr/idem redis: WAIT on "[^"]*": 0 replicas, for 1 claims/),
                0, 'sent while the first WAIT was in flight');
@@ -308,27 +321,17 @@ GET /log/b4-b
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_BATCH_MASTER timeout=3s;
 --- init
-main::fresh();
-main::signal($main::Replica, 'STOP');
-main::bg('b5-0', 'b5-0', '/one', '--data', 'x=1');
-main::seen('the first claim waits', main::wait_line(1, 1000, 1));
-main::bg('b5-long', 'b5-long', '/w', '--data', 'x=1');
-main::bg('b5-short', 'b5-short', '/short', '--data', 'x=1');
-main::seen("claim $_ sent", main::claim_sent($_)) for qw(b5-long b5-short);
+main::hold_first(1000, 'b5-0', 'b5-0', '/one', '--data', 'x=1');
+main::send_claims(['/w', '--data', 'x=1'], 'b5-long');
+main::send_claims(['/short', '--data', 'x=1'], 'b5-short');
 Test::More::is(main::status(main::done('b5-0')), 503, 'the first refused');
 main::seen('both in the next WAIT', main::wait_line(1, 10000, 2));
-my $short = main::done('b5-short');
-Test::More::is(main::status($short), 503, 'the short claim refused');
-Test::More::is(main::problem($short), 'claim-not-durable',
-               'claim-not-durable');
-Test::More::ok(IdemWait::wait_for('b5-short released',
-                                  sub { main::released('b5-short') }),
-               'the short claim released');
+main::refused('b5-short', main::done('b5-short'));
 main::signal($main::Replica, 'CONT');
 Test::More::is(main::status(main::done('b5-long')), 200,
                'the long claim forwarded');
 Test::More::is(main::runs('b5-long'), 1, 'the long claim ran once');
-Test::More::is(main::runs('b5-short'), 0, 'the short claim not forwarded');
+Test::More::is(main::runs('b5-short'), 0, 'the short claim never forwarded');
 main::seen('the WAIT answered, for both',
            qr/idem redis: WAIT on "[^"]*": 1 replicas, for 2 claims/);
 --- request
@@ -342,12 +345,8 @@ GET /log/b5-long
 
 === TEST 6: the durable claims' connection lost under a batch's WAIT (its loss logged as an error): its two claims 503 claim-not-durable, released; sent again, each runs once
 --- init
-main::fresh();
-main::signal($main::Replica, 'STOP');
-main::bg('b6-0', 'b6-0', '/s', '--data', 'x=1');
-main::seen('the first claim waits', main::wait_line(1, 2000, 1));
-main::bg("b6-$_", "b6-$_", '/w', '--data', 'x=1') for 1, 2;
-main::seen("claim $_ sent", main::claim_sent("b6-$_")) for 1, 2;
+main::hold_first(2000, 'b6-0', 'b6-0', '/s', '--data', 'x=1');
+main::send_claims(['/w', '--data', 'x=1'], 'b6-1', 'b6-2');
 Test::More::is(main::status(main::done('b6-0')), 503, 'the first refused');
 main::seen('both in the next WAIT', main::wait_line(1, 10000, 2));
 # the connection blocked in WAIT: only it goes
@@ -355,22 +354,8 @@ my ($id) = RedisSentinel::cli($main::Master, 'client', 'list')
            =~ /^id=(\d+) [^\n]*cmd=wait/m;
 Test::More::ok($id, 'the WAIT\'s connection found');
 RedisSentinel::cli($main::Master, 'client', 'kill', 'id', $id);
-for my $i (1, 2) {
-    my $r = main::done("b6-$i");
-    Test::More::is(main::status($r), 503, "b6-$i refused");
-    Test::More::is(main::problem($r), 'claim-not-durable',
-                   "b6-$i: claim-not-durable");
-    Test::More::ok(IdemWait::wait_for("b6-$i released",
-                                      sub { main::released("b6-$i") }),
-                   "b6-$i released");
-}
-main::fresh();
-for my $i (1, 2) {
-    main::bg("b6-again-$i", "b6-$i", '/w', '--data', 'x=1');
-    Test::More::is(main::status(main::done("b6-again-$i")), 200,
-                   "b6-$i sent again: forwarded");
-    Test::More::is(main::runs("b6-$i"), 1, "b6-$i ran once");
-}
+main::refused("b6-$_", main::done("b6-$_")) for 1, 2;
+main::once_again('/w', 'b6-1', 'b6-2');
 --- request
 GET /log/b6-1
 --- response_body_like eval
@@ -385,25 +370,13 @@ connection lost
 
 === TEST 7: clients that leave while their claims wait in a batch (one in the WAIT in flight, two for the next): no crash, each call runs once, the resends get its answer
 --- init
-main::fresh();
-main::signal($main::Replica, 'STOP');
-main::bg('b7-0', 'b7-0', '--max-time', '1', '/w', '--data', 'x=1');
-main::seen('the first claim waits', main::wait_line(1, 10000, 1));
-main::bg("b7-$_", "b7-$_", '--max-time', '1', '/w', '--data', 'x=1')
-    for 1, 2;
-main::seen("claim $_ sent", main::claim_sent("b7-$_")) for 1, 2;
+main::hold_first(10000, 'b7-0', 'b7-0', '--max-time', '1', '/w',
+                 '--data', 'x=1');
+main::send_claims(['--max-time', '1', '/w', '--data', 'x=1'], 'b7-1', 'b7-2');
 Test::More::is(main::done("b7-$_"), '', "b7-$_: the client gave up")
     for 0 .. 2;
 main::signal($main::Replica, 'CONT');
-for my $i (0 .. 2) {
-    Test::More::ok(IdemWait::wait_for("b7-$i ran",
-                                      sub { main::runs("b7-$i") >= 1 }),
-                   "b7-$i ran");
-    Test::More::ok(IdemWait::wait_for("the answer of b7-$i stored",
-        sub { RedisSentinel::cli($main::Master, 'hexists', "idem:c:{b7-$i}",
-                                 'r') =~ /^1$/m }),
-                   "the answer of b7-$i stored");
-}
+main::ran_stored("b7-$_") for 0 .. 2;
 --- request eval
 ["POST /w\nx=1", "POST /w\nx=1", "POST /w\nx=1", "GET /log/b7-0",
  "GET /log/b7-1", "GET /log/b7-2"]
@@ -435,27 +408,14 @@ for my $i (0 .. 2) {
         }
     }
 --- init
-main::fresh();
-main::signal($main::Replica, 'STOP');
-main::bg('b8-0', 'b8-0', '--http2-prior-knowledge', '--max-time', '1',
-         '--data', 'x=1', main::h2_url('/w'));
-main::seen('the first claim waits', main::wait_line(1, 10000, 1));
-main::bg("b8-$_", "b8-$_", '--http2-prior-knowledge', '--max-time', '1',
-         '--data', 'x=1', main::h2_url('/w'))
-    for 1, 2;
-main::seen("claim $_ sent", main::claim_sent("b8-$_")) for 1, 2;
+my @h2 = ('--http2-prior-knowledge', '--max-time', '1', '--data', 'x=1',
+          main::h2_url('/w'));
+main::hold_first(10000, 'b8-0', 'b8-0', @h2);
+main::send_claims(\@h2, 'b8-1', 'b8-2');
 Test::More::is(main::done("b8-$_"), '', "b8-$_: the client gave up")
     for 0 .. 2;
 main::signal($main::Replica, 'CONT');
-for my $i (0 .. 2) {
-    Test::More::ok(IdemWait::wait_for("b8-$i ran",
-                                      sub { main::runs("b8-$i") >= 1 }),
-                   "b8-$i ran");
-    Test::More::ok(IdemWait::wait_for("the answer of b8-$i stored",
-        sub { RedisSentinel::cli($main::Master, 'hexists', "idem:c:{b8-$i}",
-                                 'r') =~ /^1$/m }),
-                   "the answer of b8-$i stored");
-}
+main::ran_stored("b8-$_") for 0 .. 2;
 --- request eval
 ["POST /w\nx=1", "POST /w\nx=1", "POST /w\nx=1", "GET /log/b8-0",
  "GET /log/b8-1", "GET /log/b8-2"]
