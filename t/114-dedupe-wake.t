@@ -24,7 +24,6 @@ BEGIN {
 }
 
 use lib 't/lib';
-use POSIX ();
 use IdemBg qw(bg done running);
 use IdemGateway ();
 use IdemWait ();
@@ -57,21 +56,6 @@ sub lines_ok {
     Test::More::ok(IdemWait::wait_for($what,
                                       sub { IdemWait::log_count($re) >= $n }),
                    $what);
-}
-
-# in the background: releases the owner of $id once $n of its waiters are
-# watched (so that the release wakes them, if anything does)
-sub release_when_watched {
-    my ($id, $n) = @_;
-    my $pid = fork() // die "fork: $!";
-    if ($pid == 0) {
-        IdemWait::wait_for("$n watched waiters of $id",
-            sub { IdemWait::log_count(qr/idem dedupe: "\Q$id\E" watched/)
-                  >= $n });
-        IdemWait::release($id);
-        POSIX::_exit(0);
-    }
-    return $pid;
 }
 
 END { IdemBg::stop_all(); IdemGateway::stop_all() }
@@ -162,7 +146,7 @@ Test::More::ok(IdemWait::wait_for('the owner at the backend',
                    sub { IdemWait::backend_runs('k-2') >= 1 }),
                'the owner is at the backend');
 main::lines_ok('subscribed', qr/subscribed to "idem:wake"/, 2);
-main::release_when_watched('k-2', 1);
+IdemWait::release_when('k-2', \&IdemWait::watched, 1);
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config

@@ -25,7 +25,6 @@ BEGIN {
 }
 
 use lib 't/lib';
-use POSIX ();
 use IdemGateway ();
 use IdemWait ();
 use IdemBg qw(bg done running);
@@ -49,34 +48,12 @@ sub owner_in {
                    "the owner of $id is at the backend");
 }
 
-# how many duplicates of call $id have been parked in this nginx (the
-# debug line of each one's first wait)
-sub parked {
-    my ($id) = @_;
-    return IdemWait::log_count(qr/idem dedupe: "\Q$id\E" in flight, waits /);
-}
-
-# waits until $n duplicates of call $id are parked
-sub parked_ok {
-    my ($id, $n) = @_;
-    Test::More::ok(IdemWait::wait_for("$n parked duplicates of $id",
-                                      sub { parked($id) >= $n }),
-                   "$n duplicate(s) of $id parked");
-}
-
-# in the background: lets the owner of call $id go once $n duplicates are
-# parked (for the block's request, sent after --- init), or at the
-# deadline, so that it ends in any case
+# lets the owner of call $id go once $n duplicates are parked (for the
+# block's request, sent after --- init), or at the deadline
 sub release_when_parked {
     my ($id, $n) = @_;
-    my $pid = fork() // die "fork: $!";
-    if ($pid == 0) {
-        IdemWait::wait_for("$n parked duplicates of $id",
-                           sub { parked($id) >= $n });
-        IdemWait::release($id);
-        POSIX::_exit(0);
-    }
-    $helper{"release-$id"} = $pid;
+    $helper{"release-$id"} = IdemWait::release_when($id, \&IdemWait::parked,
+                                                    $n);
 }
 
 # a background client that goes once its request is parked: its curl is
@@ -84,7 +61,7 @@ sub release_when_parked {
 sub gone {
     my ($name, $id, $uri, $n, $closed) = @_;
     my $pid = bg($name, $id, $uri, '--data', 'x=1');
-    parked_ok($id, $n);
+    IdemWait::parked_ok($id, $n);
     kill 'TERM', $pid;
     done($name);
     Test::More::ok(IdemWait::wait_for("nginx to see the client of $id go",
@@ -391,7 +368,7 @@ GET /calls/w-9
 main::bg('owner11', 'w-11', '/pay', '--data', 'x=1');
 main::owner_in('w-11');
 main::bg("dup11-$_", 'w-11', '/pay', '--data', 'x=1') for 1 .. 50;
-main::parked_ok('w-11', 50);
+IdemWait::parked_ok('w-11', 50);
 IdemWait::release('w-11');
 my @dup = map { main::done("dup11-$_") } 1 .. 50;
 my $owner = main::done('owner11');
@@ -430,7 +407,7 @@ Test::More::is(scalar(grep { /\r\n\r\n\Q$body\E\z/s } @dup), 50,
 main::bg('owner12', 'w-12', '/pay', '--data', 'x=1');
 main::owner_in('w-12');
 main::bg('dup12', 'w-12', '/pay', '--data', 'x=1');
-main::parked_ok('w-12', 1);
+IdemWait::parked_ok('w-12', 1);
 $main::t0 = Time::HiRes::time();
 --- request
 POST /pay

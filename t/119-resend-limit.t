@@ -20,7 +20,6 @@ BEGIN {
 }
 
 use lib 't/lib';
-use POSIX ();
 use IdemBg qw(bg done);
 use IdemWait ();
 use Test::Nginx::Socket 'no_plan';
@@ -33,33 +32,6 @@ sub owner_in {
     Test::More::ok(IdemWait::wait_for("the owner of $id at the backend",
                        sub { IdemWait::backend_runs($id) >= 1 }),
                    "the owner of $id is at the backend");
-}
-
-# how many duplicates of $id have been parked (each one's first wait)
-sub parked {
-    my ($id) = @_;
-    return IdemWait::log_count(qr/idem dedupe: "\Q$id\E" in flight, waits /);
-}
-
-sub parked_ok {
-    my ($id, $n) = @_;
-    Test::More::ok(IdemWait::wait_for("$n parked duplicates of $id",
-                                      sub { parked($id) >= $n }),
-                   "$n duplicate(s) of $id parked");
-}
-
-# in the background: lets the owner of $id go once $n duplicates are
-# parked, or at the deadline
-sub release_when_parked {
-    my ($id, $n) = @_;
-    my $pid = fork() // die "fork: $!";
-    if ($pid == 0) {
-        IdemWait::wait_for("$n parked duplicates of $id",
-                           sub { parked($id) >= $n });
-        IdemWait::release($id);
-        POSIX::_exit(0);
-    }
-    return $pid;
 }
 
 END { IdemBg::stop_all() }
@@ -227,8 +199,8 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 bg('owner5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: o');
 main::owner_in('rl-6');
 bg('dup5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: k');
-main::parked_ok('rl-6', 1);
-main::release_when_parked('rl-6', 2);
+IdemWait::parked_ok('rl-6', 1);
+IdemWait::release_when('rl-6', \&IdemWait::parked, 2);
 --- request eval
 ["POST /pay\nx=1", "POST /pay\nx=1", "GET /metrics"]
 --- more_headers eval

@@ -92,11 +92,7 @@ sub old_workers_quit {
     });
 }
 
-sub parked {
-    my ($id) = @_;
-    return IdemWait::log_count(qr/idem dedupe: "\Q$id\E" in flight, waits /,
-                               $ng->error_log);
-}
+sub parked { IdemWait::parked($_[0], $ng->error_log) }
 
 # a background call through curl (IdemBg's, at this instance's port)
 sub bg {

@@ -14,7 +14,6 @@ BEGIN {
 }
 
 use lib 't/lib';
-use POSIX ();
 use RedisCluster;
 use IdemBg qw(bg done);
 use IdemWait ();
@@ -31,19 +30,6 @@ for my $i (1 .. 60) {
     my $slot = RedisCluster::cli(RedisCluster::base(), 'cluster', 'keyslot',
                                  $id);
     $id_on{RedisCluster::slot_owner($slot)} //= $id;
-}
-
-# in the background: releases the owner of $id once its waiter is watched
-sub release_when_watched {
-    my ($id) = @_;
-    my $pid = fork() // die "fork: $!";
-    if ($pid == 0) {
-        IdemWait::wait_for("a watched waiter of $id",
-            sub { IdemWait::log_count(qr/idem dedupe: "\Q$id\E" watched/) });
-        IdemWait::release($id);
-        POSIX::_exit(0);
-    }
-    return $pid;
 }
 
 END { IdemBg::stop_all(); RedisCluster::stop() }
@@ -78,7 +64,7 @@ for my $id (sort values %main::id_on) {
                        sub { IdemWait::backend_runs($id) >= 1 }),
                    "the owner of $id is at the backend");
     bg("dup-$id", $id, '/pay', '--data', 'x=1');
-    main::release_when_watched($id);
+    IdemWait::release_when($id, \&IdemWait::watched, 1);
     Test::More::like(done("dup-$id"), qr/^Idempotent-Replayed: true\r$/mi,
                      "$id: the waiter got the replay");
     Test::More::like(done("owner-$id"), qr{^HTTP/1\.1 200 },

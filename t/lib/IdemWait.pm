@@ -12,6 +12,7 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use POSIX ();
 use IO::Socket::INET ();
 use Time::HiRes qw(sleep time);
 
@@ -105,6 +106,43 @@ sub metric {
     my ($name, $path) = @_;
     my $text = get($ENV{TEST_NGINX_SERVER_PORT}, $path // '/metrics');
     return $text =~ /^\Q$name\E (\d+)$/m ? $1 : undef;
+}
+
+
+# how many duplicates of call id $id have been parked (each one's first
+# wait), and how many waiters of it are watched (woken by its final
+# write), by an error log ($file, as log_count's)
+sub parked {
+    my ($id, $file) = @_;
+    return log_count(qr/idem dedupe: "\Q$id\E" in flight, waits /, $file);
+}
+
+sub watched {
+    my ($id, $file) = @_;
+    return log_count(qr/idem dedupe: "\Q$id\E" watched/, $file);
+}
+
+# waits until $n duplicates of call id $id are parked: a test
+sub parked_ok {
+    my ($id, $n) = @_;
+    require Test::More;
+    return Test::More::ok(wait_for("$n parked duplicates of $id",
+                                   sub { parked($id) >= $n }),
+                          "$n duplicate(s) of $id parked");
+}
+
+# in the background: lets the backend's held requests of call id $id
+# answer once $count->($id) (parked, watched) reaches $n, or at
+# wait_for's deadline, so that they end in any case; the helper's pid
+sub release_when {
+    my ($id, $count, $n) = @_;
+    my $pid = fork() // die "fork: $!";
+    if ($pid == 0) {
+        wait_for("$n of $id", sub { $count->($id) >= $n });
+        release($id);
+        POSIX::_exit(0);
+    }
+    return $pid;
 }
 
 1;
