@@ -73,6 +73,8 @@ static void ngx_http_idem_redis_subscribe_down(
     ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_subscribe_reply(redisAsyncContext *ac,
     void *r, void *privdata);
+static void ngx_http_idem_redis_unwatch_all(ngx_http_idem_redis_sub_t *sub,
+    ngx_uint_t tell);
 static void ngx_http_idem_redis_subscribe_lost(ngx_http_idem_redis_sub_t *sub);
 static void ngx_http_idem_redis_wake(ngx_str_t *key, ngx_int_t rc);
 static void ngx_http_idem_redis_published(void *data, ngx_int_t rc,
@@ -136,10 +138,7 @@ ngx_http_idem_redis_subscribe_init(ngx_http_idem_redis_t *rd)
 void
 ngx_http_idem_redis_subscribe_exit(ngx_http_idem_redis_t *rd)
 {
-    ngx_uint_t                    i;
-    ngx_queue_t                  *q;
-    ngx_http_idem_redis_sub_t    *sub;
-    ngx_http_idem_store_watch_t  *w;
+    ngx_http_idem_redis_sub_t  *sub;
 
     sub = ngx_http_idem_redis_sub;
 
@@ -149,16 +148,7 @@ ngx_http_idem_redis_subscribe_exit(ngx_http_idem_redis_t *rd)
 
     /* a watch still on points into no table any more */
 
-    for (i = 0; i < NGX_HTTP_IDEM_REDIS_WAKE_BUCKETS; i++) {
-
-        while (!ngx_queue_empty(&sub->buckets[i])) {
-            q = ngx_queue_head(&sub->buckets[i]);
-            w = ngx_queue_data(q, ngx_http_idem_store_watch_t, queue);
-
-            ngx_queue_remove(q);
-            w->on = 0;
-        }
-    }
+    ngx_http_idem_redis_unwatch_all(sub, 0);
 
     if (sub->look_ev.timer_set) {
         ngx_del_timer(&sub->look_ev);
@@ -344,10 +334,6 @@ ngx_http_idem_redis_subscribe_down(ngx_http_idem_redis_node_t *node)
 static void
 ngx_http_idem_redis_subscribe_lost(ngx_http_idem_redis_sub_t *sub)
 {
-    ngx_uint_t                    i;
-    ngx_queue_t                  *q;
-    ngx_http_idem_store_watch_t  *w;
-
     if (!sub->subscribed) {
         return;
     }
@@ -357,6 +343,20 @@ ngx_http_idem_redis_subscribe_lost(ngx_http_idem_redis_sub_t *sub)
     ngx_log_debug1(NGX_LOG_DEBUG_EVENT, sub->node->rd->log, 0,
                    "idem redis: not subscribed any more: %ui waiters poll",
                    sub->watchers);
+
+    ngx_http_idem_redis_unwatch_all(sub, 1);
+}
+
+
+/* every watch off the table; told (tell): its waiter polls from now on */
+
+static void
+ngx_http_idem_redis_unwatch_all(ngx_http_idem_redis_sub_t *sub,
+    ngx_uint_t tell)
+{
+    ngx_uint_t                    i;
+    ngx_queue_t                  *q;
+    ngx_http_idem_store_watch_t  *w;
 
     for (i = 0; i < NGX_HTTP_IDEM_REDIS_WAKE_BUCKETS; i++) {
 
@@ -370,7 +370,9 @@ ngx_http_idem_redis_subscribe_lost(ngx_http_idem_redis_sub_t *sub)
 
             /* the handler only posts or arms an event of its own */
 
-            w->handler(w->data, NGX_DECLINED);
+            if (tell) {
+                w->handler(w->data, NGX_DECLINED);
+            }
         }
     }
 }
