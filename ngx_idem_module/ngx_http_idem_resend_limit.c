@@ -153,24 +153,18 @@ ngx_http_idem_resend_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
             name.data = value[i].data + 5;
 
             p = (u_char *) ngx_strchr(name.data, ':');
+            size = NGX_ERROR;
 
-            if (p == NULL) {
-                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                                   "invalid zone size \"%V\" in "
-                                   "\"idem_resend_limit_zone\" directive, "
-                                   "it must be \"zone=name:size\"",
-                                   &value[i]);
-                return NGX_CONF_ERROR;
+            if (p != NULL) {
+                name.len = p - name.data;
+
+                s.data = p + 1;
+                s.len = value[i].data + value[i].len - s.data;
+
+                size = ngx_parse_size(&s);
             }
 
-            name.len = p - name.data;
-
-            s.data = p + 1;
-            s.len = value[i].data + value[i].len - s.data;
-
-            size = ngx_parse_size(&s);
-
-            if (name.len == 0 || size == NGX_ERROR) {
+            if (p == NULL || name.len == 0 || size == NGX_ERROR) {
                 ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                    "invalid zone size \"%V\" in "
                                    "\"idem_resend_limit_zone\" directive, "
