@@ -5,9 +5,9 @@
  * trimmed.  A record is a hash (its fields: ngx_http_idem_record.c), or
  * short: a call whose one write made its record leaves a string of that
  * write's fields, "<field> <length> <value>\n" each, set with its expiry
- * in one SET ... PX ... NX.  A command that needs the hash (HSET, HSETNX,
- * HINCRBY: another execution, a claim) meets a short record as WRONGTYPE
- * and goes through the upgrade script, which makes the string the hash
+ * in one SET ... PX ... NX.  A command that needs the hash (HSET,
+ * HINCRBY: another execution) meets a short record as WRONGTYPE and goes
+ * through the upgrade script, which makes the string the hash
  * it stands for first (redis_op.c); so does a short write that meets a
  * record there already; the other scripts read both forms.
  *

@@ -1,6 +1,6 @@
--- The claim's rare paths, after HSETNX of "o" found an owner already
--- (ngx_http_idem_redis_record.c), with the short and record preludes
--- before it.
+-- The claim's rare paths, after the take script (its common path) found
+-- the record there already (ngx_http_idem_redis_record.c), with the
+-- short, record and take preludes before it.
 -- KEYS[1]: the record; ARGV: token, digest, lease (ms), ttl (ms),
 -- arrival, bound (how long the owner may answer, ms; "-": no bound).
 -- Replies {"claimed"}, {"mismatch"}, {"inflight", ms left}, {"replay",
@@ -15,7 +15,7 @@
 -- never run twice), or it has none yet and its owner may still answer
 -- (resolve.lua takes none so; a 0.6.0 build with resolutions may).
 local k = KEYS[1]
--- the record went and came back short since the HSETNX: a rare race
+-- a short record (an execution before, written whole): the hash first
 hash()
 local function ttl(t)
   t[#t + 1] = string.format('%d', redis.call('PTTL', k))

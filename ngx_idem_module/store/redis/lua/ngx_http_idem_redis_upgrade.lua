@@ -12,7 +12,7 @@ if cmd == 'SET' then
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   return n
 end
-if cmd ~= 'HSET' and cmd ~= 'HSETNX' and cmd ~= 'HINCRBY' then
+if cmd ~= 'HSET' and cmd ~= 'HINCRBY' then
   return redis.error_reply('ERR not a record command: ' .. cmd)
 end
 return redis.call(cmd, KEYS[1], unpack(ARGV, 2))
