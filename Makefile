@@ -174,6 +174,7 @@ asan: deps
 # the files that cover each part of a call, under valgrind (memcheck);
 # any report fails them (TEST_NGINX_USE_VALGRIND=1 make test: all of t/)
 VALGRIND_TESTS ?= t/010-call-id.t t/060-records.t t/100-dedupe.t \
+                  t/119-resend-limit.t t/122-dedupe-paths.t \
                   t/170-unknown-stream.t t/175-timeline.t
 valgrind: deps $(MODULE)
 	@TEST_NGINX_USE_VALGRIND=1 util/deps.sh

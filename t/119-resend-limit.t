@@ -10,15 +10,6 @@
 # minute, so that no bucket leaks during a block.  Two workers and
 # reloads: t/121.  nginx -t's refusals: t/005.
 
-BEGIN {
-    if ($ENV{TEST_NGINX_USE_VALGRIND}) {
-        require Test::More;
-        Test::More::plan(skip_all => 'background requests, waits: not '
-                                     . 'under valgrind (t/100 covers '
-                                     . 'dedupe there)');
-    }
-}
-
 use lib 't/lib';
 use IdemBg qw(bg done);
 use IdemWait ();

@@ -7,15 +7,6 @@
 # block releases it; every step waits for the debug line that says it
 # happened (t/lib/IdemWait.pm).
 
-BEGIN {
-    if ($ENV{TEST_NGINX_USE_VALGRIND}) {
-        require Test::More;
-        Test::More::plan(skip_all => 'background requests, waits: not '
-                                     . 'under valgrind (t/100 covers '
-                                     . 'dedupe there)');
-    }
-}
-
 use lib 't/lib';
 use IdemTls;
 use IdemBg qw(bg done);
