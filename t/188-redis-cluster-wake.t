@@ -3,7 +3,7 @@
 # its key's slot, which the cluster bus carries to every node, so that a
 # worker's one subscription, on whichever node, hears it: a waiter whose
 # call's slot is on another master than its worker's subscription is
-# woken, not polled.  (A slot moved while waiting: not covered here yet.)
+# woken, not polled; and one whose call's slot moves while it waits.
 
 BEGIN {
     if ($ENV{TEST_NGINX_USE_VALGRIND}) {
@@ -77,5 +77,64 @@ for my $id (sort values %main::id_on) {
 --- request
 GET /log/nothing
 --- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: a slot moved while a call's waiter waits: the owner's final write follows MOVED to the slot's new master, whose PUBLISH reaches the waiter's subscription; woken, the waiter asks the new master and gets the replay
+--- http_config
+    idem_redis cluster 127.0.0.1:$TEST_NGINX_REDIS_CLUSTER_PORT timeout=500ms;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_dedupe_wait 20s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
+    }
+--- init
+my $base = RedisCluster::base();
+my @masters = map { $base + $_ } 0 .. 2;
+my $id = "cw-$$-moved";
+my $slot = RedisCluster::cli($base, 'cluster', 'keyslot', $id);
+my $src = RedisCluster::slot_owner($slot);
+my ($dst) = grep { $_ != $src } @masters;
+IdemWait::log_ok('subscribed', qr/subscribed to "idem:wake"/);
+bg('owner-moved', $id, '/pay', '--data', 'x=1');
+Test::More::ok(IdemWait::wait_for("the owner of $id at the backend",
+                   sub { IdemWait::backend_runs($id) >= 1 }),
+               "the owner of $id is at the backend");
+bg('dup-moved', $id, '/pay', '--data', 'x=1');
+Test::More::ok(IdemWait::wait_for("the waiter of $id watched",
+                   sub { IdemWait::watched($id) >= 1 }),
+               "the waiter of $id is watched");
+RedisCluster::cli($dst, 'cluster', 'setslot', $slot, 'importing',
+                  RedisCluster::node_id($src));
+RedisCluster::cli($src, 'cluster', 'setslot', $slot, 'migrating',
+                  RedisCluster::node_id($dst));
+my @keys = split /\n/, RedisCluster::cli($src, 'cluster', 'getkeysinslot',
+                                         $slot, 100);
+Test::More::is(RedisCluster::cli($src, 'migrate', '127.0.0.1', $dst, '', 0,
+                                 5000, 'keys', @keys),
+               'OK', "the record of $id migrated");
+RedisCluster::cli($_, 'cluster', 'setslot', $slot, 'node',
+                  RedisCluster::node_id($dst))
+    for @masters;
+RedisCluster::wait_ok(\@masters);
+Test::More::is(RedisCluster::slot_owner($slot), $dst, "slot $slot moved");
+IdemWait::release($id);
+Test::More::like(done('dup-moved'), qr/^Idempotent-Replayed: true\r$/mi,
+                 'the waiter got the replay');
+Test::More::like(done('owner-moved'), qr{^HTTP/1\.1 200 }, 'the owner 200');
+Test::More::is(IdemWait::log_count(qr/idem dedupe: "\Q$id\E" woken by its owner's final write/),
+               1, 'woken by the final write');
+Test::More::is(IdemWait::backend_runs($id), 1, 'the call ran once');
+Test::More::like(RedisCluster::cli($dst, 'hget', "idem:c:{$id}", 'r'),
+                 qr/./, 'its answer stored on the new master');
+--- request
+GET /pay
+--- error_code: 400
 --- no_error_log
 [error]
