@@ -376,7 +376,6 @@ for my $name (map { "backend_generation_$_" } qw(a c d)) {
     is($code, 200, "$name answers 200: the 502 did not count there");
 }
 
-my $m;
 ($code, $m) = gen_call('/metrics', 200);
 for my $name (map { "backend_generation_$_" } qw(a c d)) {
     like($m, qr/^idem_breaker_state\{upstream="$name"\} 0$/m,
