@@ -473,7 +473,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 ["GET /ok", "POST /d\nx", "GET /ok"]
 --- more_headers eval
 ["X-Call-Id: rb-once", "X-Call-Id: rb-claim", "X-Call-Id: rb-first"]
---- wait: 0.05
+--- wait: 0.5
 --- error_code eval
 [200, 200, 200]
 --- no_error_log
@@ -508,7 +508,7 @@ Test::More::is(main::field('idem:c:{rb-claim}', 'n'), '(none)',
 ["GET /ok", "GET /ok", "POST /d\nx"]
 --- more_headers eval
 ["X-Call-Id: rb-once", "X-Call-Id: rb-claim", "X-Call-Id: rb-first"]
---- wait: 0.05
+--- wait: 0.5
 --- error_code eval
 [200, 200, 200]
 --- no_error_log
