@@ -41,13 +41,6 @@ our %helper;
 
 # waits until the owner's request of call $id is at the backend (its
 # claim made): a duplicate sent from then on finds the call in flight
-sub owner_in {
-    my ($id) = @_;
-    Test::More::ok(IdemWait::wait_for("the owner of $id at the backend",
-                       sub { IdemWait::backend_runs($id) >= 1 }),
-                   "the owner of $id is at the backend");
-}
-
 # lets the owner of call $id go once $n duplicates are parked (for the
 # block's request, sent after --- init), or at the deadline
 sub release_when_parked {
@@ -102,7 +95,7 @@ __DATA__
 --- init
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 main::bg('owner1', 'w-1', '/pay', '--data', 'x=1');
-main::owner_in('w-1');
+IdemWait::owner_in('w-1');
 main::release_when_parked('w-1', 1);
 --- request eval
 ["POST /pay\nx=1", "GET /metrics"]
@@ -154,7 +147,7 @@ GET /log/w-1
     }
 --- init
 main::bg('owner3', 'w-3', '/pay', '--data', 'x=1');
-main::owner_in('w-3');
+IdemWait::owner_in('w-3');
 --- request eval
 ["POST /pay\nx=1", "GET /metrics"]
 --- more_headers eval
@@ -201,7 +194,7 @@ GET /log/w-3
     }
 --- init
 main::bg('owner5', 'w-5', '/pay', '--data', 'x=1');
-main::owner_in('w-5');
+IdemWait::owner_in('w-5');
 $main::t0 = Time::HiRes::time();
 --- request
 POST /pay
@@ -248,7 +241,7 @@ GET /log/w-5
     }
 --- init
 main::bg('owner7', 'w-7', '/pay', '--data', 'x=1');
-main::owner_in('w-7');
+IdemWait::owner_in('w-7');
 --- request
 POST /pay
 x=1
@@ -283,7 +276,7 @@ idem dedupe: "w-7" in flight, waits
 IdemWait::release('w-7');
 main::done('owner7');
 main::bg('owner8', 'w-8', '/pay', '--data', 'x=1');
-main::owner_in('w-8');
+IdemWait::owner_in('w-8');
 main::release_when_parked('w-8', 1);
 --- request
 POST /pay
@@ -316,7 +309,7 @@ X-Call-Id: w-8
 --- init
 main::done('owner8');
 main::bg('owner9', 'w-9', '/pay', '--data', 'x=1');
-main::owner_in('w-9');
+IdemWait::owner_in('w-9');
 main::release_when_parked('w-9', 1);
 --- request
 POST /pay
@@ -366,7 +359,7 @@ GET /calls/w-9
     }
 --- init
 main::bg('owner11', 'w-11', '/pay', '--data', 'x=1');
-main::owner_in('w-11');
+IdemWait::owner_in('w-11');
 main::bg("dup11-$_", 'w-11', '/pay', '--data', 'x=1') for 1 .. 50;
 IdemWait::parked_ok('w-11', 50);
 IdemWait::release('w-11');
@@ -405,7 +398,7 @@ Test::More::is(scalar(grep { /\r\n\r\n\Q$body\E\z/s } @dup), 50,
     }
 --- init
 main::bg('owner12', 'w-12', '/pay', '--data', 'x=1');
-main::owner_in('w-12');
+IdemWait::owner_in('w-12');
 main::bg('dup12', 'w-12', '/pay', '--data', 'x=1');
 IdemWait::parked_ok('w-12', 1);
 $main::t0 = Time::HiRes::time();
@@ -456,7 +449,7 @@ idem_dedupe_waits_total\{result="answered"\} 1\nidem_dedupe_waits_total\{result=
     }
 --- init
 main::bg('owner14', 'w-14', '/pay', '--data', 'x=1');
-main::owner_in('w-14');
+IdemWait::owner_in('w-14');
 main::gone('gone14', 'w-14', '/pay', 1,
            qr/client prematurely closed connection/);
 main::release_when_parked('w-14', 2);
@@ -483,7 +476,7 @@ IdemGateway::start($main::gw,
                    "idem_redis 127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                    $ENV{TEST_NGINX_BACKEND_PORT}, hold => 1, wait => '5s');
 bg('owner15', 'w-15', "http://127.0.0.1:$main::gw/d", '--data', 'x=1');
-main::owner_in('w-15');
+IdemWait::owner_in('w-15');
 main::release_when_parked('w-15', 1);
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
@@ -589,7 +582,7 @@ X-Call-Id: w-17
     }
 --- init
 main::bg('owner18', 'w-18', '/pay', '--data', 'x=1');
-main::owner_in('w-18');
+IdemWait::owner_in('w-18');
 main::release_when_parked('w-18', 1);
 --- request eval
 ["POST /pay\nx=1", "GET /calls/w-18"]
@@ -629,7 +622,7 @@ main::release_when_parked('w-18', 1);
     }
 --- init
 main::bg('owner18b', 'w-18b', '/h2/pay', '--data', 'x=1');
-main::owner_in('w-18b');
+IdemWait::owner_in('w-18b');
 main::release_when_parked('w-18b', 1);
 --- request eval
 ["POST /h2/pay\nx=1", "GET /h2/metrics"]
@@ -685,7 +678,7 @@ GET /log/w-18b
     }
 --- init
 main::bg('owner18d', 'w-18d', '/h2/pay', '--data', 'x=1');
-main::owner_in('w-18d');
+IdemWait::owner_in('w-18d');
 main::gone('gone18d', 'w-18d', '/h2/pay', 1,
            qr/client prematurely closed connection.*POST \/h2\/pay HTTP\/2/);
 main::release_when_parked('w-18d', 2);

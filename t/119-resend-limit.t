@@ -17,14 +17,6 @@ use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): fixed call ids and exact counters.
 
-# waits until the owner of call $id is at the backend (its claim made)
-sub owner_in {
-    my ($id) = @_;
-    Test::More::ok(IdemWait::wait_for("the owner of $id at the backend",
-                       sub { IdemWait::backend_runs($id) >= 1 }),
-                   "the owner of $id is at the backend");
-}
-
 END { IdemBg::stop_all() }
 
 no_long_string();
@@ -188,7 +180,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
     }
 --- init
 bg('owner5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: o');
-main::owner_in('rl-6');
+IdemWait::owner_in('rl-6');
 bg('dup5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: k');
 IdemWait::parked_ok('rl-6', 1);
 IdemWait::release_when('rl-6', \&IdemWait::parked, 2);

@@ -15,14 +15,6 @@ use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): fixed call ids and exact counts.
 
-# waits until the owner of call $id is at the backend (its claim made)
-sub owner_in {
-    my ($id) = @_;
-    Test::More::ok(IdemWait::wait_for("the owner of $id at the backend",
-                       sub { IdemWait::backend_runs($id) >= 1 }),
-                   "the owner of $id is at the backend");
-}
-
 # the URL of a path on the block's HTTP/2 server
 sub h2_url {
     local (@ARGV, $/) = ("$ENV{TEST_NGINX_ROOT}/t/servroot/conf/nginx.conf");
@@ -76,7 +68,7 @@ __DATA__
 --- init
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 bg('owner1', 'pw-1', '/pay', '--data', 'x=1');
-main::owner_in('pw-1');
+IdemWait::owner_in('pw-1');
 IdemWait::release_when('pw-1', \&IdemWait::watched, 1);
 --- config
     proxy_http_version 1.1;
@@ -236,7 +228,7 @@ GET /log/pr-5
     idem_resend_limit_zone $binary_remote_addr zone=ip:1m;
 --- init
 bg('owner6', 'pn-6', '/pay', '--data', 'x=1');
-main::owner_in('pn-6');
+IdemWait::owner_in('pn-6');
 bg('dup6', 'pn-6', '/pay', '--data', 'x=1');
 IdemWait::parked_ok('pn-6', 1);
 bg('more6', 'pn-6', '/pay', '--data', 'x=1');

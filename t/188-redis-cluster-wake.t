@@ -34,16 +34,13 @@ for my $i (1 .. 60) {
 
 END { IdemBg::stop_all(); RedisCluster::stop() }
 
-no_long_string();
-no_shuffle();
-run_tests();
-
-__DATA__
-
-=== TEST 1: waiters of calls on each of the three masters are woken by their owners' final writes
---- http_config
-    idem_redis cluster 127.0.0.1:$TEST_NGINX_REDIS_CLUSTER_PORT timeout=500ms;
---- config
+# every block: the cluster, and a waiting route held at the backend
+add_block_preprocessor(sub {
+    my $block = shift;
+    $block->set_value('http_config', '    idem_redis cluster '
+        . '127.0.0.1:$TEST_NGINX_REDIS_CLUSTER_PORT timeout=500ms;')
+        unless defined $block->http_config;
+    $block->set_value('config', <<'CONF') unless defined $block->config;
     location /pay {
         idem on;
         idem_dedupe on;
@@ -55,14 +52,22 @@ __DATA__
     location /log/ {
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
     }
+CONF
+});
+
+no_long_string();
+no_shuffle();
+run_tests();
+
+__DATA__
+
+=== TEST 1: waiters of calls on each of the three masters are woken by their owners' final writes
 --- init
 Test::More::is(scalar keys %main::id_on, 3, 'ids on the three masters');
 IdemWait::log_ok('subscribed', qr/subscribed to "idem:wake"/);
 for my $id (sort values %main::id_on) {
     bg("owner-$id", $id, '/pay', '--data', 'x=1');
-    Test::More::ok(IdemWait::wait_for("the owner of $id at the backend",
-                       sub { IdemWait::backend_runs($id) >= 1 }),
-                   "the owner of $id is at the backend");
+    IdemWait::owner_in($id);
     bg("dup-$id", $id, '/pay', '--data', 'x=1');
     IdemWait::release_when($id, \&IdemWait::watched, 1);
     Test::More::like(done("dup-$id"), qr/^Idempotent-Replayed: true\r$/mi,
@@ -83,17 +88,6 @@ GET /log/nothing
 
 
 === TEST 2: a slot moved while a call's waiter waits: the owner's final write follows MOVED to the slot's new master, whose PUBLISH reaches the waiter's subscription; woken, the waiter asks the new master and gets the replay
---- http_config
-    idem_redis cluster 127.0.0.1:$TEST_NGINX_REDIS_CLUSTER_PORT timeout=500ms;
---- config
-    location /pay {
-        idem on;
-        idem_dedupe on;
-        idem_dedupe_scope off;
-        idem_call_id_missing reject;
-        idem_dedupe_wait 20s;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
-    }
 --- init
 my $base = RedisCluster::base();
 my @masters = map { $base + $_ } 0 .. 2;
@@ -103,9 +97,7 @@ my $src = RedisCluster::slot_owner($slot);
 my ($dst) = grep { $_ != $src } @masters;
 IdemWait::log_ok('subscribed', qr/subscribed to "idem:wake"/);
 bg('owner-moved', $id, '/pay', '--data', 'x=1');
-Test::More::ok(IdemWait::wait_for("the owner of $id at the backend",
-                   sub { IdemWait::backend_runs($id) >= 1 }),
-               "the owner of $id is at the backend");
+IdemWait::owner_in($id);
 bg('dup-moved', $id, '/pay', '--data', 'x=1');
 Test::More::ok(IdemWait::wait_for("the waiter of $id watched",
                    sub { IdemWait::watched($id) >= 1 }),

@@ -145,4 +145,14 @@ sub release_when {
     return $pid;
 }
 
+# waits until the owner of call id $id is at the backend (its claim made):
+# a test
+sub owner_in {
+    my ($id) = @_;
+    require Test::More;
+    return Test::More::ok(wait_for("the owner of $id at the backend",
+                                   sub { backend_runs($id) >= 1 }),
+                          "the owner of $id is at the backend");
+}
+
 1;
