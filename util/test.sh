@@ -44,6 +44,26 @@ export TEST_NGINX_BACKEND_PORT=${TEST_NGINX_BACKEND_PORT:-16380}
 export TEST_NGINX_REDIS_FAULT_PORT=${TEST_NGINX_REDIS_FAULT_PORT:-$((TEST_NGINX_REDIS_PORT + 200))}
 export TEST_NGINX_ROOT=$root
 
+# the whole suite, or a list of files, with no port given: side by side in
+# TEST_JOBS shards (util/test-shards.sh), each of which comes back here
+if [ -z "$IDEM_TEST_QUEUE" ] && [ -z "$TEST_NGINX_PORT" ] \
+   && [ "${TEST_JOBS:-3}" -gt 1 ]; then
+    files=1
+    for a in "$@"; do
+        case $a in
+            -r) ;;
+            -*) files= ;;
+        esac
+    done
+    if [ -n "$files" ]; then
+        args=()
+        for a in "$@"; do
+            [ "$a" = -r ] || args+=("$a")
+        done
+        exec util/test-shards.sh "${args[@]}"
+    fi
+fi
+
 redis_dir=$root/t/servroot-redis-$TEST_NGINX_REDIS_PORT
 rm -rf "$redis_dir" && mkdir -p "$redis_dir"
 redis-server --bind 127.0.0.1 --port "$TEST_NGINX_REDIS_PORT" \
@@ -74,10 +94,44 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for i in $(seq 50); do
+for i in $(seq 100); do
     redis-cli -p "$TEST_NGINX_REDIS_PORT" ping >/dev/null 2>&1 && break
     sleep 0.1
 done
+if ! redis-cli -p "$TEST_NGINX_REDIS_PORT" ping >/dev/null 2>&1; then
+    echo "setup failed: redis-server on $TEST_NGINX_REDIS_PORT does not" \
+         "answer (see $redis_dir/redis.log)"
+    exit 1
+fi
+
+# a shard: the files of the queue, one prove each, until it is empty
+if [ -n "$IDEM_TEST_QUEUE" ]; then
+    exec 9>"$IDEM_TEST_QUEUE.lock"
+    take() {
+        flock 9
+        f=$(head -1 "$IDEM_TEST_QUEUE")
+        [ -n "$f" ] && sed -i 1d "$IDEM_TEST_QUEUE"
+        flock -u 9
+        [ -n "$f" ]
+    }
+    while take; do
+        log=$IDEM_TEST_OUT/logs/$(basename "$f").log
+        start=$(date +%s)
+        rc=0
+        prove "$f" > "$log" 2>&1 || rc=$?
+        secs=$(($(date +%s) - start))
+        tests=$(sed -n 's/^Files=[0-9]*, Tests=\([0-9]*\),.*/\1/p' "$log")
+        bad=$(sed -n 's/.*Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' "$log" \
+              | awk '{ b += $1 } END { print b + 0 }')
+        res=ok
+        if [ $rc -ne 0 ]; then
+            res=FAIL
+            [ "$bad" -gt 0 ] || bad=1
+        fi
+        echo "$f $res ${tests:-0} $bad $secs" >> "$IDEM_TEST_OUT/results"
+    done
+    exit 0
+fi
 
 if [ $# -eq 0 ]; then
     set -- -r t
