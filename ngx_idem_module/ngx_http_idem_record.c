@@ -975,6 +975,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
          */
 
         w.owned = 1;
+        w.replicas = ctx->dedupe.claim.replicas;
         w.wait = ctx->dedupe.claim.replicas ? ctx->dedupe.claim.wait : 0;
 
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
