@@ -159,9 +159,9 @@ typedef void (*ngx_http_idem_store_known_pt)(void *data, ngx_int_t rc);
  * written only if the record's claim is this execution's (token), else
  * not at all: the execution's claim got no answer, it may have been made
  * or not (wait: that claim was durable, for these replicas with this WAIT
- * timeout: the write goes after it, on its connection); final: the last write of the
- * execution that owns the call's claim, its fields and the expiry in one
- * command, after which its waiters may be told.
+ * timeout: the write goes after it, on its connection); final: the last
+ * write of the execution that owns the call's claim, its fields and the
+ * expiry in one command, after which its waiters may be told.
  */
 typedef struct {
     ngx_str_t                  key;

@@ -675,12 +675,13 @@ ngx_http_idem_redis_free_all(ngx_http_idem_redis_t *rd)
     ngx_uint_t                   i;
     ngx_http_idem_redis_node_t  *durable;
 
+    /* every node, then their connections for durable claims */
+
     for (i = 0; i < rd->nnodes; i++) {
-
-        /* every node, and its connections for durable claims */
-
         ngx_http_idem_redis_node_free(rd->nodes[i]);
+    }
 
+    for (i = 0; i < rd->nnodes; i++) {
         for (durable = rd->nodes[i]->durable; durable; durable = durable->next)
         {
             ngx_http_idem_redis_node_free(durable);
