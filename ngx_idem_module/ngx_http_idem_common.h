@@ -501,6 +501,8 @@ typedef struct {
     unsigned                  unsure:1;     /* or may: no answer came */
     unsigned                  md_failed:1;
     unsigned                  waiting:1;    /* counted among the waiters */
+    unsigned                  wake:1;       /* its final write wakes them:
+                                               its claim's location waits */
 } ngx_http_idem_dedupe_ctx_t;
 
 

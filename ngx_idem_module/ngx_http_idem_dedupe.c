@@ -427,6 +427,14 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ctx->dedupe.claim = claim;
     ctx->dedupe.asked = ngx_current_msec;
 
+    /*
+     * Decided here, not by the location the request ends in (an
+     * error_page, try_files or X-Accel-Redirect may take it elsewhere):
+     * the duplicates of a claim made here wait for its final write.
+     */
+
+    ctx->dedupe.wake = ilcf->dedupe_wait ? 1 : 0;
+
     ctx->dedupe.claim_op = ngx_http_idem_store_claim(&claim,
                                                      ngx_http_idem_dedupe_reply,
                                                      ctx);

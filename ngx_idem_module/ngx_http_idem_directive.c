@@ -17,6 +17,8 @@
 
 static ngx_int_t ngx_http_idem_grpc_statuses(ngx_conf_t *cf,
     ngx_command_t *cmd, ngx_str_t *list, ngx_uint_t *mask);
+static ngx_int_t ngx_http_idem_durable_kind(ngx_conf_t *cf,
+    ngx_http_idem_store_conf_t *store, ngx_http_idem_loc_conf_t *conf);
 
 
 /* idem_retry on=: the failures a retry may follow */
@@ -863,6 +865,49 @@ ngx_http_idem_check_retry(ngx_conf_t *cf, ngx_http_idem_loc_conf_t *conf,
 
 
 /*
+ * A location's kind of durable claim (replicas, timeout), once among the
+ * store's: each kind gets a connection of its own to each node, so that
+ * a WAIT for one kind never holds up the claims of another.
+ */
+
+static ngx_int_t
+ngx_http_idem_durable_kind(ngx_conf_t *cf, ngx_http_idem_store_conf_t *store,
+    ngx_http_idem_loc_conf_t *conf)
+{
+    ngx_uint_t                      i;
+    ngx_http_idem_store_durable_t  *kind;
+
+    if (store->durable == NULL) {
+        store->durable = ngx_array_create(cf->pool, 2,
+                                    sizeof(ngx_http_idem_store_durable_t));
+        if (store->durable == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    kind = store->durable->elts;
+
+    for (i = 0; i < store->durable->nelts; i++) {
+        if (kind[i].replicas == conf->dedupe_durable
+            && kind[i].wait == conf->dedupe_durable_timeout)
+        {
+            return NGX_OK;
+        }
+    }
+
+    kind = ngx_array_push(store->durable);
+    if (kind == NULL) {
+        return NGX_ERROR;
+    }
+
+    kind->replicas = conf->dedupe_durable;
+    kind->wait = conf->dedupe_durable_timeout;
+
+    return NGX_OK;
+}
+
+
+/*
  * What a merged location cannot run with (emerg), or does not do what its
  * directives seem to say (warn).  "here": idem_dedupe or
  * idem_call_id_missing is set at this level, where a warning belongs.
@@ -911,7 +956,9 @@ ngx_http_idem_check_loc_conf(ngx_conf_t *cf, ngx_http_idem_loc_conf_t *conf,
 
         /* the store opens a connection of their own to each node */
 
-        imcf->store.durable = 1;
+        if (ngx_http_idem_durable_kind(cf, &imcf->store, conf) != NGX_OK) {
+            return NGX_CONF_ERROR;
+        }
     }
 
     if (conf->dedupe && conf->dedupe_wait && imcf->store.wake.len == 0) {

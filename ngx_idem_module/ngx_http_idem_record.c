@@ -774,12 +774,10 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_str_t                  *argv, answer, *outcome;
     ngx_uint_t                  i, n, argc, status, unanswered;
     ngx_http_idem_attempt_t     *a;
-    ngx_http_idem_loc_conf_t    *ilcf;
     ngx_http_idem_main_conf_t   *imcf;
     ngx_http_idem_store_write_t  w;
 
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
-    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
 
     n = (final && ctx->record.attempts) ? ctx->record.attempts->nelts : 0;
 
@@ -961,9 +959,9 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         w.ttl = imcf->record_ttl;
     }
 
-    if (final && ctx->dedupe.owner && ilcf->dedupe_wait) {
+    if (final && ctx->dedupe.owner && ctx->dedupe.wake) {
 
-        /* duplicates may wait for this write: they hear of it */
+        /* duplicates may wait for this write (dedupe.c): they hear of it */
 
         w.wake = imcf->store.wake;
     }
@@ -977,6 +975,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
          */
 
         w.owned = 1;
+        w.replicas = ctx->dedupe.claim.replicas;
         w.wait = ctx->dedupe.claim.replicas ? ctx->dedupe.claim.wait : 0;
 
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,

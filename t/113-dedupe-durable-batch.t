@@ -1,5 +1,7 @@
 # Group commit of durable claims (issue 36, part 1): the durable claims of
-# one connection share WAITs.  A master on TEST_NGINX_REDIS_PORT + 460 and
+# one connection share WAITs.  Each kind of durable claim (replicas,
+# timeout) has its connection of its own (issue 45, point 4): a WAIT
+# holds up only the claims of its kind.  A master on TEST_NGINX_REDIS_PORT + 460 and
 # a replica on + 461, started here; the replica is stopped (SIGSTOP) to
 # hold a WAIT in flight, or to answer one short, and resumed (SIGCONT).
 #
@@ -12,13 +14,15 @@
 #   a batch answered in full: every claim forwarded, once
 #   a batch answered short: every claim 503 claim-not-durable, nothing
 #     forwarded, each released (the same ids run once afterwards)
-#   replicas=1 and replicas=2 in one batch, one replica: the first runs,
-#     the second is refused
-#   a claim sent while a WAIT is in flight waits for the next WAIT: the
-#     first is answered short, the second, after the replica is back, in
-#     full
-#   a claim whose own timeout ends before its batch's WAIT returns is
-#     refused then; the batch goes on without it
+#   replicas=1 and replicas=2, one replica: each kind its own WAIT; the
+#     claim for 1 runs while the WAIT for 2 is in flight, the claim for 2
+#     is refused
+#   a claim sent while a WAIT of its kind is in flight waits for the next
+#     WAIT: the first is answered short, the second, after the replica is
+#     back, in full
+#   a short claim's own WAIT answers it while a long WAIT of another kind
+#     is in flight; ten claims of each of two kinds at once: each kind
+#     answered by its own replicas and timeout
 #   the connection lost under a batch's WAIT: 503 to its claims, released
 #   clients that leave while their claims wait for a WAIT (HTTP/1.1, and
 #     HTTP/2 connections closed): no crash, each call once (the call runs
@@ -192,7 +196,14 @@ our $Config = <<'CONF';
         idem on;
         idem_dedupe on;
         idem_dedupe_scope off;
-        idem_dedupe_durable replicas=2 timeout=1s;
+        idem_dedupe_durable replicas=2 timeout=3s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /m {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_durable replicas=1 timeout=4s;
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
     }
     location /one {
@@ -266,21 +277,22 @@ GET /log/b2-3
 
 
 
-=== TEST 3: replicas=1 and replicas=2 in one batch, one replica: WAIT asks for 2; the claim for 1 runs, the claim for 2 is refused and released
+=== TEST 3: replicas=1 and replicas=2, one replica: each kind has its connection and its WAIT (WAIT 2 3000, WAIT 1 1000): the claim for 1 runs while the WAIT for 2 is in flight; the claim for 2 is refused and released
 --- init
-main::hold_first(10000, 'b3-0', 'b3-0', '/w', '--data', 'x=1');
-main::send_claims(['/one', '--data', 'x=1'], 'b3-one');
-main::send_claims(['/two', '--data', 'x=1'], 'b3-two');
-main::signal($main::Replica, 'CONT');
-Test::More::is(main::status(main::done('b3-0')), 200, 'the first runs');
+main::fresh();
+bg('b3-two', 'b3-two', '/two', '--data', 'x=1');
+main::seen('the claim for 2 waits', main::wait_line(2, 3000, 1));
+bg('b3-one', 'b3-one', '/one', '--data', 'x=1');
 Test::More::is(main::status(main::done('b3-one')), 200,
                'replicas=1: forwarded');
+Test::More::ok(IdemBg::running('b3-two'),
+               '... while the WAIT for 2 was in flight');
 Test::More::is(main::runs('b3-one'), 1, 'replicas=1: ran once');
 main::refused('b3-two', main::done('b3-two'));
-Test::More::is(IdemWait::log_count(main::wait_line(2, 1000, 2)), 1,
-               'one WAIT 2 for both');
-main::seen('answered with the one replica',
-           qr/idem redis: WAIT on "[^"]*": 1 replicas, for 2 claims/);
+Test::More::is(IdemWait::log_count(main::wait_line(1, 1000, 1)), 1,
+               'one WAIT 1 for the claim for 1');
+main::seen('the WAIT 2 answered with the one replica',
+           qr/idem redis: WAIT on "[^"]*": 1 replicas, for 1 claims/, 2);
 --- request
 GET /log/b3-one
 --- response_body_like eval
@@ -290,10 +302,10 @@ GET /log/b3-one
 
 
 
-=== TEST 4: a claim sent while a WAIT is in flight waits for the next WAIT: that WAIT is answered short (its claim refused), the next one in full once the replica is back (its claim runs)
+=== TEST 4: a claim sent while a WAIT of its kind is in flight waits for the next WAIT: that WAIT is answered short (its claim refused), the next one in full once the replica is back (its claim runs)
 --- init
-main::hold_first(2000, 'b4-a', 'b4-a', '/s', '--data', 'x=1');
-main::send_claims(['/w', '--data', 'x=1'], 'b4-b');
+main::hold_first(4000, 'b4-a', 'b4-a', '/m', '--data', 'x=1');
+main::send_claims(['/m', '--data', 'x=1'], 'b4-b');
 Test::More::is(IdemWait::log_count(
                    qr/idem redis: WAIT on "[^"]*": 0 replicas, for 1 claims/),
                0, 'sent while the first WAIT was in flight');
@@ -301,7 +313,7 @@ my $a = main::done('b4-a');
 Test::More::is(main::status($a), 503, 'the first WAIT was answered short');
 Test::More::is(main::problem($a), 'claim-not-durable', 'claim-not-durable');
 main::seen('the second claim waits for the next WAIT',
-           main::wait_line(1, 10000, 1));
+           main::wait_line(1, 4000, 1), 2);
 main::signal($main::Replica, 'CONT');
 my $b = main::done('b4-b');
 Test::More::is(main::status($b), 200,
@@ -317,23 +329,22 @@ GET /log/b4-b
 
 
 
-=== TEST 5: a claim whose own wait (its 100 ms timeout and the store's 3 s) ends while its batch's WAIT (10 s) is in flight is refused then; the other claim of the batch runs when the replica is back
---- http_config
-    idem_redis 127.0.0.1:$TEST_NGINX_BATCH_MASTER timeout=3s;
+=== TEST 5: a claim for 1 replica within 100 ms is answered by its own WAIT (short: refused, released) while a WAIT for 10 s of another kind is in flight; that one's claim runs when the replica is back
 --- init
-main::hold_first(1000, 'b5-0', 'b5-0', '/one', '--data', 'x=1');
-main::send_claims(['/w', '--data', 'x=1'], 'b5-long');
-main::send_claims(['/short', '--data', 'x=1'], 'b5-short');
-Test::More::is(main::status(main::done('b5-0')), 503, 'the first refused');
-main::seen('both in the next WAIT', main::wait_line(1, 10000, 2));
+main::hold_first(10000, 'b5-long', 'b5-long', '/w', '--data', 'x=1');
+bg('b5-short', 'b5-short', '/short', '--data', 'x=1');
 main::refused('b5-short', main::done('b5-short'));
+Test::More::is(IdemWait::log_count(main::wait_line(1, 100, 1)), 1,
+               'the short claim had its own WAIT');
+Test::More::is(IdemWait::log_count(
+                   qr/idem redis: WAIT on "[^"]*": 0 replicas, for 1 claims/),
+               1, '... answered short');
+Test::More::ok(IdemBg::running('b5-long'),
+               '... while the long WAIT was in flight');
 main::signal($main::Replica, 'CONT');
 Test::More::is(main::status(main::done('b5-long')), 200,
                'the long claim forwarded');
 Test::More::is(main::runs('b5-long'), 1, 'the long claim ran once');
-Test::More::is(main::runs('b5-short'), 0, 'the short claim never forwarded');
-main::seen('the WAIT answered, for both',
-           qr/idem redis: WAIT on "[^"]*": 1 replicas, for 2 claims/);
 --- request
 GET /log/b5-long
 --- response_body_like eval
@@ -345,10 +356,10 @@ GET /log/b5-long
 
 === TEST 6: the durable claims' connection lost under a batch's WAIT (its loss logged as an error): its two claims 503 claim-not-durable, released; sent again, each runs once
 --- init
-main::hold_first(2000, 'b6-0', 'b6-0', '/s', '--data', 'x=1');
-main::send_claims(['/w', '--data', 'x=1'], 'b6-1', 'b6-2');
+main::hold_first(4000, 'b6-0', 'b6-0', '/m', '--data', 'x=1');
+main::send_claims(['/m', '--data', 'x=1'], 'b6-1', 'b6-2');
 Test::More::is(main::status(main::done('b6-0')), 503, 'the first refused');
-main::seen('both in the next WAIT', main::wait_line(1, 10000, 2));
+main::seen('both in the next WAIT', main::wait_line(1, 4000, 2));
 # the connection blocked in WAIT: only it goes
 my ($id) = RedisSentinel::cli($main::Master, 'client', 'list')
            =~ /^id=(\d+) [^\n]*cmd=wait/m;
@@ -430,3 +441,45 @@ main::ran_stored("b8-$_") for 0 .. 2;
 --- no_error_log
 [error]
 [alert]
+
+
+
+=== TEST 9: two routes, one replica: ten claims for replicas=1 timeout=500ms and ten for replicas=2 timeout=3s at once; each route's claims have their own connection and WAIT: every replicas=1 claim runs once, every replicas=2 claim 503 claim-not-durable, not forwarded, released
+--- config
+    location /d1 {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_durable replicas=1 timeout=500ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /d2 {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_durable replicas=2 timeout=3s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+main::fresh();
+for my $i (1 .. 10) {
+    bg("c1-$i", "c1-$i", '/d1', '--data', 'x=1');
+    bg("c2-$i", "c2-$i", '/d2', '--data', 'x=1');
+}
+for my $i (1 .. 10) {
+    my $r = main::done("c1-$i");
+    Test::More::is(main::status($r), 200, "c1-$i (replicas=1) forwarded");
+    Test::More::is(main::runs("c1-$i"), 1, "c1-$i ran once");
+}
+main::refused("c2-$_", main::done("c2-$_")) for 1 .. 10;
+Test::More::is(IdemWait::log_count(qr/idem redis: WAIT 2 500 on /), 0,
+               'no WAIT mixes the two routes\' needs');
+--- request
+GET /log/c1-10
+--- response_body_like eval
+'\An=1 [^\n]*\n\z'
+--- no_error_log
+[error]

@@ -2,10 +2,12 @@
 # limit on the paths operators put them on: an https upstream{} with a
 # keepalive pool, error_page (the 429 too-many-resends bypasses it, as
 # every problem of the module does), a named location reached by
-# error_page, and HTTP/2 clients.  The owner is held at the backend
-# (util/backend.pl /hold/1), behind nginx's own TLS server, until the
-# block releases it; every step waits for the debug line that says it
-# happened (t/lib/IdemWait.pm).
+# error_page, and HTTP/2 clients; an owner that ends in another location
+# than its claim's (error_page to a named location, X-Accel-Redirect)
+# still wakes its waiters: its claim's route decides.  The owner is held
+# at the backend (util/backend.pl /hold/1), behind nginx's own TLS
+# server, until the block releases it; every step waits for the debug
+# line that says it happened (t/lib/IdemWait.pm).
 
 use lib 't/lib';
 use IdemTls;
@@ -267,5 +269,118 @@ GET /log/pn-6
 \An=1 [^\n]*\n\z
 --- error_log
 idem dedupe: "pn-6" woken by its owner's final write
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: the owner ends in a named location reached by error_page (its upstream's 502, intercepted): its final write still wakes the duplicate waiting on its claim's route, with the fallback's answer
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- init
+bg('owner7', 'pe-7', '/w', '--data', 'x=1');
+IdemWait::owner_in('pe-7');
+IdemWait::release_when('pe-7', \&IdemWait::watched, 1);
+--- config
+    location /w {
+        idem on;
+        idem_call_id_missing reject;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_wait 20s;
+        proxy_intercept_errors on;
+        error_page 502 = @fb;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1/status/502/1;
+    }
+    location @fb {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request
+POST /w
+x=1
+--- more_headers
+X-Call-Id: pe-7
+--- error_code: 200
+--- response_headers
+Idempotent-Replayed: true
+--- response_body_like chomp
+\An=1 [^\n]*\nn=2 [^\n]*\n\z
+--- error_log
+idem dedupe: "pe-7" woken by its owner's final write
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: ... the owner's own client got the fallback's answer; its upstream ran once, the fallback once
+--- init
+Test::More::like(done('owner7'), qr{\AHTTP/1\.1 200 .*\r\n\r\nn=1 [^\n]*\nn=2 }s,
+                 "the owner's answer: the fallback's");
+--- config
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request
+GET /log/pe-7
+--- response_body_like chomp
+\An=1 [^\n]*\nn=2 [^\n]*\n\z
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: the owner ends in the location its upstream's X-Accel-Redirect names: its final write still wakes the duplicate waiting on its claim's route, with that location's answer
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- init
+bg('owner9', 'px-9', '/x', '--data', 'x=1');
+IdemWait::owner_in('px-9');
+IdemWait::release_when('px-9', \&IdemWait::watched, 1);
+--- config
+    location /x {
+        idem on;
+        idem_call_id_missing reject;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_wait 20s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/accel;
+    }
+    location /accel {
+        add_header X-Accel-Redirect /moved;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
+    }
+    location /moved {
+        internal;
+        return 200 "moved\n";
+    }
+--- request
+POST /x
+x=1
+--- more_headers
+X-Call-Id: px-9
+--- error_code: 200
+--- response_headers
+Idempotent-Replayed: true
+--- response_body
+moved
+--- error_log
+idem dedupe: "px-9" woken by its owner's final write
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: ... the owner's own client got the redirect's answer; the upstream ran once
+--- init
+Test::More::like(done('owner9'), qr{\AHTTP/1\.1 200 .*\r\n\r\nmoved\n\z}s,
+                 "the owner's answer: the redirect's");
+--- config
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request
+GET /log/px-9
+--- response_body_like chomp
+\An=1 [^\n]*\n\z
 --- no_error_log
 [error]

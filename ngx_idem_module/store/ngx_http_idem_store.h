@@ -30,6 +30,17 @@ typedef struct {
 
 
 /*
+ * A kind of durable claim, as routes ask for it: its replicas and its
+ * WAIT's timeout.  Each kind has a connection of its own to each node, so
+ * that one kind's WAIT never holds up another's claims.
+ */
+typedef struct {
+    ngx_uint_t                 replicas;
+    ngx_msec_t                 wait;
+} ngx_http_idem_store_durable_t;
+
+
+/*
  * Where the store is, from "idem_redis ADDR [db=N] [password=S] ...",
  * "idem_redis cluster ADDR ..." or "idem_redis sentinel=NAME ADDR ...".
  */
@@ -47,7 +58,8 @@ typedef struct {
     ngx_msec_t                 connect_timeout;
     ngx_msec_t                 timeout;        /* reads: answer within */
     ngx_uint_t                 max_pending;    /* outstanding commands */
-    ngx_flag_t                 durable;        /* some claims are durable */
+    ngx_array_t               *durable;        /* the kinds of durable
+                                                  claims, NULL: none */
     ngx_str_t                  wake;           /* the channel of final
                                                   writes, empty: no route
                                                   waits (watch) */
@@ -146,10 +158,10 @@ typedef void (*ngx_http_idem_store_known_pt)(void *data, ngx_int_t rc);
  * owned:
  * written only if the record's claim is this execution's (token), else
  * not at all: the execution's claim got no answer, it may have been made
- * or not (wait: that claim was durable, with this WAIT timeout: the write
- * goes after it, on its connection); final: the last write of the
- * execution that owns the call's claim, its fields and the expiry in one
- * command, after which its waiters may be told.
+ * or not (wait: that claim was durable, for these replicas with this WAIT
+ * timeout: the write goes after it, on its connection); final: the last
+ * write of the execution that owns the call's claim, its fields and the
+ * expiry in one command, after which its waiters may be told.
  */
 typedef struct {
     ngx_str_t                  key;
@@ -158,6 +170,7 @@ typedef struct {
     ngx_uint_t                 nfields;        /* strings, 2 a field */
     ngx_msec_t                 ttl;
     ngx_uint_t                 max_executions;
+    ngx_uint_t                 replicas;       /* owned: the claim's */
     ngx_msec_t                 wait;           /* owned, 0: not durable */
     ngx_str_t                  wake;           /* a final write: the
                                                   channel its waiters hear

@@ -149,8 +149,9 @@ ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
 void
 ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
 {
-    ngx_uint_t              i;
-    ngx_http_idem_redis_t  *rd;
+    ngx_uint_t                   i;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *durable, *next;
 
     rd = &ngx_http_idem_redis;
 
@@ -186,8 +187,9 @@ ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
     /* every callback has run: nothing refers to the nodes any more */
 
     for (i = 0; i < rd->nnodes; i++) {
-        if (rd->nodes[i]->durable != NULL) {
-            ngx_free(rd->nodes[i]->durable);
+        for (durable = rd->nodes[i]->durable; durable; durable = next) {
+            next = durable->next;
+            ngx_free(durable);
         }
 
         ngx_free(rd->nodes[i]);
@@ -285,14 +287,16 @@ ngx_http_idem_redis_lazy(ngx_uint_t lazy)
 
 
 /*
- * The reads that follow are durable claims (wait: their WAIT's timeout,
- * 0: the others): they go on the nodes' second connections.
+ * The reads that follow are durable claims (for so many replicas, wait:
+ * their WAIT's timeout, 0: the others): they go on the nodes' connections
+ * for that kind of claim.
  */
 
 void
-ngx_http_idem_redis_durable(ngx_msec_t wait)
+ngx_http_idem_redis_durable(ngx_uint_t replicas, ngx_msec_t wait)
 {
     ngx_http_idem_redis.durable = wait;
+    ngx_http_idem_redis.replicas = wait ? replicas : 0;
 }
 
 

@@ -16,12 +16,16 @@
  * a batch's claims, and its WAIT, are on one connection, and a claim whose
  * connection is lost before its WAIT left is not durable.
  *
- * The WAIT asks for the most replicas any claim of the batch needs,
- * within the longest timeout of theirs; each claim reads the answer
- * against its own replicas (a claim for 1 holds where the replicas were
- * 1 of 2), and its own timer (its timeout and the store's) ends its
- * wait.  A claim whose request went meanwhile is cancelled (done): it is
- * freed with its batch.
+ * A connection takes one kind of durable claim only (replicas, timeout:
+ * redis_node.c has one for each kind the routes ask for), and its WAIT
+ * asks for exactly those: a claim's answer never depends on the claims
+ * of another kind, which neither share its WAIT nor queue behind theirs
+ * (a WAIT for 2 replicas within 3 s held up every claim for 1 within
+ * 500 ms behind it, on one connection, until their own timers ran out).
+ * A claim may wait for one WAIT of its own kind in flight, at most its
+ * timeout.  Its own timer (its timeout and the store's) ends its wait.
+ * A claim whose request went meanwhile is cancelled (done): it is freed
+ * with its batch.
  */
 
 
@@ -151,8 +155,7 @@ ngx_http_idem_redis_batch_flush(ngx_event_t *ev)
 
     u_char                        n[NGX_INT_T_LEN], ms[NGX_INT_T_LEN];
     size_t                        lens[3];
-    ngx_msec_t                    wait;
-    ngx_uint_t                    replicas, count;
+    ngx_uint_t                    count;
     ngx_queue_t                  *q, *next;
     const char                   *argv[3];
     ngx_http_idem_redis_t        *rd;
@@ -166,10 +169,8 @@ ngx_http_idem_redis_batch_flush(ngx_event_t *ev)
         return;
     }
 
-    /* what the claims still waiting need; the cancelled ones go */
+    /* the claims still waiting; the cancelled ones go */
 
-    replicas = 0;
-    wait = 0;
     count = 0;
 
     for (q = ngx_queue_head(&b->next);
@@ -186,8 +187,6 @@ ngx_http_idem_redis_batch_flush(ngx_event_t *ev)
             continue;
         }
 
-        replicas = ngx_max(replicas, op->replicas);
-        wait = ngx_max(wait, op->wait);
         count++;
     }
 
@@ -206,13 +205,13 @@ ngx_http_idem_redis_batch_flush(ngx_event_t *ev)
     argv[0] = "WAIT";
     lens[0] = sizeof("WAIT") - 1;
     argv[1] = (const char *) n;
-    lens[1] = ngx_sprintf(n, "%ui", replicas) - n;
+    lens[1] = ngx_sprintf(n, "%ui", node->replicas) - n;
     argv[2] = (const char *) ms;
-    lens[2] = ngx_sprintf(ms, "%M", wait) - ms;
+    lens[2] = ngx_sprintf(ms, "%M", node->wait) - ms;
 
     ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
                    "idem redis: WAIT %ui %M on \"%V\" for %ui claims",
-                   replicas, wait, &node->name, count);
+                   node->replicas, node->wait, &node->name, count);
 
     if (ngx_http_idem_redis_node_command(node,
                                          ngx_http_idem_redis_batch_waited,

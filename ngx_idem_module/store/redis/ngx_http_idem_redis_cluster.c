@@ -318,10 +318,11 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
         }
     }
 
-    /* a durable claim goes on that node's connection for them */
+    /* a durable claim goes on that node's connection for its kind */
 
     if (op->wait) {
-        node = ngx_http_idem_redis_durable_node(rd, node);
+        node = ngx_http_idem_redis_durable_node(rd, node, op->replicas,
+                                                op->wait);
 
         if (!ngx_http_idem_redis_node_takes(node)) {
             return NGX_ERROR;

@@ -119,9 +119,9 @@ struct ngx_http_idem_store_op_s {
     ngx_http_idem_redis_script_t    *upgrade;    /* WRONGTYPE: run by it */
     void                            *ext;        /* the caller's */
 
-    /* durable: the nodes' second connections, and the WAIT's timeout */
+    /* durable: its kind's connections to the nodes, and its WAIT's */
     ngx_msec_t                       wait;       /* 0: not durable */
-    ngx_uint_t                       replicas;   /* in a batch: needed */
+    ngx_uint_t                       replicas;   /* needed */
     ngx_http_idem_redis_node_t      *node;       /* the one that answered */
 
     /*
@@ -184,12 +184,17 @@ struct ngx_http_idem_redis_node_s {
     void                            *data;
 
     /*
-     * A data node's second connection, for durable claims only: their
-     * WAIT blocks the connection it is sent on, and must not hold up the
-     * other commands.  It follows its node (address, connect, close).
+     * A data node's connections for durable claims only, one for each
+     * kind (replicas, timeout) the routes ask for: a WAIT blocks the
+     * connection it is sent on, and must hold up neither the other
+     * commands nor the claims of another kind.  They follow their node
+     * (address, connect, close).
      */
-    ngx_http_idem_redis_node_t      *durable;
+    ngx_http_idem_redis_node_t      *durable;    /* the first */
     ngx_http_idem_redis_node_t      *main;       /* durable's: its node */
+    ngx_http_idem_redis_node_t      *next;       /* durable's: the next */
+    ngx_uint_t                       replicas;   /* durable's: its kind */
+    ngx_msec_t                       wait;
     ngx_http_idem_redis_batch_t      batch;      /* its claims' WAITs */
 
     u_char                           name_buf[NGX_HTTP_IDEM_REDIS_NAME_LEN];
@@ -245,6 +250,7 @@ struct ngx_http_idem_redis_s {
     unsigned                         lazy:1;     /* reads: may wait */
 
     ngx_msec_t                       durable;    /* reads: durable, WAIT */
+    ngx_uint_t                       replicas;   /* ... for so many */
 };
 
 
@@ -263,7 +269,8 @@ ngx_int_t ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
     size_t *lens, ngx_uint_t now);
 void ngx_http_idem_redis_node_answered(ngx_http_idem_redis_node_t *node);
 ngx_http_idem_redis_node_t *ngx_http_idem_redis_durable_node(
-    ngx_http_idem_redis_t *rd, ngx_http_idem_redis_node_t *node);
+    ngx_http_idem_redis_t *rd, ngx_http_idem_redis_node_t *node,
+    ngx_uint_t replicas, ngx_msec_t wait);
 
 /* ngx_http_idem_redis_batch.c */
 ngx_int_t ngx_http_idem_redis_batch_add(ngx_http_idem_store_op_t *op,
@@ -296,7 +303,7 @@ ngx_int_t ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_idem_redis_script_t *upgrade);
 ngx_int_t ngx_http_idem_redis_room(ngx_uint_t n);
 void ngx_http_idem_redis_lazy(ngx_uint_t lazy);
-void ngx_http_idem_redis_durable(ngx_msec_t wait);
+void ngx_http_idem_redis_durable(ngx_uint_t replicas, ngx_msec_t wait);
 
 /* ngx_http_idem_redis_cluster.c */
 ngx_int_t ngx_http_idem_redis_cluster_init(ngx_http_idem_redis_t *rd,

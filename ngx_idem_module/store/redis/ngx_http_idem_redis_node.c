@@ -16,6 +16,7 @@
 
 
 static void ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node);
+static void ngx_http_idem_redis_node_free(ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_node_handshake(
     ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_connect_failed(
@@ -37,14 +38,16 @@ static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
 
 /*
  * A connection of this worker's store; it lives as long as the process.
- * A data node gets its second connection for durable claims when some
- * route has them.
+ * A data node gets a connection more for each kind of durable claim the
+ * routes ask for.
  */
 
 ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
 {
-    ngx_http_idem_redis_node_t  *node, *durable;
+    ngx_uint_t                      i;
+    ngx_http_idem_redis_node_t     *node, *durable, **last;
+    ngx_http_idem_store_durable_t  *kind;
 
     if (rd->nnodes == NGX_HTTP_IDEM_REDIS_MAX_NODES) {
         ngx_log_error(NGX_LOG_ERR, rd->log, 0,
@@ -58,18 +61,33 @@ ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
         return NULL;
     }
 
-    if (role == NGX_HTTP_IDEM_REDIS_DATA && rd->conf->durable) {
+    if (role == NGX_HTTP_IDEM_REDIS_DATA && rd->conf->durable != NULL) {
 
-        /* not one of rd->nodes: the modes never route to it */
+        /* not among rd->nodes: the modes never route to them */
 
-        durable = ngx_http_idem_redis_node_alloc(rd, role);
-        if (durable == NULL) {
-            ngx_free(node);
-            return NULL;
+        kind = rd->conf->durable->elts;
+        last = &node->durable;
+
+        for (i = 0; i < rd->conf->durable->nelts; i++) {
+            durable = ngx_http_idem_redis_node_alloc(rd, role);
+            if (durable == NULL) {
+                while (node->durable) {
+                    durable = node->durable;
+                    node->durable = durable->next;
+                    ngx_free(durable);
+                }
+
+                ngx_free(node);
+                return NULL;
+            }
+
+            durable->main = node;
+            durable->replicas = kind[i].replicas;
+            durable->wait = kind[i].wait;
+
+            *last = durable;
+            last = &durable->next;
         }
-
-        durable->main = node;
-        node->durable = durable;
     }
 
     rd->nodes[rd->nnodes++] = node;
@@ -141,8 +159,9 @@ ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
 void
 ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
 {
-    redisAsyncContext      *ac;
-    ngx_http_idem_redis_t  *rd;
+    redisAsyncContext           *ac;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *durable;
 
     rd = node->rd;
 
@@ -156,8 +175,10 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
         return;
     }
 
-    if (node->durable != NULL && node->durable->ac == NULL) {
-        ngx_http_idem_redis_node_follow(node->durable);
+    for (durable = node->durable; durable; durable = durable->next) {
+        if (durable->ac == NULL) {
+            ngx_http_idem_redis_node_follow(durable);
+        }
     }
 
     if (node->reconnect_ev.timer_set) {
@@ -284,21 +305,30 @@ ngx_http_idem_redis_node_handshake(ngx_http_idem_redis_node_t *node)
 
 
 /*
- * The connection for the durable claims of a node, NULL: none.  One that
- * stopped trying (its cluster node served no slot a while) starts again.
+ * The connection of a node for one kind of durable claim, NULL: none.
+ * One that stopped trying (its cluster node served no slot a while)
+ * starts again.
  */
 
 ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_durable_node(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_redis_node_t *node)
+    ngx_http_idem_redis_node_t *node, ngx_uint_t replicas, ngx_msec_t wait)
 {
     ngx_http_idem_redis_node_t  *durable;
 
-    if (node == NULL || node->durable == NULL) {
+    if (node == NULL) {
         return NULL;
     }
 
-    durable = node->durable;
+    for (durable = node->durable; durable; durable = durable->next) {
+        if (durable->replicas == replicas && durable->wait == wait) {
+            break;
+        }
+    }
+
+    if (durable == NULL) {
+        return NULL;
+    }
 
     if (durable->ac == NULL && !durable->reconnect_ev.timer_set
         && ngx_http_idem_redis_node_takes(node) && !rd->closing)
@@ -326,9 +356,10 @@ ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node)
     node->db = main->db;
     node->name = main->name;
 
-    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, node->rd->log, 0,
-                   "idem redis: a connection for durable claims to \"%V\"",
-                   &node->name);
+    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, node->rd->log, 0,
+                   "idem redis: a connection for durable claims to \"%V\", "
+                   "%ui replicas in %M ms", &node->name, node->replicas,
+                   node->wait);
 
     ngx_http_idem_redis_node_connect(node);
 }
@@ -596,12 +627,13 @@ ngx_http_idem_redis_node_drop(ngx_http_idem_redis_node_t *node)
 void
 ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node)
 {
-    redisAsyncContext  *ac;
+    redisAsyncContext           *ac;
+    ngx_http_idem_redis_node_t  *durable;
 
-    /* its connection for durable claims too, whatever state it is in */
+    /* its connections for durable claims too, whatever state they are in */
 
-    if (node->durable != NULL) {
-        ngx_http_idem_redis_node_close(node->durable);
+    for (durable = node->durable; durable; durable = durable->next) {
+        ngx_http_idem_redis_node_close(durable);
     }
 
     if (node->connect_ev.timer_set) {
@@ -641,30 +673,41 @@ void
 ngx_http_idem_redis_free_all(ngx_http_idem_redis_t *rd)
 {
     ngx_uint_t                   i;
-    redisAsyncContext           *ac;
-    ngx_http_idem_redis_node_t  *node;
+    ngx_http_idem_redis_node_t  *durable;
 
-    for (i = 0; i < 2 * rd->nnodes; i++) {
+    /* every node, then their connections for durable claims */
 
-        /* every node, then their connections for durable claims */
-
-        node = (i < rd->nnodes) ? rd->nodes[i]
-                                : rd->nodes[i - rd->nnodes]->durable;
-
-        if (node == NULL || node->ac == NULL) {
-            continue;
-        }
-
-        ac = node->ac;
-
-        node->dropping = 1;
-        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
-
-        redisAsyncFree(ac);
-
-        node->ac = NULL;
-        node->dropping = 0;
+    for (i = 0; i < rd->nnodes; i++) {
+        ngx_http_idem_redis_node_free(rd->nodes[i]);
     }
+
+    for (i = 0; i < rd->nnodes; i++) {
+        for (durable = rd->nodes[i]->durable; durable; durable = durable->next)
+        {
+            ngx_http_idem_redis_node_free(durable);
+        }
+    }
+}
+
+
+static void
+ngx_http_idem_redis_node_free(ngx_http_idem_redis_node_t *node)
+{
+    redisAsyncContext  *ac;
+
+    if (node->ac == NULL) {
+        return;
+    }
+
+    ac = node->ac;
+
+    node->dropping = 1;
+    node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+
+    redisAsyncFree(ac);
+
+    node->ac = NULL;
+    node->dropping = 0;
 }
 
 

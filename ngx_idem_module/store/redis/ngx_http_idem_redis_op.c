@@ -60,6 +60,7 @@ ngx_http_idem_redis_op_create(ngx_http_idem_redis_t *rd,
 
     op->ext = ext ? (void *) &op[1] : NULL;
     op->wait = rd->durable;
+    op->replicas = rd->replicas;
 
     op->timeout.handler = ngx_http_idem_redis_read_timeout;
     op->timeout.data = op;
@@ -206,7 +207,7 @@ ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op)
 
 /*
  * An op to its node: the one Redis, or the node that holds its slot; a
- * durable one to that node's connection for durable claims.
+ * durable one to that node's connection for its kind of durable claims.
  */
 
 ngx_int_t
@@ -220,7 +221,8 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
         node = rd->node;
 
         if (op->wait) {
-            node = ngx_http_idem_redis_durable_node(rd, node);
+            node = ngx_http_idem_redis_durable_node(rd, node,
+                                                    op->replicas, op->wait);
         }
 
         if (ngx_http_idem_redis_accept(rd, node, 1) != NGX_OK) {
@@ -247,7 +249,8 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
     }
 
     if (op->wait) {
-        node = ngx_http_idem_redis_durable_node(rd, node);
+        node = ngx_http_idem_redis_durable_node(rd, node, op->replicas,
+                                                op->wait);
     }
 
     /* no node for the slot counts as one that is down */

@@ -204,11 +204,11 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
      * goes out.  Lost or not, the write stands: waiters poll at last.
      */
 
-    ngx_http_idem_redis_durable(w->owned ? w->wait : 0);
+    ngx_http_idem_redis_durable(w->replicas, w->owned ? w->wait : 0);
 
     (void) ngx_http_idem_redis_publish(&w->wake, &w->key);
 
-    ngx_http_idem_redis_durable(0);
+    ngx_http_idem_redis_durable(0, 0);
 
     return NGX_OK;
 }
@@ -459,12 +459,12 @@ ngx_http_idem_redis_write_last(ngx_http_idem_store_write_t *w)
     }
 
     ngx_http_idem_redis_lazy(1);
-    ngx_http_idem_redis_durable(w->owned ? w->wait : 0);
+    ngx_http_idem_redis_durable(w->replicas, w->owned ? w->wait : 0);
 
     op = ngx_http_idem_redis_read(script, argc, argv, handler, NULL,
                                   sizeof(ngx_http_idem_redis_first_t));
 
-    ngx_http_idem_redis_durable(0);
+    ngx_http_idem_redis_durable(0, 0);
     ngx_http_idem_redis_lazy(0);
 
     if (argv != argv_buf) {
@@ -765,14 +765,15 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
         ngx_str_set(&argv[7], "-");
     }
 
-    ngx_http_idem_redis_durable(claim->replicas ? claim->wait : 0);
+    ngx_http_idem_redis_durable(claim->replicas,
+                                claim->replicas ? claim->wait : 0);
 
     op = ngx_http_idem_redis_read(&ngx_http_idem_redis_take_lua, 8, argv,
                                   ngx_http_idem_redis_claim_verdict, NULL,
                                   sizeof(ngx_http_idem_redis_claim_t)
                                   + claim->key.len);
 
-    ngx_http_idem_redis_durable(0);
+    ngx_http_idem_redis_durable(0, 0);
 
     if (op == NULL) {
         return NULL;
