@@ -13,9 +13,10 @@
  * cleanup, as limit_conn does, so that a worker of an older configuration
  * releases what it took in a zone a reload kept), and, when the zone has
  * a rate, the leaky bucket's excess (as limit_req, in thousandths of a
- * resend).  A reload that keeps the zone's size keeps its nodes; one that
- * resizes it starts a new zone, as nginx does with any zone, and the old
- * workers release into the old one.
+ * resend, leaked for all the time since its last resend).  A reload that
+ * keeps the zone's size keeps its nodes; one that resizes it starts a new
+ * zone, as nginx does with any zone, and the old workers release into the
+ * old one.
  */
 
 
@@ -53,8 +54,8 @@ typedef struct {
 typedef struct {
     ngx_http_idem_resend_shctx_t     *sh;
     ngx_slab_pool_t                  *shpool;
-    ngx_uint_t                        rate;     /* resends per 1000 s,
-                                                   0: no rate */
+    uint64_t                          rate;     /* thousandths of a resend
+                                                   a minute, 0: no rate */
     ngx_http_complex_value_t          key;
     ngx_str_t                         name;
 } ngx_http_idem_resend_zone_t;
@@ -118,7 +119,7 @@ ngx_http_idem_resend_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     size_t                             len;
     ssize_t                            size;
     ngx_str_t                         *value, name, s;
-    ngx_int_t                          rate, scale;
+    ngx_int_t                          rate, per_minute;
     ngx_uint_t                         i;
     ngx_shm_zone_t                    *shm_zone;
     ngx_http_idem_resend_zone_t       *zone;
@@ -143,7 +144,7 @@ ngx_http_idem_resend_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
 
     size = 0;
     rate = 0;
-    scale = 1;
+    per_minute = 60;
     ngx_str_null(&name);
 
     for (i = 2; i < cf->args->nelts; i++) {
@@ -193,11 +194,11 @@ ngx_http_idem_resend_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
             p = value[i].data + len - 3;
 
             if (len > 8 && ngx_strncmp(p, "r/s", 3) == 0) {
-                scale = 1;
+                per_minute = 60;
                 len -= 3;
 
             } else if (len > 8 && ngx_strncmp(p, "r/m", 3) == 0) {
-                scale = 60;
+                per_minute = 1;
                 len -= 3;
 
             } else {
@@ -234,7 +235,9 @@ ngx_http_idem_resend_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
         return NGX_CONF_ERROR;
     }
 
-    zone->rate = rate * 1000 / scale;
+    /* a minute's: 1r/m leaks one resend in 60 s exactly, not in 62.5 */
+
+    zone->rate = (uint64_t) rate * per_minute * 1000;
     zone->name = name;
 
     shm_zone = ngx_shared_memory_add(cf, &name, size,
@@ -569,9 +572,9 @@ ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_int_t                        rc;
     ngx_str_t                        key;
     ngx_msec_t                       now;
+    int64_t                          ms;
     ngx_int_t                        e;
     ngx_uint_t                       excess, fresh;
-    ngx_msec_int_t                   ms;
     ngx_pool_cleanup_t              *cln;
     ngx_http_idem_loc_conf_t        *ilcf;
     ngx_http_idem_resend_zone_t     *zone;
@@ -702,11 +705,15 @@ ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         if (excess > limit->burst) {
             rc = NGX_BUSY;
 
-            /* until the bucket has leaked room for one more */
+            /*
+             * Until the bucket has leaked room for one more, rounded up:
+             * a resend sent after Retry-After goes on
+             */
 
-            ms = (ngx_msec_int_t) ((excess - limit->burst) * 1000
-                                   / zone->rate);
-            ctx->resend.retry_after = ngx_max((ms + 999) / 1000, 1);
+            ms = (int64_t) ((excess - limit->burst) * 60000 + zone->rate - 1)
+                 / (int64_t) zone->rate;
+
+            ctx->resend.retry_after = (time_t) ngx_max((ms + 999) / 1000, 1);
         }
     }
 
@@ -1063,30 +1070,39 @@ ngx_http_idem_resend_cleanup(void *data)
 
 
 /*
- * The bucket's excess now, leaked since its last resend (locked); below
- * zero when it leaked more than it held: as limit_req, a resend adds its
- * 1000 to that before the bucket is clamped at empty.
+ * The bucket's excess now, leaked for all the time since its last resend
+ * (locked); below zero when it leaked more than it held: as limit_req, a
+ * resend adds its 1000 to that before the bucket is clamped at empty.
  */
 
 static ngx_int_t
 ngx_http_idem_resend_leak(ngx_http_idem_resend_zone_t *zone,
     ngx_http_idem_resend_node_t *node, ngx_msec_t now)
 {
-    ngx_msec_int_t  ms;
+    int64_t  ms, empty;
 
     ms = (ngx_msec_int_t) (now - node->last);
 
-    /* a clock that went back leaks nothing; a long idle, all there is */
+    /* another worker's clock, a little behind this one's, leaks nothing */
 
     if (ms < 0) {
         ms = 0;
     }
 
-    if (ms > NGX_HTTP_IDEM_RESEND_IDLE) {
-        ms = NGX_HTTP_IDEM_RESEND_IDLE;
+    /*
+     * Past the time that empties the bucket and leaks one resend more,
+     * the result is the same once clamped: it bounds the product below
+     */
+
+    empty = ((int64_t) node->excess + 1000) * 60000 / (int64_t) zone->rate
+            + 1;
+
+    if (ms > empty) {
+        ms = empty;
     }
 
-    return (ngx_int_t) node->excess - (ngx_int_t) (zone->rate * ms / 1000);
+    return (ngx_int_t) node->excess
+           - (ngx_int_t) ((int64_t) zone->rate * ms / 60000);
 }
 
 

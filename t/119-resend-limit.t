@@ -7,17 +7,32 @@
 # no waiter slot taken.  First calls are never limited
 # nor counted.  The limits are counted per key (an IP, a header) in a
 # shared zone; an empty key is not limited.  The rates here are per
-# minute, so that no bucket leaks during a block.  Two workers and
-# reloads: t/121.  nginx -t's refusals: t/005.
+# minute, so that no bucket leaks during a block; a refusal's Retry-After
+# at 1r/m is 60 at most (one resend a minute, exactly).  TEST 12 waits a
+# minute and more for real: a bucket leaks for as long as it was idle.
+# Two workers and reloads: t/121.  nginx -t's refusals: t/005.
 
 use lib 't/lib';
 use IdemBg qw(bg done);
 use IdemWait ();
+use Time::HiRes ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): fixed call ids and exact counters.
 
 END { IdemBg::stop_all() }
+
+# one POST of call id $id: its status, its Retry-After, when it was sent
+# and when its answer came
+sub post {
+    my ($path, $id) = @_;
+    my $sent = Time::HiRes::time();
+    my $res = `curl -s -i -H 'X-Call-Id: $id' --data x=1 http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}$path`;
+    my ($code) = $res =~ m{^HTTP/1\.1 (\d+)};
+    my ($ra) = $res =~ m{^Retry-After: (\d+)}mi;
+    return { code => $code // 0, ra => $ra, sent => $sent,
+             got => Time::HiRes::time() };
+}
 
 no_long_string();
 check_accum_error_log();
@@ -54,7 +69,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 [200, 200, 200, 429, 200, 429, 200]
 --- response_headers_like eval
 ["", "Idempotent-Replayed: true", "Idempotent-Replayed: true",
- "Retry-After: (?:59|6[0-3])\nContent-Type: application/problem\\+json",
+ "Retry-After: (?:5[89]|60)\nContent-Type: application/problem\\+json",
  "", "Retry-After: \\d+", ""]
 --- response_body_like eval
 ["^n=1 ", "^n=1 ", "^n=1 ", '"type":"urn:ngx-idem:problem:too-many-resends"',
@@ -93,7 +108,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 [200, 200, 429, 200, 200]
 --- response_headers_like eval
 ["", "Idempotent-Replayed: true",
- "Retry-After: (?:59|6[0-3])\nContent-Type: application/problem\\+json\nCache-Control: no-store\nX-Call-Id: rl-3",
+ "Retry-After: (?:5[89]|60)\nContent-Type: application/problem\\+json\nCache-Control: no-store\nX-Call-Id: rl-3",
  "", ""]
 --- response_body_like eval
 ["^n=1 ", "^n=1 ",
@@ -315,7 +330,7 @@ X-Call-Id: rl-10
 --- error_code eval
 [200, 200, 429, 200, 429, 200, 200, 200]
 --- response_headers_like eval
-["", "", "Retry-After: (?:59|6[0-3])\nContent-Type: application/problem\\+json",
+["", "", "Retry-After: (?:5[89]|60)\nContent-Type: application/problem\\+json",
  "", "Retry-After: \\d+", "", "", ""]
 --- response_body_like eval
 ["^n=1 ", '\nn=2 [^\n]*\n$', "too-many-resends", "^n=1 ",
@@ -399,3 +414,55 @@ X-Api-Key: h
 --- no_error_log
 [error]
 [alert]
+
+
+
+=== TEST 12: rate=1r/m: Retry-After is true (a resend sent then goes on), and a bucket idle past a minute leaks for all that time; this block waits about 63 s
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_resend_limit_zone $binary_remote_addr zone=ip:1m rate=1r/m;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        idem_resend_limit zone=ip burst=1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+my @r = map { post('/pay', 'rl-19') } 1 .. 4;
+Test::More::is(join(' ', map { $_->{code} } @r), '200 200 200 429',
+               'a first call, two resends (burst=1), then 429');
+my ($b, $c) = @r[2, 3];
+# the bucket holds one resend more than its burst: a minute of leak, less
+# the time since the last resend counted
+my $ra = $c->{ra} // 0;
+Test::More::ok($ra <= 60 && $ra >= int(60 - ($c->{got} - $b->{sent})),
+               "Retry-After $ra: a minute at most, less what has leaked");
+# a resend after Retry-After, and more than a minute after the last one
+# counted: the bucket leaked for all that time, not for a minute only
+my $until = $b->{got} + 63;
+$until = $c->{got} + $ra if $c->{got} + $ra > $until;
+Time::HiRes::sleep($until - Time::HiRes::time());
+my $d = post('/pay', 'rl-19');
+Test::More::is($d->{code}, 200, 'a resend after Retry-After goes on');
+my $e = post('/pay', 'rl-19');
+Test::More::is($e->{code}, 429, 'the next one, at once: 429');
+# what the bucket holds now: two resends, less the leak of the idle time
+# (more than 60 s) since the second one
+my $ra_e = $e->{ra} // 0;
+my ($lo, $hi) = (int(120 - ($e->{got} - $b->{sent})) - 1,
+                 int(120 - ($d->{sent} - $b->{got})) + 2);
+Test::More::ok($ra_e >= $lo && $ra_e <= $hi && $ra_e < 60,
+               "Retry-After $ra_e: 120 s less the idle time ($lo to $hi)");
+--- request
+POST /pay
+x=1
+--- more_headers
+X-Call-Id: rl-19
+--- error_code: 429
+--- no_error_log
+[error]
+
