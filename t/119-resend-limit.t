@@ -10,17 +10,44 @@
 # minute, so that no bucket leaks during a block; a refusal's Retry-After
 # at 1r/m is 60 at most (one resend a minute, exactly).  TEST 12 waits a
 # minute and more for real: a bucket leaks for as long as it was idle.
-# Two workers and reloads: t/121.  nginx -t's refusals: t/005.
+# Resends sent at once on a record-only route, each waiting for a paused
+# Redis of the test's own (t/lib/RedisFault.pm): TEST 13, 14.  Two
+# workers and reloads: t/121.  nginx -t's refusals: t/005.
 
 use lib 't/lib';
 use IdemBg qw(bg done);
 use IdemWait ();
+use RedisFault;
 use Time::HiRes ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): fixed call ids and exact counters.
 
-END { IdemBg::stop_all() }
+# Redis paused by TEST 13 and 14: started before their nginx, so that it
+# finds it at once
+RedisFault::start();
+
+END { IdemBg::stop_all(); RedisFault::stop() }
+
+# the status of a background call's answer (0: none)
+sub status_of { done($_[0]) =~ m{^HTTP/1\.1 (\d+)} ? $1 : 0 }
+
+# $n resends of call id $id sent at once (background calls "$name-1" ...)
+# while Redis is paused, each waiting for its arrival's reply or its read,
+# then Redis resumed: true when all $n were seen waiting
+sub resends_at_once {
+    my ($name, $id, $path, $key, $n) = @_;
+    my $waits = qr/idem resend: "\Q$id\E": waits for the store/;
+    my $before = IdemWait::log_count($waits);
+    RedisFault::pause();
+    bg("$name-$_", $id, $path, '--data', 'x=1', '-H', "X-Api-Key: $key")
+        for 1 .. $n;
+    my $all = IdemWait::wait_for("$n resends of $id waiting for Redis",
+        sub { IdemWait::log_count($waits) >= $before + $n });
+    RedisFault::resume();
+    return Test::More::ok($all, "$n resends of $id at once, each waiting "
+                                . 'for Redis');
+}
 
 # one POST of call id $id: its status, its Retry-After, when it was sent
 # and when its answer came
@@ -466,3 +493,95 @@ X-Call-Id: rl-19
 --- no_error_log
 [error]
 
+
+
+=== TEST 13: a record-only route, concurrent=1: ten resends at once (Redis slow) run one at the backend, the other nine get 429
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_FAULT_PORT timeout=30s;
+    idem_resend_limit_zone $http_x_api_key zone=keys:1m;
+--- config
+    location /first {
+        idem on;
+        idem_record on;
+        idem_call_id_missing reject;
+        idem_resend_limit zone=keys concurrent=1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /rec {
+        idem on;
+        idem_record on;
+        idem_call_id_missing reject;
+        idem_resend_limit zone=keys concurrent=1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/20;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} flushall >/dev/null");
+IdemWait::log_ok('nginx connected to its Redis',
+                 qr/idem: redis "[^"]*": connected/);
+my $first = post('/first', 'rl-17');
+Test::More::is($first->{code}, 200, 'the first call');
+resends_at_once('c17', 'rl-17', '/rec', 'c', 10);
+# each resend answered, or held at the backend (a run of it)
+my %done;
+IdemWait::wait_for('each resend answered or at the backend', sub {
+    $done{$_} = 1 for grep { !$done{$_} && !IdemBg::running("c17-$_") }
+                       1 .. 10;
+    keys(%done) + IdemWait::backend_runs('rl-17') - 1 >= 10;
+});
+Test::More::is(IdemWait::backend_runs('rl-17'), 2,
+               'one resend ran at the backend (beside the first call)');
+my @refused = map { status_of("c17-$_") } sort keys %done;
+Test::More::is("@refused", join(' ', (429) x 9), 'the other nine: 429');
+IdemWait::release('rl-17');
+my @ran = map { status_of("c17-$_") } grep { !$done{$_} } 1 .. 10;
+Test::More::is("@ran", '200', 'the one that ran: 200');
+--- request
+POST /rec
+x=1
+--- more_headers
+X-Call-Id: rl-17
+X-Api-Key: c
+--- error_code: 200
+--- response_body_like chomp
+^n=1 [^\n]*\nn=2 [^\n]*\nn=3 [^\n]*\n$
+--- no_error_log
+[error]
+
+
+
+=== TEST 14: a record-only route, rate=1r/m burst=0: twenty resends at once (Redis slow): one goes on, nineteen get 429; the first call's count was given back
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_FAULT_PORT timeout=30s;
+    idem_resend_limit_zone $http_x_api_key zone=keys:1m rate=1r/m;
+--- config
+    location /rec {
+        idem on;
+        idem_record on;
+        idem_call_id_missing reject;
+        idem_resend_limit zone=keys burst=0;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} flushall >/dev/null");
+IdemWait::log_ok('nginx connected to its Redis',
+                 qr/idem: redis "[^"]*": connected/);
+# the first call through the limited route: a new id, not counted
+Test::More::is(`curl -s -o /dev/null -w '%{http_code}' -H 'X-Call-Id: rl-18' -H 'X-Api-Key: r' --data x=1 http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/rec`,
+               '200', 'the first call');
+resends_at_once('r18', 'rl-18', '/rec', 'r', 20);
+my @codes = sort map { status_of("r18-$_") } 1 .. 20;
+Test::More::is("@codes", join(' ', 200, (429) x 19),
+               'one resend went on, nineteen got 429');
+Test::More::is(IdemWait::backend_runs('rl-18'), 2,
+               'the first call and one resend ran');
+--- request
+POST /rec
+x=1
+--- more_headers
+X-Call-Id: rl-18
+X-Api-Key: r
+--- error_code: 429
+--- response_headers_like chomp
+Retry-After: (?:5[89]|60)
+--- no_error_log
+[error]
