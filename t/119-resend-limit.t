@@ -294,7 +294,7 @@ GET /log/rl-6
 
 
 
-=== TEST 8: the error log says one line per key and second at most: 20 refusals in a row, one or two lines (a second may turn)
+=== TEST 8: the error log says one line per key and second at most: 20 refusals in a row, no more lines than the seconds they spanned
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
     idem_resend_limit_zone $binary_remote_addr zone=ip:1m rate=1r/m;
@@ -309,13 +309,19 @@ GET /log/rl-6
     }
 --- init
 my $url = "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/pay";
-my @codes = map {
+my @codes;
+my $t0 = time;
+push @codes, map {
     `curl -s -o /dev/null -w '%{http_code}' -H 'X-Call-Id: rl-9' --data x=1 $url`
 } 1 .. 22;
+# the seconds the refusals spanned: on a loaded machine 22 curls may take
+# more than two
+my $secs = time - $t0 + 1;
 Test::More::is("@codes", join(' ', 200, 200, (429) x 20),
                'a first call, a resend, then 20 refused');
 my $n = IdemWait::log_count(qr/resend of call "rl-9" refused by idem_resend_limit_zone "ip": over its rate/);
-Test::More::ok($n >= 1 && $n <= 2, "$n line(s) for 20 refusals");
+Test::More::ok($n >= 1 && $n <= $secs,
+               "$n line(s) for 20 refusals over $secs second(s)");
 --- request
 POST /pay
 x=1
