@@ -1209,7 +1209,7 @@ ngx_http_idem_new_round(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
 __attribute__((weak)) ngx_int_t
 ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
-    ngx_uint_t force)
+    ngx_uint_t tentative)
 {
     return NGX_OK;
 }

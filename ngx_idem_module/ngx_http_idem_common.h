@@ -530,6 +530,8 @@ typedef struct {
     ngx_int_t                 found;        /* the store's answer */
     ngx_http_idem_store_op_t *read_op;      /* a record read, at the cap */
     void                     *waiter;       /* the first write's */
+    void                     *count;        /* what it counted, to keep
+                                               or give back */
     ngx_event_t               resume_ev;
 
     unsigned                  checked:1;    /* the limit was asked once */

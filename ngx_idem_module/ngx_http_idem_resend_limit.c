@@ -13,9 +13,15 @@
  * cleanup, as limit_conn does, so that a worker of an older configuration
  * releases what it took in a zone a reload kept), and, when the zone has
  * a rate, the leaky bucket's excess (as limit_req, in thousandths of a
- * resend).  A reload that keeps the zone's size keeps its nodes; one that
- * resizes it starts a new zone, as nginx does with any zone, and the old
- * workers release into the old one.
+ * resend, leaked for all the time since its last resend).  A reload that
+ * keeps the zone's size keeps its nodes; one that resizes it starts a new
+ * zone, as nginx does with any zone, and the old workers release into the
+ * old one.
+ *
+ * On a record-only route a request is counted before the store says
+ * whether its id is known (its arrival's reply), so that resends sent at
+ * once cannot all pass one look at the zone; a new id gives its count
+ * back, as does a request that goes before the reply came.
  */
 
 
@@ -39,6 +45,8 @@ typedef struct {
     ngx_uint_t                        running;  /* resends not finished */
     time_t                            logged;   /* the last refusal logged */
     u_short                           len;
+    u_char                            counted;  /* a resend was: the next
+                                                   adds a whole one */
     u_char                            data[1];
 } ngx_http_idem_resend_node_t;
 
@@ -53,8 +61,8 @@ typedef struct {
 typedef struct {
     ngx_http_idem_resend_shctx_t     *sh;
     ngx_slab_pool_t                  *shpool;
-    ngx_uint_t                        rate;     /* resends per 1000 s,
-                                                   0: no rate */
+    uint64_t                          rate;     /* thousandths of a resend
+                                                   a minute, 0: no rate */
     ngx_http_complex_value_t          key;
     ngx_str_t                         name;
 } ngx_http_idem_resend_zone_t;
@@ -80,6 +88,10 @@ typedef struct {
 typedef struct {
     ngx_shm_zone_t                   *shm_zone;
     ngx_http_idem_resend_node_t      *node;
+    ngx_uint_t                        added;    /* to the excess */
+    unsigned                          first:1;  /* the key's first count */
+    unsigned                          tentative:1;  /* not known a resend:
+                                                   all of it given back */
 } ngx_http_idem_resend_cleanup_t;
 
 
@@ -96,8 +108,8 @@ static void ngx_http_idem_resend_free(ngx_http_idem_resend_zone_t *zone,
 static ngx_int_t ngx_http_idem_resend_leak(ngx_http_idem_resend_zone_t *zone,
     ngx_http_idem_resend_node_t *node, ngx_msec_t now);
 static void ngx_http_idem_resend_release(void *data);
-static ngx_uint_t ngx_http_idem_resend_room(ngx_http_idem_resend_zone_t *zone,
-    ngx_http_idem_resend_limit_t *limit, ngx_str_t *key);
+static void ngx_http_idem_resend_settle(ngx_http_idem_ctx_t *ctx,
+    ngx_uint_t known);
 static void ngx_http_idem_resend_written(void *data, ngx_int_t rc);
 static void ngx_http_idem_resend_read(void *data, ngx_int_t rc,
     ngx_http_idem_store_record_t *record);
@@ -118,7 +130,7 @@ ngx_http_idem_resend_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     size_t                             len;
     ssize_t                            size;
     ngx_str_t                         *value, name, s;
-    ngx_int_t                          rate, scale;
+    ngx_int_t                          rate, per_minute;
     ngx_uint_t                         i;
     ngx_shm_zone_t                    *shm_zone;
     ngx_http_idem_resend_zone_t       *zone;
@@ -143,7 +155,7 @@ ngx_http_idem_resend_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
 
     size = 0;
     rate = 0;
-    scale = 1;
+    per_minute = 60;
     ngx_str_null(&name);
 
     for (i = 2; i < cf->args->nelts; i++) {
@@ -193,11 +205,11 @@ ngx_http_idem_resend_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
             p = value[i].data + len - 3;
 
             if (len > 8 && ngx_strncmp(p, "r/s", 3) == 0) {
-                scale = 1;
+                per_minute = 60;
                 len -= 3;
 
             } else if (len > 8 && ngx_strncmp(p, "r/m", 3) == 0) {
-                scale = 60;
+                per_minute = 1;
                 len -= 3;
 
             } else {
@@ -234,7 +246,9 @@ ngx_http_idem_resend_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
         return NGX_CONF_ERROR;
     }
 
-    zone->rate = rate * 1000 / scale;
+    /* a minute's: 1r/m leaks one resend in 60 s exactly, not in 62.5 */
+
+    zone->rate = (uint64_t) rate * per_minute * 1000;
     zone->name = name;
 
     shm_zone = ngx_shared_memory_add(cf, &name, size,
@@ -556,22 +570,23 @@ ngx_http_idem_resend_rbtree_insert(ngx_rbtree_node_t *temp,
  * (or not limited here: no limit, an empty key); NGX_BUSY: refused,
  * ctx->resend.retry_after says when to come back; NGX_ERROR.  Asked once
  * per request: a duplicate that waits asks again for its claim, not here.
- * "force": counted, never refused (a record route's resend whose arrival
- * was written already, in a race with another worker's).
+ * "tentative": a record route's request whose id may yet turn out new,
+ * counted before its arrival is written; NGX_BUSY then refuses nothing
+ * (the record is read, and the limit asked again if the id is known), and
+ * ngx_http_idem_resend_settle() keeps or gives back what was counted.
  */
 
 ngx_int_t
 ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
-    ngx_uint_t force)
+    ngx_uint_t tentative)
 {
     size_t                           n;
     uint32_t                         hash;
-    ngx_int_t                        rc;
+    int64_t                          ms;
+    ngx_int_t                        e;
     ngx_str_t                        key;
     ngx_msec_t                       now;
-    ngx_int_t                        e;
-    ngx_uint_t                       excess, fresh;
-    ngx_msec_int_t                   ms;
+    ngx_uint_t                       excess, add;
     ngx_pool_cleanup_t              *cln;
     ngx_http_idem_loc_conf_t        *ilcf;
     ngx_http_idem_resend_zone_t     *zone;
@@ -621,8 +636,7 @@ ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     }
 
     rc_data = cln->data;
-    rc_data->shm_zone = NULL;
-    rc_data->node = NULL;
+    ngx_memzero(rc_data, sizeof(ngx_http_idem_resend_cleanup_t));
     cln->handler = ngx_http_idem_resend_release;
 
     hash = ngx_crc32_short(key.data, key.len);
@@ -650,6 +664,13 @@ ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         if (node == NULL) {
             ngx_shmtx_unlock(&zone->shpool->mutex);
 
+            ctx->resend.retry_after = 1;
+
+            if (tentative) {
+                ctx->resend.checked = 0;
+                return NGX_BUSY;
+            }
+
             /* as limit_req: no room to count it, so it is refused */
 
             ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
@@ -658,12 +679,12 @@ ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
                           &zone->name, &ctx->ids.call_id);
 
             ctx->resend.refused = 1;
-            ctx->resend.retry_after = 1;
             return NGX_BUSY;
         }
 
         node->node.key = hash;
         node->len = (u_short) key.len;
+        node->counted = 0;
         node->last = now;
         node->excess = 0;
         node->running = 0;
@@ -672,66 +693,81 @@ ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
         ngx_rbtree_insert(&zone->sh->rbtree, &node->node);
 
-        fresh = 1;
-
     } else {
         ngx_queue_remove(&node->queue);
-        fresh = 0;
     }
 
     ngx_queue_insert_head(&zone->sh->queue, &node->queue);
 
-    rc = NGX_OK;
     excess = 0;
+    add = 0;
 
     if (limit->concurrent && node->running >= limit->concurrent) {
-        rc = NGX_BUSY;
         ctx->resend.retry_after = 1;
+        goto busy;
     }
 
-    if (rc == NGX_OK && zone->rate && !fresh) {
+    if (zone->rate) {
 
         /*
          * As limit_req: the bucket leaks at the rate, a resend adds a
-         * whole one, and a new key's first resend finds it empty
+         * whole one, and a key's first resend finds it empty
          */
 
-        e = ngx_http_idem_resend_leak(zone, node, now) + 1000;
+        add = node->counted ? 1000 : 0;
+
+        e = ngx_http_idem_resend_leak(zone, node, now) + add;
         excess = (e > 0) ? (ngx_uint_t) e : 0;
 
         if (excess > limit->burst) {
-            rc = NGX_BUSY;
 
-            /* until the bucket has leaked room for one more */
+            /*
+             * Until the bucket has leaked room for one more, rounded up:
+             * a resend sent after Retry-After goes on
+             */
 
-            ms = (ngx_msec_int_t) ((excess - limit->burst) * 1000
-                                   / zone->rate);
-            ctx->resend.retry_after = ngx_max((ms + 999) / 1000, 1);
-        }
-    }
+            ms = (int64_t) ((excess - limit->burst) * 60000 + zone->rate - 1)
+                 / (int64_t) zone->rate;
 
-    if (force) {
-        rc = NGX_OK;
-    }
-
-    if (rc == NGX_OK) {
-        if (zone->rate) {
-            node->excess = excess;
-            node->last = now;
+            ctx->resend.retry_after = (time_t) ngx_max((ms + 999) / 1000, 1);
+            goto busy;
         }
 
-        node->running++;
+        node->excess = excess;
+        node->last = now;
+    }
 
-        rc_data->shm_zone = limit->shm_zone;
-        rc_data->node = node;
+    node->running++;
 
+    rc_data->shm_zone = limit->shm_zone;
+    rc_data->node = node;
+    rc_data->added = add;
+    rc_data->first = !node->counted;
+    rc_data->tentative = tentative ? 1 : 0;
+
+    node->counted = 1;
+
+    ngx_shmtx_unlock(&zone->shpool->mutex);
+
+    ctx->resend.count = rc_data;
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem resend: \"%V\" counted%s, %ui running, "
+                   "excess %ui", &ctx->ids.call_id,
+                   tentative ? " (if known)" : "", node->running, excess);
+    return NGX_OK;
+
+busy:
+
+    if (tentative) {
         ngx_shmtx_unlock(&zone->shpool->mutex);
 
-        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                       "idem resend: \"%V\" counted, %ui running, "
-                       "excess %ui", &ctx->ids.call_id, node->running,
-                       excess);
-        return NGX_OK;
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem resend: \"%V\": at the limit, if known",
+                       &ctx->ids.call_id);
+
+        ctx->resend.checked = 0;
+        return NGX_BUSY;
     }
 
     /* refused: one line per key and second at most in the error log */
@@ -748,8 +784,7 @@ ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
                       "idem: resend of call \"%V\" refused by "
                       "idem_resend_limit_zone \"%V\": %s",
                       &ctx->ids.call_id, &zone->name,
-                      (ctx->resend.retry_after > 1 || excess)
-                      ? "over its rate" : "too many running");
+                      excess ? "over its rate" : "too many running");
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -757,6 +792,32 @@ ngx_http_idem_resend_check(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
                    &ctx->ids.call_id, ctx->resend.retry_after);
 
     return NGX_BUSY;
+}
+
+
+/*
+ * A record route's tentative count, once the store has said: kept for a
+ * known id (a resend, forwarded now); given back whole for a new one, or
+ * when the store said nothing (not limited then, as without an answer).
+ */
+
+static void
+ngx_http_idem_resend_settle(ngx_http_idem_ctx_t *ctx, ngx_uint_t known)
+{
+    ngx_http_idem_resend_cleanup_t  *rc_data;
+
+    rc_data = ctx->resend.count;
+
+    if (rc_data == NULL || rc_data->node == NULL) {
+        return;
+    }
+
+    if (known) {
+        rc_data->tentative = 0;
+        return;
+    }
+
+    ngx_http_idem_resend_release(rc_data);
 }
 
 
@@ -811,12 +872,14 @@ ngx_http_idem_resend_refuse(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
  * resends: the call id is known when its record is there.  The record's
  * first write says so in its reply (how many of its fields were new), so
  * the arrival is written before the call is forwarded, and its reply
- * waited for: one round trip of latency, no command more.  A client at
- * its limit must not write: its record is read instead (a read, no
- * write), and a known id is refused.  Called in the precontent phase
- * after the record's key is settled; NGX_DECLINED: go on (record_start
- * writes nothing more for an arrival written here); NGX_AGAIN: waiting;
- * NGX_DONE: refused, answered.
+ * waited for: one round trip of latency, no command more.  The request
+ * is counted before it writes, as if its id were known, so that resends
+ * sent at once each take their own room (a new id gives it back).  A
+ * client at its limit must not write: its record is read instead (a
+ * read, no write), and a known id is refused.  Called in the precontent
+ * phase after the record's key is settled; NGX_DECLINED: go on
+ * (record_start writes nothing more for an arrival written here);
+ * NGX_AGAIN: waiting; NGX_DONE: refused, answered.
  */
 
 ngx_int_t
@@ -866,13 +929,10 @@ ngx_http_idem_resend_record(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                                   : NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
 
-        /* written: a known id is counted, as it is forwarded now */
+        /* written: a known id keeps its count, a new one gives it back */
 
-        if (ctx->resend.found == NGX_DECLINED
-            && ngx_http_idem_resend_check(r, ctx, 1) != NGX_OK)
-        {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
+        ngx_http_idem_resend_settle(ctx,
+                                    ctx->resend.found == NGX_DECLINED);
 
         return NGX_DECLINED;
 
@@ -916,9 +976,15 @@ ngx_http_idem_resend_record(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     ctx->resend.resume_ev.data = ctx;
     ctx->resend.resume_ev.log = r->connection->log;
 
-    if (ngx_http_idem_resend_room(zone, limit, &key)) {
+    rc = ngx_http_idem_resend_check(r, ctx, 1);
 
-        /* room for a resend: the arrival now, its reply says */
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_OK) {
+
+        /* room for a resend, taken: the arrival now, its reply says */
 
         waiter = ngx_alloc(sizeof(ngx_http_idem_resend_waiter_t),
                            r->connection->log);
@@ -936,6 +1002,7 @@ ngx_http_idem_resend_record(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
             /* not written (the store is down): not told, not limited */
 
             ngx_free(waiter);
+            ngx_http_idem_resend_settle(ctx, 0);
             return NGX_DECLINED;
         }
 
@@ -967,32 +1034,6 @@ ngx_http_idem_resend_record(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     r->read_event_handler = ngx_http_test_reading;
 
     return NGX_AGAIN;
-}
-
-
-/* whether the key has room for one resend more now (nothing counted) */
-
-static ngx_uint_t
-ngx_http_idem_resend_room(ngx_http_idem_resend_zone_t *zone,
-    ngx_http_idem_resend_limit_t *limit, ngx_str_t *key)
-{
-    ngx_uint_t                    room;
-    ngx_http_idem_resend_node_t  *node;
-
-    ngx_shmtx_lock(&zone->shpool->mutex);
-
-    node = ngx_http_idem_resend_lookup(zone, key,
-                                       ngx_crc32_short(key->data, key->len));
-
-    room = (node == NULL)
-           || ((limit->concurrent == 0 || node->running < limit->concurrent)
-               && (zone->rate == 0
-                   || ngx_http_idem_resend_leak(zone, node, ngx_current_msec)
-                      + 1000 <= (ngx_int_t) limit->burst));
-
-    ngx_shmtx_unlock(&zone->shpool->mutex);
-
-    return room;
 }
 
 
@@ -1063,30 +1104,39 @@ ngx_http_idem_resend_cleanup(void *data)
 
 
 /*
- * The bucket's excess now, leaked since its last resend (locked); below
- * zero when it leaked more than it held: as limit_req, a resend adds its
- * 1000 to that before the bucket is clamped at empty.
+ * The bucket's excess now, leaked for all the time since its last resend
+ * (locked); below zero when it leaked more than it held: as limit_req, a
+ * resend adds its 1000 to that before the bucket is clamped at empty.
  */
 
 static ngx_int_t
 ngx_http_idem_resend_leak(ngx_http_idem_resend_zone_t *zone,
     ngx_http_idem_resend_node_t *node, ngx_msec_t now)
 {
-    ngx_msec_int_t  ms;
+    int64_t  ms, empty;
 
     ms = (ngx_msec_int_t) (now - node->last);
 
-    /* a clock that went back leaks nothing; a long idle, all there is */
+    /* another worker's clock, a little behind this one's, leaks nothing */
 
     if (ms < 0) {
         ms = 0;
     }
 
-    if (ms > NGX_HTTP_IDEM_RESEND_IDLE) {
-        ms = NGX_HTTP_IDEM_RESEND_IDLE;
+    /*
+     * Past the time that empties the bucket and leaks one resend more,
+     * the result is the same once clamped: it bounds the product below
+     */
+
+    empty = ((int64_t) node->excess + 1000) * 60000 / (int64_t) zone->rate
+            + 1;
+
+    if (ms > empty) {
+        ms = empty;
     }
 
-    return (ngx_int_t) node->excess - (ngx_int_t) (zone->rate * ms / 1000);
+    return (ngx_int_t) node->excess
+           - (ngx_int_t) ((int64_t) zone->rate * ms / 60000);
 }
 
 
@@ -1193,7 +1243,9 @@ ngx_http_idem_resend_free(ngx_http_idem_resend_zone_t *zone,
 
 /*
  * The request that counted a resend ends: it runs no more.  The zone is
- * the one it counted in, whichever configuration is running now.
+ * the one it counted in, whichever configuration is running now.  A
+ * tentative count (a record route's, its id not known yet) is given back
+ * whole: its request goes, or its id turned out new.
  */
 
 static void
@@ -1211,13 +1263,24 @@ ngx_http_idem_resend_release(void *data)
     zone = rc_data->shm_zone->data;
     node = rc_data->node;
 
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, rc_data->shm_zone->shm.log, 0,
-                   "idem resend: released in \"%V\"",
-                   &rc_data->shm_zone->shm.name);
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, rc_data->shm_zone->shm.log, 0,
+                   "idem resend: released in \"%V\"%s",
+                   &rc_data->shm_zone->shm.name,
+                   rc_data->tentative ? ", its count given back" : "");
 
     ngx_shmtx_lock(&zone->shpool->mutex);
 
     node->running--;
+
+    /* not a resend after all (or not known one): it counted nothing */
+
+    if (rc_data->tentative) {
+        node->excess -= ngx_min(node->excess, rc_data->added);
+
+        if (rc_data->first) {
+            node->counted = 0;
+        }
+    }
 
     /* with no rate, a node is only its running resends */
 
