@@ -4,7 +4,8 @@
  * resolve=on), ngx_http_idem_resolution_parse().  Beyond the sanitizers:
  * what it accepts is what resolve.lua and a record field can hold (an
  * outcome of the two, "receipt" and "by" of a call id's characters, never
- * a space), pointing into the body; what it refuses says why.
+ * a space), pointing into the body; "force" set only by a member of that
+ * name whose value is the literal true; what it refuses says why.
  *
  * Input: the body, as the client sent it.
  */
@@ -17,6 +18,7 @@
 
 static ngx_uint_t ngx_http_idem_fuzz_within(ngx_str_t *s, ngx_str_t *body);
 static ngx_uint_t ngx_http_idem_fuzz_plain(ngx_str_t *s);
+static ngx_uint_t ngx_http_idem_fuzz_has(ngx_str_t *body, char *text);
 
 
 int
@@ -80,6 +82,22 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_http_idem_fuzz_assert(body.len >= sizeof("{\"outcome\":\"applied\"}")
                                            - 1);
 
+    /*
+     * forced: an operator's override, never set by accident: the body
+     * names it and says true (false, a string, a number are refused), and
+     * is long enough for both members
+     */
+
+    ngx_http_idem_fuzz_assert(res.force == 0 || res.force == 1);
+
+    if (res.force) {
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_has(&body, "\"force\""));
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_has(&body, "true"));
+        ngx_http_idem_fuzz_assert(
+            body.len >= sizeof("{\"outcome\":\"applied\",\"force\":true}")
+                        - 1);
+    }
+
     ngx_http_idem_fuzz_done(&fz);
 
     return 0;
@@ -91,6 +109,25 @@ ngx_http_idem_fuzz_within(ngx_str_t *s, ngx_str_t *body)
 {
     return s->data >= body->data
            && s->data + s->len <= body->data + body->len;
+}
+
+
+/* whether text's bytes occur in the body (which may hold NULs) */
+
+static ngx_uint_t
+ngx_http_idem_fuzz_has(ngx_str_t *body, char *text)
+{
+    size_t  i, len;
+
+    len = ngx_strlen(text);
+
+    for (i = 0; i + len <= body->len; i++) {
+        if (ngx_memcmp(body->data + i, text, len) == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 

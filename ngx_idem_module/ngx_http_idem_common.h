@@ -324,7 +324,8 @@ typedef enum {
     NGX_HTTP_IDEM_P_CLAIM_NOT_DURABLE,
     NGX_HTTP_IDEM_P_INVALID_SCOPE_DIGEST,
     NGX_HTTP_IDEM_P_RESOLUTION_EARLY,
-    NGX_HTTP_IDEM_P_TOO_MANY_RESENDS
+    NGX_HTTP_IDEM_P_TOO_MANY_RESENDS,
+    NGX_HTTP_IDEM_P_FORCE_REFUSED
 } ngx_http_idem_problem_e;
 
 
@@ -644,6 +645,9 @@ typedef struct {
     ngx_atomic_t              call_ids_gateway;
     ngx_atomic_t              body_ids_missing;
     ngx_atomic_t              resends_refused;
+    ngx_atomic_t              resolved_forced_applied;
+    ngx_atomic_t              resolved_forced_not_applied;
+    ngx_atomic_t              resolve_force_refused;
 } ngx_http_idem_counters_t;
 
 

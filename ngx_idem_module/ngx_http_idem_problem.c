@@ -101,7 +101,12 @@ static ngx_http_idem_problem_def_t  ngx_http_idem_problems[] = {
     /* a resend of a known call id over idem_resend_limit */
 
     { NGX_HTTP_TOO_MANY_REQUESTS, "too-many-resends", "Too many resends",
-      ngx_http_idem_counter(resends_refused) }
+      ngx_http_idem_counter(resends_refused) },
+
+    /* a forced resolution of an execution that has a final write */
+
+    { NGX_HTTP_CONFLICT, "resolution-force-refused", "Force refused",
+      ngx_http_idem_counter(resolve_force_refused) }
 };
 
 

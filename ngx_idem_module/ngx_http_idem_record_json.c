@@ -82,7 +82,7 @@ ngx_http_idem_record_json(ngx_http_request_t *r, ngx_str_t *id,
     if (rec.resolved != NULL) {
         len += sizeof(",\"resolved\":{\"execution\":,\"outcome\":\"\","
                       "\"at_ms\":,\"receipt\":\"\",\"by\":\"\","
-                      "\"overridden\":true}")
+                      "\"forced\":true,\"overridden\":true}")
                + NGX_INT_T_LEN;
 
         for (i = 0; i < 4; i++) {
@@ -223,6 +223,12 @@ ngx_http_idem_json_resolved(u_char *p, ngx_http_idem_record_exec_t *e)
         p = ngx_http_idem_json_string(p, (i == 2) ? ",\"receipt" : ",\"by",
                                       (v->len == 1 && v->data[0] == '-')
                                       ? NULL : v);
+    }
+
+    /* an operator's word that the owner's gateway was gone */
+
+    if (e->forced) {
+        p = ngx_cpymem(p, ",\"forced\":true", sizeof(",\"forced\":true") - 1);
     }
 
     /* the owner's final write came after it: the state is that write's */

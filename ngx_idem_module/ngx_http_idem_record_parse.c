@@ -60,7 +60,7 @@ ngx_http_idem_record_parse(ngx_pool_t *pool, ngx_str_t *elts, ngx_uint_t n,
 {
     u_char                          *v, *last;
     ngx_str_t                        token, parts[9], *fs;
-    ngx_uint_t                       i, nb, ne, na, ok, unknown;
+    ngx_uint_t                       i, nb, ne, na, nz, ok, unknown;
     ngx_http_idem_record_exec_t     *e;
     ngx_http_idem_record_table_t     table;
     ngx_http_idem_record_attempt_t  *a;
@@ -142,13 +142,20 @@ ngx_http_idem_record_parse(ngx_pool_t *pool, ngx_str_t *elts, ngx_uint_t n,
 
         if (v[0] == 'z') {
 
-            /* "<outcome> <at_ms> <receipt> <by>": the service's word */
+            /*
+             * "<outcome> <at_ms> <receipt> <by>[ forced]": the service's
+             * word, or an operator's forced one (resolve.lua)
+             */
 
-            if (ngx_http_idem_record_split(&elts[i + 1], parts, 4) == 4
+            nz = ngx_http_idem_record_split(&elts[i + 1], parts, 5);
+
+            if (nz >= 4
                 && (ngx_http_idem_record_is(&parts[0], "applied")
                     || ngx_http_idem_record_is(&parts[0], "not_applied")))
             {
                 ngx_memcpy(e->resolved, parts, 4 * sizeof(ngx_str_t));
+                e->forced = (nz == 5
+                             && ngx_http_idem_record_is(&parts[4], "forced"));
             }
 
             continue;

@@ -50,6 +50,7 @@ struct ngx_http_idem_record_exec_s {
                                                        not resolved */
     ngx_uint_t                       overridden;    /* resolved, then its
                                                        final write came */
+    ngx_uint_t                       forced;    /* resolved with "force" */
     ngx_uint_t                       index;     /* 1, 2 ... by arrival */
     ngx_uint_t                       hash;
     ngx_http_idem_record_exec_t     *next;      /* same hash bucket */

@@ -16,6 +16,8 @@
 static u_char *ngx_http_idem_resolution_space(u_char *p, u_char *last);
 static u_char *ngx_http_idem_resolution_string(u_char *p, u_char *last,
     ngx_str_t *s);
+static u_char *ngx_http_idem_resolution_literal(u_char *p, u_char *last,
+    ngx_str_t *s);
 static ngx_uint_t ngx_http_idem_resolution_value(ngx_str_t *s);
 
 
@@ -57,6 +59,36 @@ ngx_http_idem_resolution_parse(ngx_str_t *body,
 
         p = ngx_http_idem_resolution_space(p, last);
 
+        if (name.len == 5 && ngx_strncmp(name.data, "force", 5) == 0) {
+
+            /*
+             * the literal true only: a string or a number is a client's
+             * mistake, and false would be a resolution that is not forced
+             * spelt as one that might be
+             */
+
+            p = ngx_http_idem_resolution_literal(p, last, &value);
+
+            if (p == NULL
+                || !(value.len == 4 && ngx_strncmp(value.data, "true", 4)
+                                       == 0))
+            {
+                ngx_cpystrn(err, (u_char *) "\"force\" takes true alone "
+                            "(left out: not forced)", errlen);
+                return NGX_DECLINED;
+            }
+
+            if (res->force) {
+                ngx_cpystrn(err, (u_char *) "a member is given twice",
+                            errlen);
+                return NGX_DECLINED;
+            }
+
+            res->force = 1;
+
+            goto next;
+        }
+
         p = ngx_http_idem_resolution_string(p, last, &value);
         if (p == NULL) {
             ngx_cpystrn(err, (u_char *) "a value is not a plain string",
@@ -77,7 +109,7 @@ ngx_http_idem_resolution_parse(ngx_str_t *body,
 
         } else {
             ngx_cpystrn(err, (u_char *) "a member is none of \"outcome\", "
-                        "\"receipt\", \"by\"", errlen);
+                        "\"receipt\", \"by\", \"force\"", errlen);
             return NGX_DECLINED;
         }
 
@@ -87,6 +119,8 @@ ngx_http_idem_resolution_parse(ngx_str_t *body,
         }
 
         *member = value;
+
+    next:
 
         p = ngx_http_idem_resolution_space(p, last);
 
@@ -188,6 +222,23 @@ ngx_http_idem_resolution_string(u_char *p, u_char *last, ngx_str_t *s)
     s->len = p - s->data;
 
     return p + 1;
+}
+
+
+/* a bare word of a-z (true, false, null); NULL: none there */
+
+static u_char *
+ngx_http_idem_resolution_literal(u_char *p, u_char *last, ngx_str_t *s)
+{
+    s->data = p;
+
+    while (p < last && *p >= 'a' && *p <= 'z') {
+        p++;
+    }
+
+    s->len = p - s->data;
+
+    return s->len ? p : NULL;
 }
 
 

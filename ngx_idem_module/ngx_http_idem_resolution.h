@@ -21,19 +21,25 @@
 #define NGX_HTTP_IDEM_RESOLUTION_MAX_VALUE 128
 
 
-/* outcome: "applied" or "not_applied"; receipt and by: "-" when absent */
+/*
+ * outcome: "applied" or "not_applied"; receipt and by: "-" when absent;
+ * force: "force": true was given (an operator's override, status.c)
+ */
 typedef struct {
     ngx_str_t                  outcome;
     ngx_str_t                  receipt;
     ngx_str_t                  by;
     ngx_uint_t                 applied;
+    ngx_uint_t                 force;
 } ngx_http_idem_resolution_t;
 
 
 /*
  * {"outcome": "applied" | "not_applied"[, "receipt": "..."][, "by":
- * "..."]}, members in any order, each once, strings of a call id's
- * characters (A-Z a-z 0-9 - . _ ~ :), at most 128 bytes; nothing else.
+ * "..."][, "force": true]}, members in any order, each once, strings of a
+ * call id's characters (A-Z a-z 0-9 - . _ ~ :), at most 128 bytes;
+ * "force" the literal true alone (false is refused: it would say
+ * nothing); nothing else.
  * The result points into body.  NGX_DECLINED: not that; "err" (of
  * "errlen" bytes) says why, NUL-terminated.
  */

@@ -21,7 +21,11 @@
 
 
 /* a resolution refused as too early: its detail's room */
-#define NGX_HTTP_IDEM_EARLY_DETAIL  256
+#define NGX_HTTP_IDEM_EARLY_DETAIL  320
+
+/* a forced one refused as in flight: the lease is never overridden */
+#define NGX_HTTP_IDEM_FORCE_LAPSED                                          \
+    " (a forced one too: its claim must have lapsed)"
 
 
 typedef struct {
@@ -31,6 +35,7 @@ typedef struct {
     ngx_str_t                   key;    /* the record's */
     ngx_uint_t                  html;   /* a page (timeline.c), not JSON */
     ngx_uint_t                  applied;    /* a resolution's outcome */
+    ngx_uint_t                  force;      /* ... forced by an operator */
 } ngx_http_idem_status_ctx_t;
 
 
@@ -609,18 +614,21 @@ ngx_http_idem_status_resolve(ngx_http_request_t *r)
     }
 
     sctx->applied = res.applied;
+    sctx->force = res.force;
 
     sr.outcome = res.outcome;
     sr.receipt = res.receipt;
     sr.by = res.by;
+    sr.force = res.force;
 
     sctx->op = ngx_http_idem_store_resolve(&sctx->key, &sr,
                                            ngx_http_idem_status_resolved,
                                            sctx);
 
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "idem status: \"%V\" resolved \"%V\" by \"%V\"",
-                   &sctx->id, &res.outcome, &res.by);
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem status: \"%V\" resolved \"%V\"%s by \"%V\"",
+                   &sctx->id, &res.outcome, res.force ? " (forced)" : "",
+                   &res.by);
 
     if (sctx->op == NULL) {
         ngx_http_idem_count(resolve_unavailable);
@@ -720,9 +728,19 @@ ngx_http_idem_status_resolved(void *data, ngx_int_t rc, ngx_str_t *state,
             ngx_http_idem_count(resolved_not_applied);
         }
 
+        if (sctx->force) {
+            if (sctx->applied) {
+                ngx_http_idem_count(resolved_forced_applied);
+
+            } else {
+                ngx_http_idem_count(resolved_forced_not_applied);
+            }
+        }
+
         ngx_log_error(NGX_LOG_NOTICE, c->log, 0,
-                      "idem: call \"%V\" resolved: %s", &sctx->id,
-                      sctx->applied ? "applied" : "not applied");
+                      "idem: call \"%V\" resolved: %s%s", &sctx->id,
+                      sctx->applied ? "applied" : "not applied",
+                      sctx->force ? ", forced" : "");
 
         /* the record as it is now, as a read would show it */
 
@@ -737,7 +755,7 @@ ngx_http_idem_status_resolved(void *data, ngx_int_t rc, ngx_str_t *state,
     case NGX_BUSY:
         detail.len = sizeof("the call's latest execution is , not UNKNOWN: "
                             "only an UNKNOWN one is resolved, once")
-                     + state->len;
+                     + sizeof(NGX_HTTP_IDEM_FORCE_LAPSED) + state->len;
 
         detail.data = ngx_pnalloc(r->pool, detail.len);
         if (detail.data == NULL) {
@@ -747,11 +765,36 @@ ngx_http_idem_status_resolved(void *data, ngx_int_t rc, ngx_str_t *state,
 
         p = ngx_snprintf(detail.data, detail.len,
                          "the call's latest execution is %V, not UNKNOWN: "
-                         "only an UNKNOWN one is resolved, once", state);
+                         "only an UNKNOWN one is resolved, once%s", state,
+                         sctx->force ? NGX_HTTP_IDEM_FORCE_LAPSED : "");
         detail.len = p - detail.data;
 
         rc = ngx_http_idem_status_refuse(r,
                                          NGX_HTTP_IDEM_P_RESOLUTION_CONFLICT,
+                                         &detail);
+        break;
+
+    case NGX_ABORT:
+        detail.len = sizeof("the call's latest execution has a final write "
+                            "(): its owner said how it ended, and force "
+                            "never overrides that; resolve an UNKNOWN one "
+                            "without force")
+                     + state->len;
+
+        detail.data = ngx_pnalloc(r->pool, detail.len);
+        if (detail.data == NULL) {
+            rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+            break;
+        }
+
+        p = ngx_snprintf(detail.data, detail.len,
+                         "the call's latest execution has a final write "
+                         "(%V): its owner said how it ended, and force "
+                         "never overrides that; resolve an UNKNOWN one "
+                         "without force", state);
+        detail.len = p - detail.data;
+
+        rc = ngx_http_idem_status_refuse(r, NGX_HTTP_IDEM_P_FORCE_REFUSED,
                                          &detail);
         break;
 
@@ -826,7 +869,9 @@ ngx_http_idem_status_early(ngx_http_request_t *r, ngx_str_t *left)
                          "and its owner may still answer: its claim lapsed, "
                          "but nothing bounds its owner (no deadline, still "
                          "running at it, or a claim that does not say); "
-                         "only its final write settles it");
+                         "only its final write settles it, or \"force\": "
+                         "true once its owner's gateway is known to be "
+                         "gone");
 
     } else {
         p = ngx_snprintf(p, NGX_HTTP_IDEM_EARLY_DETAIL,

@@ -331,7 +331,8 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
           + 6 * (2 * id->len + 2 * rec.state.len + rec.final_status.len)
           + sizeof("<dt>Receipt</dt><dd><code></code></dd>\n")
           + 6 * rec.receipt.len
-          + sizeof("<dt>Resolved</dt><dd>#: not_applied, by <code></code> "
+          + sizeof("<dt>Resolved</dt><dd>#: not_applied, forced (its "
+                   "owner's gateway taken to be gone), by <code></code> "
                    "at , receipt <code></code>; overridden by its final "
                    "write, which came later</dd>\n")
           + NGX_INT_T_LEN + NGX_HTTP_IDEM_TIMELINE_TIME;
@@ -445,6 +446,13 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
 
         p = ngx_sprintf(p, "</dd>\n<dt>Resolved</dt><dd>#%ui: %s", x->index,
                         x->resolved[0].len == 7 ? "applied" : "not_applied");
+
+        if (x->forced) {
+            p = ngx_cpymem(p, ", forced (its owner's gateway taken to be "
+                           "gone)",
+                           sizeof(", forced (its owner's gateway taken to "
+                                  "be gone)") - 1);
+        }
 
         if (!(x->resolved[3].len == 1 && x->resolved[3].data[0] == '-')) {
             p = ngx_cpymem(p, ", by <code>", sizeof(", by <code>") - 1);

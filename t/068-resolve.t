@@ -13,6 +13,7 @@ use Digest::SHA ();
 use POSIX ();
 use Time::HiRes ();
 use IdemBg qw(bg done);
+use IdemWait ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): an UNKNOWN call is resolved once; the second run's
@@ -210,7 +211,7 @@ X-Call-Id: rs-4
 --- response_body_like eval
 ['"type":"urn:ngx-idem:problem:invalid-resolution","title":"Invalid resolution","status":400,"detail":"the body is not a JSON object"',
  '"detail":"\\\\"outcome\\\\" must be \\\\"applied\\\\" or \\\\"not_applied\\\\""',
- '"detail":"a member is none of \\\\"outcome\\\\", \\\\"receipt\\\\", \\\\"by\\\\""',
+ '"detail":"a member is none of \\\\"outcome\\\\", \\\\"receipt\\\\", \\\\"by\\\\", \\\\"force\\\\""',
  '"detail":"a member is given twice"',
  '"detail":"\\\\"receipt\\\\" and \\\\"by\\\\" take 1 to 128 of A-Z a-z 0-9 - . _ ~ :"',
  '"detail":"a value is not a plain string"',
@@ -591,7 +592,7 @@ Test::More::like($r, qr{^HTTP/1.1 409 }, 'the resolution is refused');
 Test::More::like($r, qr{\r\nContent-Type: application/problem\+json\r\n},
                  'problem+json');
 Test::More::unlike($r, qr{\r\nRetry-After:}i, 'no bound: no Retry-After');
-Test::More::like($r, qr{\r\n\r\n\{"type":"urn:ngx-idem:problem:resolution-too-early","title":"Owner may still answer","status":409,"detail":"the call's latest execution has no final state and its owner may still answer: its claim lapsed, but nothing bounds its owner \(no deadline, still running at it, or a claim that does not say\); only its final write settles it"},
+Test::More::like($r, qr{\r\n\r\n\{"type":"urn:ngx-idem:problem:resolution-too-early","title":"Owner may still answer","status":409,"detail":"the call's latest execution has no final state and its owner may still answer: its claim lapsed, but nothing bounds its owner \(no deadline, still running at it, or a claim that does not say\); only its final write settles it, or \\"force\\": true once its owner's gateway is known to be gone"},
                  'its body');
 Test::More::like(main::done('owner17'), qr{^HTTP/1.1 200 }, "the owner's 200");
 --- request eval
@@ -865,3 +866,271 @@ my $d = Digest::SHA::sha256_hex("Bearer a");
 --- no_error_log
 [alert]
 [emerg]
+
+
+
+=== TEST 23: issue 45: "force" on a lapsed claim that does not say how long its owner runs (0.6.0's: no "b:"), its gateway gone: not_applied taken (forced, by, when), the resend runs once, then is replayed; counted
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+# as 0.6.0's gateway leaves a claim when it dies: o, the digest of the
+# call (POST /pay, x=1), a lease that lapsed, its arrival; no "b:", no "v"
+my ($s, $us) = split /\n/, `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} time`;
+my $now = $s * 1000 + int($us / 1000);
+system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
+       "idem:c:{rs-f1}", "o", "tokf1",
+       "d", Digest::SHA::sha256_hex("POST /pay\nx=1"),
+       "l:tokf1", $now - 1000,
+       "e:tokf1", "P " . ($now - 5000)
+                  . " client gw-gone POST 4bf92f3577b34da6a3ce929d0e0e4736 /pay");
+my $again = `curl -s -i --max-time 10 -H 'X-Call-Id: rs-f1' --data x=1 http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/pay`;
+Test::More::like($again, qr{^HTTP/1.1 409 .*call-outcome-unknown}s,
+                 'before: the resend gets 409 call-outcome-unknown');
+Test::More::like(main::resolve('rs-f1', '{"outcome":"not_applied"}'),
+                 qr{^HTTP/1.1 409 .*resolution-too-early}s,
+                 'before: a resolution is too early, for ever');
+Test::More::like(main::resolve('rs-f1', '{"outcome":"not_applied","by":"ops-jane","force":true}'),
+                 qr{^HTTP/1.1 200 .*\r\n\r\n\{"call_id":"rs-f1",[^\{]*"state":"FAILED",.*"node":"gw-gone",.*"resolved":\{"execution":1,"outcome":"not_applied","at_ms":1\d{12},"receipt":null,"by":"ops-jane","forced":true\},"executions":1,}s,
+                 'forced: taken, and said so');
+$again = `curl -s -i --max-time 10 -H 'X-Call-Id: rs-f1' --data x=1 http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/pay`;
+Test::More::like($again, qr{^HTTP/1.1 200 .*\r\n\r\nn=1 }s, 'the resend runs');
+Test::More::like(main::status_until('rs-f1', qr/"state":"SUCCESS"/),
+                 qr/"state":"SUCCESS"/, 'its final write is in');
+--- request eval
+["GET /calls/rs-f1", "POST /pay\nx=1", "GET /log/rs-f1", "GET /metrics"]
+--- more_headers
+X-Call-Id: rs-f1
+--- error_code eval
+[200, 200, 200, 200]
+--- response_headers_like eval
+["", "Idempotent-Replayed: true", "", ""]
+--- response_body_like eval
+['"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"not_applied","at_ms":1\d{12},"receipt":null,"by":"ops-jane","forced":true\},"executions":2,',
+ "^n=1 ", "^n=1 [^\n]*\n\$",
+ qr/^idem_resolutions_total\{outcome="not_applied"\} 1\n.*^idem_resolutions_refused_total\{reason="early"\} 1\n.*^idem_resolutions_forced_total\{outcome="applied"\} 0\nidem_resolutions_forced_total\{outcome="not_applied"\} 1\n/ms]
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 24: ... forced applied: the resend gets 409 call-applied with the forced resolution, never runs; the page says it was forced, by whom and when
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+my ($s, $us) = split /\n/, `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} time`;
+my $now = $s * 1000 + int($us / 1000);
+system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
+       "idem:c:{rs-f2}", "o", "tokf2",
+       "d", Digest::SHA::sha256_hex("POST /pay\nx=1"),
+       "l:tokf2", $now - 1000,
+       "e:tokf2", "P " . ($now - 5000)
+                  . " client gw-gone POST 4bf92f3577b34da6a3ce929d0e0e4736 /pay");
+--- request eval
+["POST /calls/rs-f2\n{\"force\": true, \"outcome\":\"applied\",\"receipt\":\"pay_f2\",\"by\":\"ops:7\"}",
+ "POST /pay\nx=1", "GET /log/rs-f2", "GET /calls/rs-f2"]
+--- more_headers eval
+["", "X-Call-Id: rs-f2", "", "Accept: text/html"]
+--- error_code eval
+[200, 409, 200, 200]
+--- response_body_like eval
+['"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":"pay_f2","by":"ops:7","forced":true\}',
+ '"type":"urn:ngx-idem:problem:call-applied",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":"pay_f2","by":"ops:7","forced":true\}',
+ '^\z',
+ '<dt>Resolved</dt><dd>#1: applied, forced \(its owner\'s gateway taken to be gone\), by <code>ops:7</code> at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC, receipt <code>pay_f2</code></dd>']
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 25: ... a call without a deadline whose owner still runs past its lease: nothing bounds it, "force" is taken all the same (applied); the resend gets 409 call-applied; the owner's 200, come later, overrides it (shown, forced); one execution
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_lease 1s;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+main::bg('ownerf3', 'rs-f3', '/pay', '--data', 'x=1');
+Test::More::ok(IdemWait::wait_for('the owner at the backend',
+                                  sub { IdemWait::backend_runs('rs-f3') >= 1 }),
+               'the owner at the backend');
+Test::More::like(main::status_until('rs-f3', qr/"state":"UNKNOWN"/),
+                 qr/"state":"UNKNOWN"/, 'the lease lapsed: UNKNOWN');
+Test::More::like(main::resolve('rs-f3', '{"outcome":"applied"}'),
+                 qr{^HTTP/1.1 409 .*resolution-too-early}s,
+                 'without force: too early');
+Test::More::like(main::resolve('rs-f3', '{"outcome":"applied","by":"ops","force":true}'),
+                 qr{^HTTP/1.1 200 .*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":null,"by":"ops","forced":true\}}s,
+                 'forced: taken');
+my $again = `curl -s -i --max-time 10 -H 'X-Call-Id: rs-f3' --data x=1 http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/pay`;
+Test::More::like($again, qr{^HTTP/1.1 409 .*call-applied}s,
+                 'the resend gets 409 call-applied, not run');
+Test::More::ok(IdemWait::release('rs-f3'), 'the owner released');
+Test::More::like(main::done('ownerf3'), qr{^HTTP/1.1 200 }, "the owner's 200");
+Test::More::like(main::status_until('rs-f3', qr/"overridden"/),
+                 qr/"overridden"/, "the owner's final write is in");
+--- request eval
+["GET /calls/rs-f3", "POST /pay\nx=1", "GET /log/rs-f3"]
+--- more_headers
+X-Call-Id: rs-f3
+--- error_code eval
+[200, 409, 200]
+--- response_body_like eval
+['"state":"SUCCESS",.*"final_status":200,"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":null,"by":"ops","forced":true,"overridden":true\},"executions":1,',
+ "call-applied", "^n=1 [^\n]*\n\$"]
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 26: "force" never overrides a final write: an UNKNOWN one (a timeout) and a SUCCESS are refused (409 resolution-force-refused, the state named, nothing written), the UNKNOWN one is then resolved without it; a claim still in its lease: 409 resolution-conflict; counted
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /ok {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /held {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_lease 60s;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+# a timeout (UNKNOWN) and a success, each with its final write in
+`curl -s --max-time 10 -H 'X-Call-Id: rs-f4' http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/pay`;
+Test::More::like(main::status_until('rs-f4', qr/"state":"UNKNOWN"/),
+                 qr/"state":"UNKNOWN",.*"final_status":504/, 'UNKNOWN, written');
+`curl -s --max-time 10 -H 'X-Call-Id: rs-f5' http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/ok`;
+Test::More::like(main::status_until('rs-f5', qr/"state":"SUCCESS"/),
+                 qr/"state":"SUCCESS"/, 'SUCCESS, written');
+# a claim in its lease (60 s), its owner held
+main::bg('ownerf4', 'rs-f6', '/held', '--data', 'x=1');
+Test::More::ok(IdemWait::wait_for('the owner at the backend',
+                                  sub { IdemWait::backend_runs('rs-f6') >= 1 }),
+               'the owner at the backend');
+my $r = main::resolve('rs-f6', '{"outcome":"not_applied","force":true}');
+Test::More::like($r, qr{^HTTP/1.1 409 .*"type":"urn:ngx-idem:problem:resolution-conflict",.*"detail":"the call's latest execution is (?:PROCESSING|RECEIVED), not UNKNOWN: only an UNKNOWN one is resolved, once \(a forced one too: its claim must have lapsed\)"}s,
+                 'in its lease: refused');
+Test::More::ok(IdemWait::release('rs-f6'), 'the owner released');
+Test::More::like(main::done('ownerf4'), qr{^HTTP/1.1 200 }, "the owner's 200");
+--- request eval
+["POST /calls/rs-f4\n{\"outcome\":\"not_applied\",\"force\":true}",
+ "GET /calls/rs-f4",
+ "POST /calls/rs-f4\n{\"outcome\":\"not_applied\"}",
+ "POST /calls/rs-f5\n{\"outcome\":\"not_applied\",\"force\":true}",
+ "GET /calls/rs-f5", "GET /metrics"]
+--- error_code eval
+[409, 200, 200, 409, 200, 200]
+--- response_headers_like eval
+["Content-Type: application/problem\\+json", "", "",
+ "Content-Type: application/problem\\+json", "", ""]
+--- response_body_like eval
+['^\{"type":"urn:ngx-idem:problem:resolution-force-refused","title":"Force refused","status":409,"detail":"the call\'s latest execution has a final write \(UNKNOWN\): its owner said how it ended, and force never overrides that; resolve an UNKNOWN one without force"\}',
+ '^(?!.*"resolved").*"state":"UNKNOWN"',
+ '"state":"FAILED",.*"resolved":\{"execution":1,"outcome":"not_applied","at_ms":\d+,"receipt":null,"by":null\},',
+ '"type":"urn:ngx-idem:problem:resolution-force-refused",.*"detail":"the call\'s latest execution has a final write \(SUCCESS\):',
+ '^(?!.*"resolved").*"state":"SUCCESS"',
+ qr/^idem_resolutions_total\{outcome="applied"\} 0\nidem_resolutions_total\{outcome="not_applied"\} 1\n.*^idem_resolutions_refused_total\{reason="conflict"\} 1\n.*^idem_resolutions_refused_total\{reason="final_write"\} 2\n.*^idem_resolutions_forced_total\{outcome="applied"\} 0\nidem_resolutions_forced_total\{outcome="not_applied"\} 0\n/ms]
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 27: "force" takes true alone: false, a string, a number, null and twice are 400 invalid-resolution, nothing written; true is a resolution (no record: 404)
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- request eval
+["POST /calls/rs-f7\n{\"outcome\":\"applied\",\"force\":false}",
+ "POST /calls/rs-f7\n{\"outcome\":\"applied\",\"force\":\"true\"}",
+ "POST /calls/rs-f7\n{\"outcome\":\"applied\",\"force\":1}",
+ "POST /calls/rs-f7\n{\"outcome\":\"applied\",\"force\":null}",
+ "POST /calls/rs-f7\n{\"outcome\":\"applied\",\"force\":truely}",
+ "POST /calls/rs-f7\n{\"outcome\":\"applied\",\"force\":true,\"force\":true}",
+ "POST /calls/rs-f7\n{\"outcome\":\"applied\",\"by\":true}",
+ "POST /calls/rs-f7\n{\"force\":true}",
+ "POST /calls/rs-f7\n{\"outcome\":\"applied\",\"force\":true}"]
+--- error_code eval
+[400, 400, 400, 400, 400, 400, 400, 400, 404]
+--- response_body_like eval
+['"type":"urn:ngx-idem:problem:invalid-resolution",.*"detail":"\\\\"force\\\\" takes true alone \(left out: not forced\)"',
+ '"detail":"\\\\"force\\\\" takes true alone',
+ '"detail":"\\\\"force\\\\" takes true alone',
+ '"detail":"\\\\"force\\\\" takes true alone',
+ '"detail":"\\\\"force\\\\" takes true alone',
+ '"detail":"a member is given twice"',
+ '"detail":"a value is not a plain string"',
+ '"detail":"\\\\"outcome\\\\" must be',
+ '^\{"state":"NOT_FOUND"\}']
+--- no_error_log
+[error]

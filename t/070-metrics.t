@@ -33,6 +33,11 @@ idem_rejected_total\{reason="missing_call_id"\} 0
 .*idem_dedupe_total\{result="not_durable"\} 0
 .*idem_resolutions_refused_total\{reason="unavailable"\} 0
 idem_resolutions_refused_total\{reason="early"\} 0
+idem_resolutions_refused_total\{reason="final_write"\} 0
+# HELP idem_resolutions_forced_total Resolutions taken with force: an operator's word that the owner's gateway is gone \(counted in idem_resolutions_total too\)\.
+# TYPE idem_resolutions_forced_total counter
+idem_resolutions_forced_total\{outcome="applied"\} 0
+idem_resolutions_forced_total\{outcome="not_applied"\} 0
 # HELP idem_resends_refused_total Resends of known call ids refused by idem_resend_limit \(429\)\.
 # TYPE idem_resends_refused_total counter
 idem_resends_refused_total 0

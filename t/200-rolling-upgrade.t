@@ -38,6 +38,12 @@
 #     call-outcome-unknown on 72fcf72 and what the resolution said on
 #     this version (409 call-applied, or released and run again), also
 #     after a trim of its own, which keeps the claim's "z:".
+#  9. a forced resolution (issue 45): a claim as a 0.6 gateway leaves it
+#     when it dies (no bound "b:"), lapsed, is refused as too early
+#     through this version until forced; both 0.6.0 builds ignore the
+#     forced resolution as any other (UNKNOWN, 409 call-outcome-unknown,
+#     not run), this version answers as it says (409 call-applied, or
+#     released: run once).
 #
 # The backend counts each call id's executions (/log/ID): none ran twice.
 #
@@ -56,6 +62,7 @@ use Test::More;
 use IO::Socket::INET;
 use IO::Select;
 use Time::HiRes qw(sleep time);
+use Digest::SHA ();
 use lib 't/lib';
 use IdemNginx;
 use IdemGateway qw(send_all post get);
@@ -480,6 +487,53 @@ for my $outcome ('applied', 'not_applied') {
 }
 
 
+# 9. a forced resolution of a claim left by a 0.6 gateway that died: its
+#    o, digest, lapsed lease and arrival, no bound (0.6.0 writes none),
+#    no final write to come
+
+for my $outcome ('applied', 'not_applied') {
+    my $id = fresh_id();
+    my $body = qq({"forced":"$id"});
+    my ($sec, $usec) = split /\n/, `redis-cli -p $redis time`;
+    my $now = $sec * 1000 + int($usec / 1000);
+    system('redis-cli', '-p', $redis, 'hset', key($id), 'o', 'tokf',
+           'd', Digest::SHA::sha256_hex("POST /q\n$body"),
+           'l:tokf', $now - 1000,
+           'e:tokf', 'P ' . ($now - 5000) . ' client old POST '
+                     . '4bf92f3577b34da6a3ce929d0e0e4736 /q') == 0
+        or fail('the claim of a dead 0.6 gateway written');
+
+    like(body(resolve($new, $id, $outcome)), qr/resolution-too-early/,
+         "$outcome, not forced: too early (nothing bounds a 0.6 claim)");
+    my $res = resolve($new, $id, $outcome, 1);
+    is(code($res), 200, "$outcome, forced through this version: taken");
+    like(body($res), qr/"resolved":\{[^}]*"by":"t200","forced":true\}/,
+         'said to be forced');
+    like(field($id, 'z:tokf'), qr/^$outcome \d+ - t200 forced$/,
+         'its field: a fifth word, forced');
+
+    for my $gw ($old, $pre) {
+        like(status_body($gw, $id), qr/^(?!.*"resolved").*"state":"UNKNOWN"/,
+             "$name{$gw} ignores it, as any resolution: UNKNOWN");
+        like(body(send_all([$gw, post($id, $body, '/q')])),
+             qr/problem:call-outcome-unknown"/, "a resend through "
+             . "$name{$gw}: 409 call-outcome-unknown");
+    }
+    is(runs($id), 0, 'not run there');
+
+    if ($outcome eq 'applied') {
+        like(body(send_all([$new, post($id, $body, '/q')])),
+             qr/problem:call-applied"/, 'through this version: 409 '
+             . 'call-applied');
+        is(runs($id), 0, 'never run');
+    } else {
+        is(code(send_all([$new, post($id, $body, '/q')])), 200, 'through '
+           . 'this version: released, it runs');
+        is(runs($id), 1, 'the backend ran it once');
+    }
+}
+
+
 # every gateway stops cleanly; nothing went wrong but what was asked for
 
 for my $port (sort keys %gw) {
@@ -671,8 +725,9 @@ sub settled_status {
 }
 
 sub resolve {
-    my ($port, $id, $outcome) = @_;
-    my $json = qq({"outcome":"$outcome","by":"t200"});
+    my ($port, $id, $outcome, $force) = @_;
+    my $json = qq({"outcome":"$outcome","by":"t200")
+               . ($force ? ',"force":true}' : '}');
     return send_all([$port, "POST /_idem/resolve/$id HTTP/1.0\r\n"
                             . "Host: localhost\r\nContent-Length: "
                             . length($json) . "\r\n\r\n$json"]);

@@ -187,12 +187,15 @@ typedef struct {
 /*
  * The service's word on a call that ended UNKNOWN (idem_status
  * resolve=on): outcome "applied" or "not_applied", receipt and by ("-":
- * none), all of a call id's characters.
+ * none), all of a call id's characters.  force: an operator's word that
+ * the owner's gateway is gone, taken on a lapsed claim with no final
+ * write whatever its bound says, and recorded as forced.
  */
 typedef struct {
     ngx_str_t                  outcome;
     ngx_str_t                  receipt;
     ngx_str_t                  by;
+    ngx_uint_t                 force;
 } ngx_http_idem_store_resolution_t;
 
 
@@ -220,7 +223,8 @@ typedef void (*ngx_http_idem_store_record_pt)(void *data, ngx_int_t rc,
  * NGX_BUSY (the latest execution is not UNKNOWN, or resolved already:
  * "state" says which), NGX_AGAIN (its claim lapsed but its owner may
  * still answer: "state" is the ms until its bound passes, or "-": none),
- * NGX_ERROR (no answer)
+ * NGX_ABORT (forced, but the latest execution has a final write: "state"
+ * is its state), NGX_ERROR (no answer)
  */
 typedef void (*ngx_http_idem_store_resolved_pt)(void *data, ngx_int_t rc,
     ngx_str_t *state, ngx_http_idem_store_record_t *record);

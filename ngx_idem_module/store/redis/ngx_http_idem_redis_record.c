@@ -1036,7 +1036,7 @@ ngx_http_idem_store_resolve(ngx_str_t *key,
     ngx_http_idem_store_resolution_t *res,
     ngx_http_idem_store_resolved_pt handler, void *data)
 {
-    ngx_str_t                      argv[5];
+    ngx_str_t                      argv[6];
     ngx_http_idem_store_op_t      *op;
     ngx_http_idem_redis_solver_t  *sv;
 
@@ -1046,7 +1046,14 @@ ngx_http_idem_store_resolve(ngx_str_t *key,
     argv[3] = res->receipt;
     argv[4] = res->by;
 
-    op = ngx_http_idem_redis_read(&ngx_http_idem_redis_resolve_lua, 5, argv,
+    if (res->force) {
+        ngx_str_set(&argv[5], "force");
+
+    } else {
+        ngx_str_set(&argv[5], "-");
+    }
+
+    op = ngx_http_idem_redis_read(&ngx_http_idem_redis_resolve_lua, 6, argv,
                                   ngx_http_idem_redis_resolved, NULL,
                                   sizeof(ngx_http_idem_redis_solver_t));
 
@@ -1054,9 +1061,9 @@ ngx_http_idem_store_resolve(ngx_str_t *key,
         return NULL;
     }
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "idem store: resolution \"%V\" of \"%V\" sent",
-                   &res->outcome, key);
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: resolution \"%V\"%s of \"%V\" sent",
+                   &res->outcome, res->force ? " (forced)" : "", key);
 
     op->data = op;
 
@@ -1070,7 +1077,7 @@ ngx_http_idem_store_resolve(ngx_str_t *key,
 
 /*
  * {"resolved", now, fields ...}, {"none"}, {"conflict", state},
- * {"early", ms left or "-"}
+ * {"early", ms left or "-"}, {"final", state}
  */
 
 static void
@@ -1132,6 +1139,17 @@ ngx_http_idem_redis_resolved(void *data, ngx_int_t rc, ngx_str_t *elts,
         }
 
         sv->handler(sv->data, NGX_AGAIN, &state, &record);
+        return;
+
+    case 'f':
+
+        /* forced, but its owner's final write is in: never overridden */
+
+        if (n > 1) {
+            state = elts[1];
+        }
+
+        sv->handler(sv->data, NGX_ABORT, &state, &record);
         return;
     }
 

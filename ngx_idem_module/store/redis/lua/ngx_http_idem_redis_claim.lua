@@ -13,7 +13,8 @@
 -- released, unless its owner's final write, come after the resolution,
 -- says the upstream answered (kept "R" or "L": that wins, the call is
 -- never run twice), or it has none yet and its owner may still answer
--- (resolve.lua takes none so; a 0.6.0 build with resolutions may).
+-- (resolve.lua takes none so, unless forced: an operator's word that the
+-- owner is gone, which releases it; a 0.6.0 build with resolutions may).
 local k = KEYS[1]
 -- a short record (an execution before, written whole): the hash first
 hash()
@@ -33,7 +34,10 @@ if o then
   local s = w[1]
   if w[3] then
     if string.match(w[3], '^applied ') then return record('applied') end
-    if s ~= 'R' and s ~= 'L' and (s or not answers(w[4])) then s = 'F' end
+    if s ~= 'R' and s ~= 'L' and (s or not answers(w[4])
+        or string.match(w[3], '^%S+ %S+ %S+ %S+ forced$')) then
+      s = 'F'
+    end
   end
   if not s then
     local left = 0
