@@ -50,6 +50,7 @@ $ng->write_conf(<<"HTTP", log_level => 'debug');
         listen 127.0.0.1:$port;
 
         idem on;
+        idem_call_id_missing reject;
 
         location /ok {
             idem_breaker;
@@ -76,6 +77,19 @@ $ng->write_conf(<<"HTTP", log_level => 'debug');
             idem_dedupe_scope off;
             idem_dedupe_wait 300ms;
             proxy_pass http://127.0.0.1:$backend/hold/1;
+        }
+        location /pay-lost {
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            idem_dedupe_wait 20s;
+            proxy_read_timeout 3s;
+            proxy_pass http://127.0.0.1:$backend/hold/1;
+        }
+        location /durable {
+            idem_dedupe on;
+            idem_dedupe_scope off;
+            idem_dedupe_durable replicas=1 timeout=100ms;
+            proxy_pass http://127.0.0.1:$backend/ok;
         }
         location /metrics {
             idem_metrics;
@@ -236,7 +250,7 @@ like(value($m, 'idem_call_duration_seconds_sum{state="SUCCESS"}'),
 cmp_ok(value($m, 'idem_dedupe_claim_duration_seconds_count{durable="false"}'),
        '>=', 5, 'the claims counted, not durable');
 is(value($m, 'idem_dedupe_claim_duration_seconds_count{durable="true"}'),
-   0, 'no durable claim');
+   0, 'no durable claim yet');
 is(value($m, 'idem_dedupe_claim_duration_seconds_bucket{durable="false",'
              . 'le="+Inf"}'),
    value($m, 'idem_dedupe_claim_duration_seconds_count{durable="false"}'),
@@ -254,6 +268,77 @@ is(value($m, 'idem_dedupe_wait_duration_seconds_bucket{result="timed_out",'
 is(value($m, 'idem_dedupe_wait_duration_seconds_count{result="ran"}'), 0,
    'no waiter ran the call');
 is(value($m, 'idem_dedupe_waiters'), 0, 'no duplicate waits now');
+
+# a duplicate whose client goes while it waits
+
+{
+    bg('owner3', 'POST', '/pay', 'h-pay-3');
+    ok(wait_for('the third owner at the backend',
+                sub { IdemWait::backend_runs('h-pay-3') >= 1 }),
+       'the third owner reached the backend');
+
+    # made after the fork: no child holds it open
+    my $c = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port", Timeout => 5)
+        or die "connect: $!";
+    print $c "POST /pay HTTP/1.0\r\nHost: localhost\r\nX-Call-Id: h-pay-3\r\n"
+             . "Content-Length: 3\r\n\r\nx=1";
+    ok(wait_for('its duplicate parked',
+                sub { (value(scrape(), 'idem_dedupe_waiters') // -1) == 1 }),
+       'its duplicate waits');
+    close $c;
+    ok(wait_for('the wait ended with the client',
+                sub {
+                    $m = scrape();
+                    (value($m, 'idem_dedupe_wait_duration_seconds_count{result="client_gone"}')
+                     // 0) == 1
+                }),
+       'a wait ended by its client gone: result="client_gone"');
+    is(value($m, 'idem_dedupe_waiters'), 0, 'nobody waits any more');
+    ok(IdemWait::release('h-pay-3'), 'the third owner released');
+    like(done('owner3'), qr/^HTTP\/1.1 200/, 'the third owner: 200');
+}
+
+# a duplicate waiting for an owner that ends UNKNOWN (no answer in 3 s):
+# 409, the outcome is not known
+
+bg('owner4', 'POST', '/pay-lost', 'h-pay-4');
+ok(wait_for('the fourth owner at the backend',
+            sub { IdemWait::backend_runs('h-pay-4') >= 1 }),
+   'the fourth owner reached the backend');
+like(request($port, 'POST', '/pay-lost', 'h-pay-4', 30), qr/^HTTP\/1.1 409/,
+     'its duplicate waited, then got 409');
+like(done('owner4'), qr/^HTTP\/1.1 504/, 'the fourth owner: 504');
+ok(IdemWait::release('h-pay-4'), 'the held request let go');
+ok(wait_for('the conflict counted',
+            sub {
+                $m = scrape();
+                (value($m, 'idem_dedupe_wait_duration_seconds_count{result="conflict"}')
+                 // 0) == 1
+            }),
+   'a wait ended by a 409: result="conflict"');
+is(value($m, 'idem_dedupe_wait_duration_seconds_bucket{result="conflict",'
+             . 'le="2.5"}'),
+   0, 'it waited for the owner\'s 3 s: in no bucket of 2.5 s or less');
+
+# a durable claim no replica confirms (the test's Redis has none): its
+# WAIT runs out after 100 ms, the call is refused 503
+
+like(request($port, 'POST', '/durable', 'h-durable'), qr/^HTTP\/1.1 503/,
+     'a durable claim not confirmed: 503');
+ok(wait_for('the durable claim counted',
+            sub {
+                $m = scrape();
+                (value($m, 'idem_dedupe_claim_duration_seconds_count{durable="true"}')
+                 // 0) >= 1
+            }),
+   'a durable claim counted');
+is(value($m, 'idem_dedupe_claim_duration_seconds_count{durable="true"}'), 1,
+   'one durable claim');
+is(value($m, 'idem_dedupe_claim_duration_seconds_bucket{durable="true",'
+             . 'le="0.05"}'),
+   0, 'its WAIT of 100 ms included: in no bucket of 0.05 s or less');
+is(value($m, 'idem_dedupe_total{result="not_durable"}'), 1,
+   'idem_dedupe_total{result="not_durable"} 1');
 
 # the Redis node, in both workers
 
