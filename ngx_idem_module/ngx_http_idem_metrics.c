@@ -428,7 +428,7 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
         }
     }
 
-    len += 512 + NGX_ATOMIC_T_LEN;
+    len += 1024 + NGX_ATOMIC_T_LEN;    /* the gauges' HELP and TYPE */
 
     node = nodes->elts;
 
