@@ -224,6 +224,8 @@ install: $(MODULE)
 	install -d $(DESTDIR)$(DOC_DIR)/docs
 	install -m 644 docs/*.md $(DESTDIR)$(DOC_DIR)/docs/
 	install -m 644 conf-examples/*.conf $(DESTDIR)$(DOC_DIR)/examples/
+	install -m 644 conf-examples/prometheus/idem-rules.yml \
+	    $(DESTDIR)$(DOC_DIR)/examples/
 ifeq ($(IDEM_ENABLE),yes)
 	install -d $(DESTDIR)$(ENABLED_DIR)
 	ln -sfn $(MODCONF_DIR)/mod-http-idem.conf \

@@ -1205,6 +1205,40 @@ ngx_http_idem_new_round(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 }
 
 
+/* idem_metrics' observations (dedupe.c makes them): none shown here */
+
+__attribute__((weak)) uint64_t
+ngx_http_idem_metrics_clock(void)
+{
+    return 0;
+}
+
+
+__attribute__((weak)) void
+ngx_http_idem_observe_claim(ngx_http_idem_ctx_t *ctx)
+{
+}
+
+
+__attribute__((weak)) void
+ngx_http_idem_observe_wait(ngx_http_idem_ctx_t *ctx, ngx_uint_t result)
+{
+}
+
+
+__attribute__((weak)) ngx_uint_t
+ngx_http_idem_metrics_waited(ngx_http_idem_store_found_t *found)
+{
+    return 0;
+}
+
+
+__attribute__((weak)) void
+ngx_http_idem_metrics_waiters(ngx_uint_t n)
+{
+}
+
+
 /* idem_resend_limit (dedupe.c asks it): no limit, every resend goes on */
 
 __attribute__((weak)) ngx_int_t

@@ -322,8 +322,10 @@ ngx_http_idem_dedupe_cleanup(void *data)
     ngx_http_idem_store_unwatch(&ctx->dedupe.watch);
 
     if (ctx->dedupe.waiting) {
+        ngx_http_idem_observe_wait(ctx, NGX_HTTP_IDEM_WAITED_CLIENT_GONE);
         ctx->dedupe.waiting = 0;
         ngx_http_idem_dedupe_waiters--;
+        ngx_http_idem_metrics_waiters(ngx_http_idem_dedupe_waiters);
     }
 }
 
@@ -426,6 +428,7 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ctx->dedupe.claim = claim;
     ctx->dedupe.asked = ngx_current_msec;
+    ctx->dedupe.asked_us = ngx_http_idem_metrics_clock();
 
     /*
      * Decided here, not by the location the request ends in (an
@@ -598,6 +601,8 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
     ctx->dedupe.claim_op = NULL;
 
+    ngx_http_idem_observe_claim(ctx);
+
     /* until when the id is known: the record's, or a new one's full TTL */
 
     if (found->ttl) {
@@ -643,6 +648,7 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
     if (ctx->dedupe.waiting) {
         ngx_http_idem_count(dedupe_waits_answered);
+        ngx_http_idem_observe_wait(ctx, ngx_http_idem_metrics_waited(found));
         ngx_http_idem_dedupe_unwait(r, ctx);
     }
 
@@ -886,6 +892,7 @@ ngx_http_idem_dedupe_wait(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         }
 
         ngx_http_idem_dedupe_waiters++;
+        ngx_http_idem_metrics_waiters(ngx_http_idem_dedupe_waiters);
         ctx->dedupe.waiting = 1;
         ctx->dedupe.wait_until = now + wait;
         ctx->dedupe.poll = NGX_HTTP_IDEM_POLL_FIRST;
@@ -904,6 +911,7 @@ ngx_http_idem_dedupe_wait(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     if (left <= 0) {
         ngx_http_idem_count(dedupe_waits_timed_out);
+        ngx_http_idem_observe_wait(ctx, NGX_HTTP_IDEM_WAITED_TIMED_OUT);
 
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                        "idem dedupe: \"%V\" still in flight, the wait is "
@@ -1036,6 +1044,7 @@ ngx_http_idem_dedupe_poll(ngx_event_t *ev)
 
     ctx->dedupe.verdict = NGX_HTTP_IDEM_UNAVAILABLE;
     ctx->dedupe.asked = ngx_current_msec;
+    ctx->dedupe.asked_us = ngx_http_idem_metrics_clock();
 
     ctx->dedupe.claim_op = ngx_http_idem_store_claim(&ctx->dedupe.claim,
                                                      ngx_http_idem_dedupe_reply,
@@ -1046,6 +1055,7 @@ ngx_http_idem_dedupe_poll(ngx_event_t *ev)
 
     /* not even sent: the store is away, as for a first claim */
 
+    ngx_http_idem_observe_wait(ctx, NGX_HTTP_IDEM_WAITED_UNAVAILABLE);
     ngx_http_idem_dedupe_unwait(r, ctx);
 
     ctx->dedupe.state = NGX_HTTP_IDEM_DEDUPE_DONE;
@@ -1062,6 +1072,7 @@ ngx_http_idem_dedupe_unwait(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ctx->dedupe.waiting = 0;
     ngx_http_idem_dedupe_waiters--;
+    ngx_http_idem_metrics_waiters(ngx_http_idem_dedupe_waiters);
 
     ngx_http_idem_store_unwatch(&ctx->dedupe.watch);
 

@@ -422,6 +422,8 @@ ngx_http_idem_log_handler(ngx_http_request_t *r)
 
     rc = ngx_http_idem_record_finish(r, ctx);
 
+    ngx_http_idem_observe_call(r, ctx);
+
     /* an UNKNOWN execution, queued behind its final write (stream.c) */
 
     if (ctx->record.on) {

@@ -441,13 +441,20 @@ ngx_http_idem_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-    return ngx_http_idem_store_init_process(cycle, &imcf->store);
+    if (ngx_http_idem_store_init_process(cycle, &imcf->store) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    /* the worker's own state shown by idem_metrics: its Redis nodes */
+
+    return ngx_http_idem_metrics_init_process(cycle);
 }
 
 
 static void
 ngx_http_idem_exit_process(ngx_cycle_t *cycle)
 {
+    ngx_http_idem_metrics_exit_process(cycle);
     ngx_http_idem_store_exit_process(cycle);
 }
 

@@ -18,7 +18,8 @@
 #     (a variable) are not directive names, while `idem_dedupe_wait`,
 #     "idem_redis cluster ..." and "(idem_retry)" are.  Such a word must be
 #     a directive, unless it is a name the module writes out that is not a
-#     directive: a metric (idem_calls_total, idem_breaker_state ...) or a
+#     directive: a metric (idem_calls_total, idem_breaker_state ...; a
+#     histogram's series too, its name and _bucket, _sum or _count) or a
 #     shared memory zone (idem_storm).  Those are the idem_ words of the
 #     sources' C string literals (comments left out) that are neither a
 #     directive nor a variable; a variable's name without its "$" is not
@@ -131,8 +132,10 @@ for my $page (@pages) {
 
         while ($line =~ /(?<![\w\$\/.-])(idem(?:_[a-z0-9]+)+)/g) {
             $names++;
-            push @bad, "$1 (line " . ($n + 1) . ")"
-                unless $cmd{$1} || $emitted{$1};
+            my $name = $1;
+            (my $series = $name) =~ s/_(?:bucket|sum|count)\z//;
+            push @bad, "$name (line " . ($n + 1) . ")"
+                unless $cmd{$name} || $emitted{$name} || $emitted{$series};
         }
 
         while ($line =~ /\$(idem(?:_[a-z0-9]+)+)/g) {

@@ -41,6 +41,21 @@ idem_resolutions_forced_total\{outcome="not_applied"\} 0
 # HELP idem_resends_refused_total Resends of known call ids refused by idem_resend_limit \(429\)\.
 # TYPE idem_resends_refused_total counter
 idem_resends_refused_total 0
+# HELP idem_call_duration_seconds .*
+# TYPE idem_call_duration_seconds histogram
+idem_call_duration_seconds_bucket\{state="SUCCESS",le="0\.00025"\} 0
+.*idem_call_duration_seconds_bucket\{state="UNKNOWN",le="\+Inf"\} 0
+idem_call_duration_seconds_sum\{state="UNKNOWN"\} 0\.000000
+idem_call_duration_seconds_count\{state="UNKNOWN"\} 0
+# HELP idem_dedupe_claim_duration_seconds .*
+# TYPE idem_dedupe_claim_duration_seconds histogram
+.*idem_dedupe_claim_duration_seconds_count\{durable="true"\} 0
+# HELP idem_dedupe_wait_duration_seconds .*
+# TYPE idem_dedupe_wait_duration_seconds histogram
+.*idem_dedupe_wait_duration_seconds_count\{result="client_gone"\} 0
+# HELP idem_dedupe_waiters .*
+# TYPE idem_dedupe_waiters gauge
+idem_dedupe_waiters 0
 \z
 --- no_error_log
 [error]
@@ -143,5 +158,31 @@ x
 --- response_body_like eval
 ["idem_calls_total 0\n", "NOT_FOUND", "NOT_FOUND",
  '(?s)idem_calls_total 0\n.*idem_call_ids_generated_total 0\n.*state="not_found"\} 2\n.*reason="not_found"\} 1\n']
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: a call's duration, by its final state: a call of 300 ms is in no bucket of 0.25 s or less
+--- config
+    location /t {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/300/1;
+    }
+    location /f {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/status/500/1;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- request eval
+["GET /t", "GET /f", "GET /metrics"]
+--- more_headers eval
+["X-Call-Id: m-hist-1", "X-Call-Id: m-hist-2", ""]
+--- error_code eval
+[200, 500, 200]
+--- response_body_like eval
+["n=1", "", '(?s)state="SUCCESS",le="0\.25"\} 0\n.*state="SUCCESS",le="\+Inf"\} 1\nidem_call_duration_seconds_sum\{state="SUCCESS"\} (?:0\.[3-9]|[1-9]\d*\.)\d{5,6}\nidem_call_duration_seconds_count\{state="SUCCESS"\} 1\n.*idem_call_duration_seconds_count\{state="FAILED"\} 1\nidem_call_duration_seconds_bucket\{state="UNKNOWN",le="0\.00025"\} 0\n']
 --- no_error_log
 [error]

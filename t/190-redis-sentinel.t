@@ -96,6 +96,27 @@ Test::More::is(RedisSentinel::cli($ENV{TEST_NGINX_SENTINEL_MASTER},
 
 
 
+=== TEST 2b: idem_metrics shows the master the sentinels named and the sentinels, each with whether it is up (role="data", role="sentinel")
+--- http_config
+    idem_redis sentinel=mymaster $TEST_NGINX_SENTINEL_PORTS timeout=500ms;
+--- config
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+# the log holds the blocks before this one too: asked of the gauge itself
+Test::More::ok(IdemWait::wait_for('the master named and connected',
+    sub { IdemWait::get($ENV{TEST_NGINX_SERVER_PORT}, '/metrics')
+          =~ /role="data"\} 1$/m }), 'the master named and connected');
+--- request
+GET /metrics
+--- response_body_like eval
+qr/^idem_redis_up\{node="127\.0\.0\.1:$ENV{TEST_NGINX_SENTINEL_MASTER}",role="data"\} 1\n(?:.*\n)*?idem_redis_up\{node="127\.0\.0\.1:\d+",role="sentinel"\} 1\n(?:.*\n)*?idem_redis_connections\{node="127\.0\.0\.1:$ENV{TEST_NGINX_SENTINEL_MASTER}",role="data"\} 1\n/m
+--- no_error_log
+[error]
+
+
+
 === TEST 3: the first sentinel listed is down: the next one is asked
 --- http_config
     idem_redis sentinel=mymaster 127.0.0.1:1 127.0.0.1:$TEST_NGINX_SENTINEL_PORT

@@ -9,7 +9,8 @@
 #                       gRPC client of t/165, python3-redis for the example
 #                       consumer of idem_unknown_stream
 #                       (util/unknown-consumer.py, t/171), chromium for the
-#                       timeline page in t/176
+#                       timeline page in t/176, prometheus for promtool
+#                       (t/071: the metrics' format, the shipped rules)
 #   util/deps.sh --list [run]   prints the packages, installs nothing
 set -e
 
@@ -25,7 +26,7 @@ pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev
 if [ "$1" != run ]; then
     pkgs="$pkgs libnginx-mod-http-echo perl libtest-base-perl
           libtest-longstring-perl libhttp-message-perl curl python3
-          python3-grpcio python3-redis chromium"
+          python3-grpcio python3-redis chromium prometheus"
 fi
 
 # nginx's own tests (make nginx-tests) load every dynamic module nginx -V

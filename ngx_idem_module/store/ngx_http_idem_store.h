@@ -251,6 +251,19 @@ typedef struct {
 } ngx_http_idem_store_watch_t;
 
 
+/*
+ * A connection of this worker's store, as idem_metrics shows it: a data
+ * node (the Redis, the master a sentinel names, a cluster master that
+ * serves slots) or a sentinel, and whether it is up now.  The name lives
+ * as long as the node.
+ */
+typedef struct {
+    ngx_str_t                    name;
+    unsigned                     sentinel:1;
+    unsigned                     up:1;
+} ngx_http_idem_store_node_t;
+
+
 /* configuration time: "idem_redis ADDR ..." (messages name the directive) */
 char *ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_http_idem_store_conf_t *conf);
@@ -298,6 +311,10 @@ ngx_int_t ngx_http_idem_store_append(ngx_http_idem_store_entry_t *entry,
 ngx_int_t ngx_http_idem_store_watch(ngx_http_idem_store_watch_t *w,
     ngx_msec_t since);
 void ngx_http_idem_store_unwatch(ngx_http_idem_store_watch_t *w);
+
+/* this worker's connections, n at most: how many were filled in */
+ngx_uint_t ngx_http_idem_store_nodes(ngx_http_idem_store_node_t *nodes,
+    ngx_uint_t n);
 
 
 #endif /* _NGX_HTTP_IDEM_STORE_H_INCLUDED_ */

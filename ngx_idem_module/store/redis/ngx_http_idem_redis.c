@@ -411,3 +411,43 @@ ngx_http_idem_redis_pending_handler(ngx_event_t *ev)
 
     rd->lost = 0;
 }
+
+
+/*
+ * For idem_metrics: the nodes commands go to, each with whether it is up.
+ * A node with no address yet (the master before a sentinel named it) or
+ * that stopped trying (a cluster node that served no slot a while) is
+ * not one the store uses, and is left out; so are the second connections
+ * of durable claims and the subscriber's, which follow their node.
+ */
+
+ngx_uint_t
+ngx_http_idem_store_nodes(ngx_http_idem_store_node_t *nodes, ngx_uint_t n)
+{
+    ngx_uint_t                   i, k;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
+
+    rd = &ngx_http_idem_redis;
+
+    if (!rd->started || rd->closing) {
+        return 0;
+    }
+
+    k = 0;
+
+    for (i = 0; i < rd->nnodes && k < n; i++) {
+        node = rd->nodes[i];
+
+        if (node->idle || (node->port == 0 && node->unix_path.len == 0)) {
+            continue;
+        }
+
+        nodes[k].name = node->name;
+        nodes[k].sentinel = (node->role == NGX_HTTP_IDEM_REDIS_SENTINEL);
+        nodes[k].up = (node->state == NGX_HTTP_IDEM_REDIS_UP);
+        k++;
+    }
+
+    return k;
+}
