@@ -34,6 +34,9 @@
 #                       median)
 #   COST_GATEWAY_SECONDS=3  each run through the gateway
 #   NGINX_BIN=/usr/sbin/nginx
+#   COST_PORT=<n>       the ports to take: n (Redis), n + 1 (the gateway),
+#                       n + 2 (its backend); unset: free ones the kernel
+#                       picks (from its ephemeral range)
 
 set -euo pipefail
 
@@ -57,9 +60,15 @@ free_port() {
 print(s.getsockname()[1])'
 }
 
-redis_port=$(free_port)
-gateway_port=$(free_port)
-backend_port=$(free_port)
+if [ -n "${COST_PORT:-}" ]; then
+    redis_port=$COST_PORT
+    gateway_port=$((COST_PORT + 1))
+    backend_port=$((COST_PORT + 2))
+else
+    redis_port=$(free_port)
+    gateway_port=$(free_port)
+    backend_port=$(free_port)
+fi
 
 rm -rf "$run" && mkdir -p "$run/logs"
 
