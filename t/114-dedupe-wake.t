@@ -6,7 +6,8 @@
 # the message, on this gateway or another; a waiter costs two claims (the
 # first, and the one after the wake).  The poll stays as the fallback: at
 # the owner's lease end (an owner that died), every 5 s, and as before
-# while the subscription is down.
+# while the subscription is down.  A final write that goes again (a short
+# record met, made the hash first) publishes once more when it is in.
 #
 # The owner is held at the backend (util/backend.pl /hold/1) until the
 # block releases it; nothing races a fixed sleep: every step waits for the
@@ -26,6 +27,7 @@ BEGIN {
 use lib 't/lib';
 use IdemBg qw(bg done running);
 use IdemGateway ();
+use IdemRecord ();
 use IdemWait ();
 use Time::HiRes ();
 use Test::Nginx::Socket 'no_plan';
@@ -324,3 +326,65 @@ X-Call-Id: k-7
 [error]
 PUBLISH
 SUBSCRIBE
+
+
+
+=== TEST 8: the owner's final write meets a short record there (made the hash first, by its upgrade script): the PUBLISH sent with it went before it, so it publishes once more when it is in; its waiter on this gateway replayed, woken
+--- init
+my $r = $ENV{TEST_NGINX_REDIS_PORT};
+my $key = 'idem:c:{k-8}';
+main::lines_ok('subscribed', qr/subscribed to "idem:wake"/, 2);
+bg('owner8', 'k-8', "http://127.0.0.1:$main::gw/d", '--data', 'x=1');
+Test::More::ok(IdemWait::wait_for('the owner at the backend',
+                   sub { IdemWait::backend_runs('k-8') >= 1 }),
+               'the owner is at the backend');
+bg('dup8', 'k-8', '/d', '--data', 'x=1');
+main::lines_ok('the waiter watched', qr/idem dedupe: "k-8" watched/, 1);
+# the claim's hash as the short record of its fields, its expiry kept
+system("redis-cli -p $r eval '"
+       . 'local h = redis.call("HGETALL", KEYS[1]) '
+       . 'local ttl = redis.call("PTTL", KEYS[1]) '
+       . 'local s = {} '
+       . 'for i = 1, #h, 2 do '
+       . '  s[#s + 1] = h[i] .. " " .. #h[i + 1] .. " " .. h[i + 1] .. "\\n" '
+       . 'end '
+       . 'redis.call("DEL", KEYS[1]) '
+       . 'return redis.call("SET", KEYS[1], table.concat(s), "PX", ttl)'
+       . "' 1 '$key' >/dev/null");
+Test::More::is(IdemRecord::type($r, $key), 'string', 'the record is short');
+IdemWait::release('k-8');
+my $dup = done('dup8');
+Test::More::like($dup, qr{^HTTP/1\.1 200 }, 'the waiter: 200');
+Test::More::like($dup, qr/^Idempotent-Replayed: true\r$/mi, '... replayed');
+Test::More::like(done('owner8'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
+Test::More::is(IdemRecord::type($r, $key), 'hash', 'the record a hash');
+my %f = IdemRecord::fields($r, $key);
+Test::More::is(scalar(grep { /^k:/ && $f{$_} eq 'R' } keys %f), 1,
+               'the answer stored');
+# two PUBLISHes on the owner's gateway: with the write, and after it
+my $n = () = IdemGateway::log_text($main::gw)
+             =~ /PUBLISH "idem:wake" "\Qidem:c:{k-8}\E"/g;
+Test::More::is($n, 2, 'the owner published twice');
+Test::More::ok(IdemWait::log_count(
+                   qr/idem dedupe: "k-8" woken by its owner's final write/)
+               >= 1, "the waiter woken by its owner's final write");
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_call_id_missing reject;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_wait 20s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- request
+GET /log/k-8
+--- response_body_like chomp
+^n=1 [^\n]*\n$
+--- no_error_log
+[error]

@@ -354,9 +354,8 @@ ngx_int_t ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,
 /* the store of this worker process (ngx_http_idem_redis.c) */
 extern ngx_http_idem_redis_t  ngx_http_idem_redis;
 
-/* a call's two scripts, loaded on connect (ngx_http_idem_redis_record.c) */
+/* a call's script, loaded on connect (ngx_http_idem_redis_record.c) */
 extern ngx_http_idem_redis_script_t  ngx_http_idem_redis_take_lua;
-extern ngx_http_idem_redis_script_t  ngx_http_idem_redis_final_lua;
 
 
 /* shared by redis.c, redis_node.c and redis_op.c */

@@ -238,7 +238,7 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
 /*
  * AUTH and SELECT, queued first: commands sent while the connection is
  * being made follow them, and Redis runs them in that order.  Then, on a
- * data node, SCRIPT LOAD of a call's two scripts: a claim's EVALSHA then
+ * data node, SCRIPT LOAD of a call's script: a claim's EVALSHA then
  * never meets NOSCRIPT on a Redis just restarted or promoted, where its
  * text could only follow its reply, which may come after the request is
  * gone (a claim made by nobody's request is never released).
@@ -249,9 +249,8 @@ ngx_http_idem_redis_node_handshake(ngx_http_idem_redis_node_t *node)
 {
     u_char                        db[NGX_INT_T_LEN];
     size_t                        lens[3];
-    ngx_uint_t                    i;
     const char                   *argv[3];
-    ngx_http_idem_redis_script_t *scripts[2];
+    ngx_http_idem_redis_script_t *script;
 
     if (node->password.len) {
         argv[0] = "AUTH";
@@ -281,26 +280,22 @@ ngx_http_idem_redis_node_handshake(ngx_http_idem_redis_node_t *node)
         return;
     }
 
-    scripts[0] = &ngx_http_idem_redis_take_lua;
-    scripts[1] = &ngx_http_idem_redis_final_lua;
+    script = &ngx_http_idem_redis_take_lua;
 
     argv[0] = "SCRIPT";
     lens[0] = sizeof("SCRIPT") - 1;
     argv[1] = "LOAD";
     lens[1] = sizeof("LOAD") - 1;
+    argv[2] = (const char *) script->text.data;
+    lens[2] = script->text.len;
 
-    for (i = 0; i < 2; i++) {
-        argv[2] = (const char *) scripts[i]->text.data;
-        lens[2] = scripts[i]->text.len;
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, node->rd->log, 0,
+                   "idem redis \"%V\": SCRIPT LOAD, %uz bytes",
+                   &node->name, lens[2]);
 
-        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, node->rd->log, 0,
-                       "idem redis \"%V\": SCRIPT LOAD, %uz bytes",
-                       &node->name, lens[2]);
-
-        (void) ngx_http_idem_redis_node_command(node,
-                                           ngx_http_idem_redis_script_loaded,
-                                           NULL, 3, argv, lens, 1);
-    }
+    (void) ngx_http_idem_redis_node_command(node,
+                                            ngx_http_idem_redis_script_loaded,
+                                            NULL, 3, argv, lens, 1);
 }
 
 

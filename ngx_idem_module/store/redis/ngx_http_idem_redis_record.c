@@ -22,8 +22,9 @@
  *   a new claim      the take script: the owner, its digest, lease,
  *                    bound and arrival, and the expiry, in one write (a
  *                    duplicate never meets half a claim); at the end the
- *                    final script: the owner's fields, and the expiry
- *                    when it must move, in one command (2 in all)
+ *                    owner's final write, plain commands in one round
+ *                    trip: HSET of its fields, PEXPIRE only when the
+ *                    expiry must move, PUBLISH only where waiters may be
  *   a durable one    the same, and WAIT after the claim, both on the
  *                    node's connection for durable claims
  *
@@ -32,8 +33,8 @@
  * the scripts read that form from the record's PTTL
  * (ngx_http_idem_redis_record.lua), a claim of theirs by Redis's clock.
  * The scripts (ngx_http_idem_redis_*.lua) run by SHA1
- * (ngx_http_idem_redis.c); the claim's and the final write's are loaded
- * on every data connection as it is made.
+ * (ngx_http_idem_redis.c); the claim's is loaded on every data connection
+ * as it is made.
  */
 
 
@@ -52,6 +53,7 @@ typedef struct {
     ngx_uint_t                       nfields;    /* a field and its value */
     ngx_http_idem_store_known_pt     known;      /* told, NULL: not asked */
     void                            *known_data;
+    unsigned                         wake:1;     /* a final write, heard */
 } ngx_http_idem_redis_first_t;
 
 
@@ -98,7 +100,9 @@ static void ngx_http_idem_redis_resolved(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_write_short(
     ngx_http_idem_store_write_t *w);
-static ngx_int_t ngx_http_idem_redis_write_last(
+static ngx_int_t ngx_http_idem_redis_write_final(
+    ngx_http_idem_store_write_t *w);
+static ngx_int_t ngx_http_idem_redis_write_owned(
     ngx_http_idem_store_write_t *w);
 static void ngx_http_idem_redis_final_written(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
@@ -125,20 +129,16 @@ static void ngx_http_idem_redis_ttl(ngx_http_idem_store_found_t *found,
 
 
 /*
- * The claim: its common path (take), then its rare ones (claim); and the
- * owner's final write.  One of each per call: every data connection loads
- * them as it is made (redis_node.c), so that their EVALSHA runs whenever
- * Redis reads it, even if its reply comes too late to send the text.
+ * The claim: its common path (take) first, then the preludes and its rare
+ * paths (claim), which a new id never reaches: it runs none of their
+ * definitions.  One per call: every data connection loads it as it is
+ * made (redis_node.c), so that its EVALSHA runs whenever Redis reads it,
+ * even if its reply comes too late to send the text.
  */
 
 ngx_http_idem_redis_script_t  ngx_http_idem_redis_take_lua = {
-    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_RECORD
-               NGX_HTTP_IDEM_REDIS_LUA_TAKE NGX_HTTP_IDEM_REDIS_LUA_CLAIM),
-    { 0 }, 0, 0
-};
-
-ngx_http_idem_redis_script_t  ngx_http_idem_redis_final_lua = {
-    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_FINAL),
+    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_TAKE NGX_HTTP_IDEM_REDIS_LUA_SHORT
+               NGX_HTTP_IDEM_REDIS_LUA_RECORD NGX_HTTP_IDEM_REDIS_LUA_CLAIM),
     { 0 }, 0, 0
 };
 
@@ -174,7 +174,8 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_owned_lua = {
 
 /*
  * HSET key fields, PEXPIRE key ttl: both of them or none; a whole
- * execution's, one SET (short); an execution's last, one script.  An
+ * execution's, one SET (short); the claim's owner's last, the same and
+ * PUBLISH; an execution's last whose claim got no answer, one script.  An
  * execution's first write is a read in passing: its reply (how many
  * fields were new) says whether the execution is counted, and, asked
  * (w->known), whether the call id was known.
@@ -191,17 +192,13 @@ ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
         return rc;
     }
 
-    /* the final script published it itself, after its write */
-
-    if (w->final && w->nfields && !w->owned) {
-        return NGX_OK;
-    }
-
     /*
      * A final write that waiters may wait for: PUBLISH <channel> <key>
      * after it, on its connection (the durable claims' one for a durable
      * owned write), so that Redis has run the write when the message
-     * goes out.  Lost or not, the write stands: waiters poll at last.
+     * goes out (a final write sent again goes on without it: it publishes
+     * once more when it is in).  Lost or not, the write stands: waiters
+     * poll at last.
      */
 
     ngx_http_idem_redis_durable(w->replicas, w->owned ? w->wait : 0);
@@ -233,8 +230,12 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
         return NGX_OK;
     }
 
-    if ((w->owned || w->final) && w->nfields) {
-        return ngx_http_idem_redis_write_last(w);
+    if (w->owned && w->nfields) {
+        return ngx_http_idem_redis_write_owned(w);
+    }
+
+    if (w->final && w->nfields) {
+        return ngx_http_idem_redis_write_final(w);
     }
 
     if (w->whole && w->first && w->ttl && w->nfields) {
@@ -385,30 +386,144 @@ ngx_http_idem_redis_write_short(ngx_http_idem_store_write_t *w)
 
 
 /*
- * An execution's last write, by script, in one command: its fields and
- * the record's expiry ("0": left as it is).  The owned script
- * (ngx_http_idem_redis_owned.lua, w->owned) writes them only where the
- * record's claim names the execution (its token, the argument after the
- * key), and goes where the claim went: to the durable claims' connection
- * when the claim was durable.  The final script
- * (ngx_http_idem_redis_final.lua) is the owner's write; its last argument
- * is the pub/sub channel of the call's waiters, "" for none.  Either
- * reply counts the execution as an execution's first write does, when it
- * is one.
+ * The last write of the execution that owns the call's claim: HSET of its
+ * fields, then PEXPIRE when the expiry must move, in the same round trip
+ * (the claim gave the record its expiry: a PEXPIRE lost keeps that one);
+ * ngx_http_idem_store_write() adds the PUBLISH to its waiters after them.
+ * Plain commands, not a script: a script costs Redis about 10 us of Lua
+ * whatever it does (docs/performance.md).  Its reply counts the
+ * execution as an execution's first write does, when it is one; a short
+ * record met there (a rare race: WRONGTYPE) becomes the hash first
+ * (the upgrade script).
  */
 
 static ngx_int_t
-ngx_http_idem_redis_write_last(ngx_http_idem_store_write_t *w)
+ngx_http_idem_redis_write_final(ngx_http_idem_store_write_t *w)
+{
+    u_char                        ttl[NGX_INT64_LEN];
+    ngx_str_t                     argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv,
+                                  cmd[3];
+    ngx_uint_t                    argc;
+    ngx_http_idem_store_op_t     *op;
+    ngx_http_idem_redis_first_t  *first;
+
+    if (ngx_http_idem_redis_room(w->ttl ? 2 : 1) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    argc = 2 + w->nfields;
+
+    if (argc <= NGX_HTTP_IDEM_REDIS_ARGS) {
+        argv = argv_buf;
+
+    } else {
+        argv = ngx_alloc(argc * sizeof(ngx_str_t), ngx_cycle->log);
+        if (argv == NULL) {
+            return NGX_DECLINED;
+        }
+    }
+
+    ngx_str_set(&argv[0], "HSET");
+    argv[1] = w->key;
+    ngx_memcpy(&argv[2], w->fields, w->nfields * sizeof(ngx_str_t));
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: write \"%V\": final, %ui fields, ttl %M, "
+                   "heard: %d", &w->key, w->nfields / 2, w->ttl,
+                   (int) (w->wake.len != 0));
+
+    op = ngx_http_idem_redis_write_read(argc, argv,
+                                        ngx_http_idem_redis_final_written,
+                                        w->first ? w->max_executions : 0,
+                                        w->nfields / 2, NULL);
+
+    if (argv != argv_buf) {
+        ngx_free(argv);
+    }
+
+    if (op == NULL) {
+        return NGX_DECLINED;
+    }
+
+    first = op->ext;
+    first->wake = (w->wake.len != 0);
+
+    if (w->ttl) {
+        ngx_str_set(&cmd[0], "PEXPIRE");
+        cmd[1] = w->key;
+        cmd[2].data = ttl;
+        cmd[2].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
+
+        /* lost: the fields stand, with the expiry the claim set */
+
+        (void) ngx_http_idem_redis_write(3, cmd, NULL);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The final HSET's answer: the fields that were new.  Sent again (a short
+ * record made a hash first, a cluster's redirect), it landed after the
+ * PUBLISH sent with it: its waiters are told once more.
+ */
+
+static void
+ngx_http_idem_redis_final_written(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_str_t                     key;
+    ngx_uint_t                    k;
+    ngx_http_idem_redis_t        *rd;
+    ngx_http_idem_redis_first_t  *first;
+
+    rd = &ngx_http_idem_redis;
+    first = op->ext;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: final write: rc %i, %ui elements, "
+                   "%ui redirects", rc, n, op->redirects);
+
+    k = ngx_http_idem_redis_op_key(op);
+
+    if (first->wake && rc == NGX_OK && k
+        && (op->script != NULL || op->redirects))
+    {
+        key.data = (u_char *) op->argv[k];
+        key.len = op->lens[k];
+
+        (void) ngx_http_idem_redis_publish(&rd->conf->wake, &key);
+    }
+
+    if (first->max_executions) {
+        ngx_http_idem_redis_first_written(data, rc, elts, n);
+    }
+}
+
+
+/*
+ * An execution's last write whose claim got no answer, by script, in one
+ * command (ngx_http_idem_redis_owned.lua): its fields and the record's
+ * expiry ("0": left as it is), written only where the record's claim
+ * names the execution (its token, the argument after the key); it goes
+ * where the claim went: to the durable claims' connection when the claim
+ * was durable.  Its reply counts the execution as an execution's first
+ * write does, when it is one.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_write_owned(ngx_http_idem_store_write_t *w)
 {
     u_char                        ttl[NGX_INT64_LEN];
     ngx_str_t                     argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv;
-    ngx_uint_t                    i, argc;
+    ngx_uint_t                    argc;
     ngx_http_idem_store_op_t     *op;
     ngx_http_idem_redis_first_t  *first;
-    ngx_http_idem_redis_script_t *script;
-    ngx_http_idem_redis_reply_pt  handler;
 
-    /* numkeys, the key, the token or the channel, the ttl, the fields */
+    /* numkeys, the key, the token, the ttl, the fields */
 
     argc = 4 + w->nfields;
 
@@ -424,44 +539,21 @@ ngx_http_idem_redis_write_last(ngx_http_idem_store_write_t *w)
 
     ngx_str_set(&argv[0], "1");
     argv[1] = w->key;
+    argv[2] = w->token;
+    argv[3].data = ttl;
+    argv[3].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
 
-    i = 2;
+    ngx_memcpy(&argv[4], w->fields, w->nfields * sizeof(ngx_str_t));
 
-    if (w->owned) {
-        argv[i++] = w->token;
-    }
-
-    argv[i].data = ttl;
-    argv[i].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
-
-    ngx_memcpy(&argv[i + 1], w->fields, w->nfields * sizeof(ngx_str_t));
-
-    if (w->owned) {
-        script = &ngx_http_idem_redis_owned_lua;
-        handler = ngx_http_idem_redis_owned_written;
-
-        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                       "idem store: write \"%V\": %ui fields, if its claim "
-                       "is \"%V\"'s", &w->key, w->nfields / 2, &w->token);
-
-    } else {
-
-        /* its waiters' channel, or "": the script publishes the key */
-
-        argv[argc - 1] = w->wake;
-
-        script = &ngx_http_idem_redis_final_lua;
-        handler = ngx_http_idem_redis_final_written;
-
-        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                       "idem store: write \"%V\": final, %ui fields, "
-                       "ttl %M", &w->key, w->nfields / 2, w->ttl);
-    }
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: write \"%V\": %ui fields, if its claim "
+                   "is \"%V\"'s", &w->key, w->nfields / 2, &w->token);
 
     ngx_http_idem_redis_lazy(1);
-    ngx_http_idem_redis_durable(w->replicas, w->owned ? w->wait : 0);
+    ngx_http_idem_redis_durable(w->replicas, w->wait);
 
-    op = ngx_http_idem_redis_read(script, argc, argv, handler, NULL,
+    op = ngx_http_idem_redis_read(&ngx_http_idem_redis_owned_lua, argc, argv,
+                                  ngx_http_idem_redis_owned_written, NULL,
                                   sizeof(ngx_http_idem_redis_first_t));
 
     ngx_http_idem_redis_durable(0, 0);
@@ -481,29 +573,9 @@ ngx_http_idem_redis_write_last(ngx_http_idem_store_write_t *w)
     first->max_executions = w->first ? w->max_executions : 0;
     first->nfields = w->nfields / 2;
     first->known = NULL;
+    first->wake = 0;
 
     return NGX_OK;
-}
-
-
-/* the final script's answer: the fields that were new, as HSET's */
-
-static void
-ngx_http_idem_redis_final_written(void *data, ngx_int_t rc, ngx_str_t *elts,
-    ngx_uint_t n)
-{
-    ngx_http_idem_store_op_t *op = data;
-
-    ngx_http_idem_redis_first_t  *first;
-
-    first = op->ext;
-
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "idem store: final write: rc %i, %ui elements", rc, n);
-
-    if (first->max_executions) {
-        ngx_http_idem_redis_first_written(data, rc, elts, n);
-    }
 }
 
 
@@ -661,6 +733,7 @@ ngx_http_idem_redis_write_read(ngx_uint_t argc, ngx_str_t *argv,
     first->nfields = nfields;
     first->known = w ? w->known : NULL;
     first->known_data = w ? w->known_data : NULL;
+    first->wake = 0;
 
     return op;
 }

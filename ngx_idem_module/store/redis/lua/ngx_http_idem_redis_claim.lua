@@ -1,6 +1,6 @@
 -- The claim's rare paths, after the take script (its common path) found
--- the record there already (ngx_http_idem_redis_record.c), with the
--- short, record and take preludes before it.
+-- the record there already (ngx_http_idem_redis_record.c), with the take
+-- script, then the short and record preludes before it.
 -- KEYS[1]: the record; ARGV: token, digest, lease (ms), ttl (ms),
 -- arrival, bound (how long the owner may answer, ms; "-": no bound).
 -- Replies {"claimed"}, {"mismatch"}, {"inflight", ms left}, {"replay",
