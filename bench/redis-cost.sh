@@ -18,7 +18,9 @@
 # sends for a call id used once.  Then, for each variant and run, it
 # empties Redis, resets its statistics, replays those commands for
 # COST_CALLS new call ids in one redis-cli --pipe and reports the usec
-# INFO commandstats counted, per call.  Then it sends real calls through
+# INFO commandstats counted, per call (a script's own commands counted
+# once more under their names where the call also sends them itself), and
+# the redis-server process's CPU per call.  Then it sends real calls through
 # the gateway for COST_GATEWAY_SECONDS=3, one at a time (wrk -c1) and at
 # one offered load (32 connections, 4 ms apart), and reports the same sum
 # per call (COST_COMMANDS=1: and each command's line), with the CPU time
@@ -251,18 +253,27 @@ print("  %s: %d commands per call: %s" % (
 PY
 
     results=""
+    cpus=""
     for _ in $(seq "$runs"); do
         rcli flushall >/dev/null
         rcli config resetstat >/dev/null
+        cpu0=$(redis_cpu)
         rcli --pipe <"$run/$variant.resp" >/dev/null
+        cpu=$(( $(redis_cpu) - cpu0 ))
         usec=$(redis_usec "$(cat "$run/$variant.resp.names")")
         results="$results $(awk -v u="$usec" -v n="$calls" \
                                 'BEGIN { printf "%.2f", u / n }')"
+        cpus="$cpus $(awk -v t="$cpu" -v n="$calls" \
+                         -v hz="$(getconf CLK_TCK)" \
+                         'BEGIN { printf "%.1f", t * 1e6 / hz / n }')"
     done
     median=$(echo $results | tr ' ' '\n' | sort -n \
              | awk '{ v[NR] = $1 } END { printf "%.2f",
                      NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
     echo "  $variant: Redis usec per call:$results (median $median)"
+    # what commandstats leaves out (reading, parsing, answering) and a
+    # script's own commands counted once: the process's CPU
+    echo "  $variant: redis-server CPU usec per call replayed:$cpus"
 
     # the same through the gateway: one call at a time (wrk -c1; each
     # command reaches Redis alone), and at one offered load well under
