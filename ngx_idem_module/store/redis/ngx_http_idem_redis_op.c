@@ -34,8 +34,6 @@ static void ngx_http_idem_redis_answer(ngx_http_idem_redis_t *rd,
 static void ngx_http_idem_redis_read_timeout(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_redis_park(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op);
-static void ngx_http_idem_redis_op_failed(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_store_op_t *op);
 
 
 /*
@@ -131,6 +129,7 @@ ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
 
     op->argc = n;
     op->argv = args;
+    op->size = sizeof(ngx_http_idem_store_op_t) + size;
     op->lens = (size_t *) &args[n];
 
     p = (u_char *) &op->lens[n];
@@ -206,14 +205,14 @@ ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op)
 
 /*
  * An op to its node: the one Redis, or the node that holds its slot; a
- * durable one to that node's connection for durable claims.
+ * durable one to that node's connection for durable claims.  A node that
+ * is not up holds it until it is, within the op's timeout (node_send).
  */
 
 ngx_int_t
 ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op)
 {
-    ngx_int_t                    rc;
     ngx_http_idem_redis_node_t  *node;
 
     if (rd->cluster == NULL) {
@@ -227,12 +226,12 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
             return NGX_DECLINED;
         }
 
-        goto send;
+        return ngx_http_idem_redis_node_send(node, op);
     }
 
     node = ngx_http_idem_redis_cluster_route(rd, op);
 
-    if (!ngx_http_idem_redis_node_takes(node)) {
+    if (node == NULL || node->state == NGX_HTTP_IDEM_REDIS_DOWN) {
 
         /*
          * A failover may have given the slot to another node by now: the
@@ -260,18 +259,7 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
                    "idem redis: %*s for slot %ui",
                    op->lens[0], op->argv[0], op->slot);
 
-send:
-
-    /* a read someone waits for leaves now; a count may wait (lazy) */
-
-    rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
-                                          op, op->argc, op->argv, op->lens,
-                                          op->handler != NULL && !rd->lazy);
-    if (rc != NGX_OK) {
-        return ngx_http_idem_redis_drop(rd, &rd->down);
-    }
-
-    return NGX_OK;
+    return ngx_http_idem_redis_node_send(node, op);
 }
 
 
@@ -389,13 +377,22 @@ ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op)
         return;
     }
 
-    /* freed when its reply comes, or the connection goes */
-
-    op->done = 1;
-
     if (op->timeout.timer_set) {
         ngx_del_timer(&op->timeout);
     }
+
+    if (op->held) {
+
+        /* never sent: nothing will answer it */
+
+        ngx_http_idem_redis_node_unhold(op);
+        ngx_http_idem_redis_op_free(op);
+        return;
+    }
+
+    /* freed when its reply comes, or the connection goes */
+
+    op->done = 1;
 }
 
 
@@ -428,12 +425,7 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
         if (rd->cluster != NULL
             && ngx_http_idem_redis_cluster_redirect(rd, op, reply, &to)
                == NGX_OK
-            && ngx_http_idem_redis_node_command(to,
-                                                ngx_http_idem_redis_op_done,
-                                                op, op->argc, op->argv,
-                                                op->lens,
-                                                op->handler != NULL)
-               == NGX_OK)
+            && ngx_http_idem_redis_node_send(to, op) == NGX_OK)
         {
             return;
         }
@@ -717,6 +709,21 @@ ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
 
     rd = &ngx_http_idem_redis;
 
+    if (op->held) {
+
+        /* its node was not up in its time: dropped, as not connected */
+
+        ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                       "idem redis: %*s held past its timeout, dropped",
+                       op->lens[0], op->argv[0]);
+
+        ngx_http_idem_redis_node_unhold(op);
+        (void) ngx_http_idem_redis_drop(rd, &rd->down);
+
+        ngx_http_idem_redis_op_failed(rd, op);
+        return;
+    }
+
     ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
                    "idem redis: no reply within the timeout, %ui redirects",
                    op->redirects);
@@ -748,10 +755,10 @@ ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
 /*
  * An op whose slot's master is down waits for the map read that this
  * started (a worker whose map still names a master that failed over
- * learns of its replica there), once: still down then, it is dropped as
- * it would have been at once.  It keeps its timeout, and goes with a
- * map read that fails too, so it waits for one round trip to a node at
- * most, or until that node's timeout; an exiting worker reads no map.
+ * learns of its replica there), once: still down then, its master holds
+ * it until it is up again, within the op's timeout (node_send).  It
+ * keeps its timeout, and goes with a map read that fails too; an exiting
+ * worker reads no map.
  */
 
 static ngx_int_t
@@ -830,7 +837,7 @@ ngx_http_idem_redis_unpark(ngx_event_t *ev)
  * that is not taken, and freed unless its handler sent it again.
  */
 
-static void
+void
 ngx_http_idem_redis_op_failed(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op)
 {
