@@ -190,10 +190,10 @@ ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
     /* every callback has run: nothing refers to the nodes any more */
 
     for (i = 0; i < rd->nnodes; i++) {
-        ngx_http_idem_redis_node_held_free(rd->nodes[i], 0);
+        ngx_http_idem_redis_op_held_free(rd->nodes[i], 0);
 
         if (rd->nodes[i]->durable != NULL) {
-            ngx_http_idem_redis_node_held_free(rd->nodes[i]->durable, 0);
+            ngx_http_idem_redis_op_held_free(rd->nodes[i]->durable, 0);
             ngx_free(rd->nodes[i]->durable);
         }
 
@@ -433,7 +433,7 @@ ngx_http_idem_redis_pending_handler(ngx_event_t *ev)
     /* held commands are answered now: no request waits past the drain */
 
     for (i = 0; i < rd->nnodes; i++) {
-        ngx_http_idem_redis_node_held_free(rd->nodes[i], 1);
-        ngx_http_idem_redis_node_held_free(rd->nodes[i]->durable, 1);
+        ngx_http_idem_redis_op_held_free(rd->nodes[i], 1);
+        ngx_http_idem_redis_op_held_free(rd->nodes[i]->durable, 1);
     }
 }

@@ -319,7 +319,7 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
     /*
      * A node not connected yet (a replica just promoted) holds the op,
      * and its ASKING, until it is up, under the op's own timeout
-     * (node_send, which sends ASKING right before the op).
+     * (op_send_to, which sends ASKING right before the op).
      */
 
     op->asking = ask;

@@ -28,7 +28,7 @@
 
 /*
  * A connection that is up takes commands now; one that is down or being
- * made holds them (ngx_http_idem_redis_node_send()) until it is up.
+ * made holds them (ngx_http_idem_redis_op_send_to()) until it is up.
  */
 #define ngx_http_idem_redis_node_takes(node)                                  \
     ((node) != NULL && (node)->state == NGX_HTTP_IDEM_REDIS_UP)
@@ -128,11 +128,11 @@ struct ngx_http_idem_store_op_s {
     /* durable: the nodes' second connections, and the WAIT's timeout */
     ngx_msec_t                       wait;       /* 0: not durable */
     ngx_uint_t                       replicas;   /* in a batch: needed */
-    ngx_http_idem_redis_node_t      *node;       /* the one that answered */
+    ngx_http_idem_redis_node_t      *node;       /* answered it, holds it */
 
     /*
      * A cluster's: in rd->parked until the map is read again.  One whose
-     * node is not up: in node->held until it is (redis_node.c).  A
+     * node is not up: in node->held until it is.  A
      * durable claim made: in its connection's batch (redis_batch.c).
      */
     ngx_queue_t                      queue;
@@ -202,12 +202,13 @@ struct ngx_http_idem_redis_node_s {
     ngx_http_idem_redis_batch_t      batch;      /* its claims' WAITs */
 
     /*
-     * Ops sent while it was not up, in order, each under its own timeout;
-     * sent behind the handshake once it is (ngx_http_idem_redis_node.c).
+     * Ops sent while it was not up, in order, each under its own timeout
+     * (redis_op.c); flush_held sends them behind the handshake once it is.
      */
     ngx_queue_t                      held;
     ngx_uint_t                       nheld;
     size_t                           held_bytes;
+    ngx_http_idem_redis_node_pt      flush_held;
 
     u_char                           name_buf[NGX_HTTP_IDEM_REDIS_NAME_LEN];
 
@@ -282,13 +283,7 @@ ngx_int_t ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
 void ngx_http_idem_redis_node_answered(ngx_http_idem_redis_node_t *node);
 ngx_http_idem_redis_node_t *ngx_http_idem_redis_durable_node(
     ngx_http_idem_redis_t *rd, ngx_http_idem_redis_node_t *node);
-ngx_int_t ngx_http_idem_redis_node_send(ngx_http_idem_redis_node_t *node,
-    ngx_http_idem_store_op_t *op);
-ngx_int_t ngx_http_idem_redis_node_room(ngx_http_idem_redis_node_t *node,
-    ngx_uint_t n, size_t size);
-void ngx_http_idem_redis_node_unhold(ngx_http_idem_store_op_t *op);
-void ngx_http_idem_redis_node_held_free(ngx_http_idem_redis_node_t *node,
-    ngx_uint_t answer);
+void ngx_http_idem_redis_node_wake(ngx_http_idem_redis_node_t *node);
 
 /* ngx_http_idem_redis_batch.c */
 ngx_int_t ngx_http_idem_redis_batch_add(ngx_http_idem_store_op_t *op,
@@ -394,6 +389,11 @@ void ngx_http_idem_redis_unpark(ngx_event_t *ev);
 void ngx_http_idem_redis_parked_free(ngx_http_idem_redis_t *rd);
 void ngx_http_idem_redis_op_failed(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op);
+ngx_int_t ngx_http_idem_redis_op_send_to(ngx_http_idem_redis_node_t *node,
+    ngx_http_idem_store_op_t *op);
+void ngx_http_idem_redis_op_unhold(ngx_http_idem_store_op_t *op);
+void ngx_http_idem_redis_op_held_free(ngx_http_idem_redis_node_t *node,
+    ngx_uint_t answer);
 
 
 #endif /* _NGX_HTTP_IDEM_REDIS_COMMON_H_INCLUDED_ */

@@ -2,11 +2,10 @@
 /*
  * The store's connections ("nodes"): connect with a timeout, AUTH and
  * SELECT pipelined ahead of anything else, reconnect after 100 ms doubling
- * up to 5 s, close.  Commands sent to a node that is not up are held, in
- * order, each under its own timeout, and sent behind the handshake once it
- * is; a node that holds some connects at once, and every 100 ms at most
- * while it fails, an exiting worker's too.  See ngx_http_idem_redis.c for
- * the whole store.
+ * up to 5 s, close.  A node that holds commands (sent while it was not
+ * up: redis_op.c) connects at once, and every 100 ms at most while it
+ * fails, an exiting worker's too; once up, it has them sent behind the
+ * handshake.  See ngx_http_idem_redis.c for the whole store.
  */
 
 
@@ -37,10 +36,6 @@ static void ngx_http_idem_redis_script_loaded(redisAsyncContext *ac,
     void *r, void *privdata);
 static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
     void *r, void *privdata);
-static void ngx_http_idem_redis_node_wake(ngx_http_idem_redis_node_t *node);
-static void ngx_http_idem_redis_node_flush(ngx_http_idem_redis_node_t *node);
-static void ngx_http_idem_redis_asking_done(redisAsyncContext *ac, void *r,
-    void *privdata);
 
 
 /*
@@ -299,7 +294,7 @@ ngx_http_idem_redis_node_handshake(ngx_http_idem_redis_node_t *node)
 
 /*
  * The connection for the durable claims of a node, NULL: none.  One that
- * is not up connects when a claim is held on it (node_send).
+ * is not up connects when a claim is held on it (redis_op.c).
  */
 
 ngx_http_idem_redis_node_t *
@@ -476,9 +471,14 @@ ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
         node->up(node);
     }
 
-    /* behind the handshake (and what up() sent): Redis runs them after */
+    /*
+     * What it held goes behind the handshake (and what up() sent): Redis
+     * runs them after (redis_op.c, which calls nothing here by name)
+     */
 
-    ngx_http_idem_redis_node_flush(node);
+    if (node->flush_held && node->nheld) {
+        node->flush_held(node);
+    }
 }
 
 
@@ -845,102 +845,11 @@ ngx_http_idem_redis_node_answered(ngx_http_idem_redis_node_t *node)
 
 
 /*
- * An op to a node: sent now when the node is up; else held until it is,
- * in order, under the op's own timeout (a write gets the store's), and the
- * node connects now.  What outlives its timeout there is dropped
- * (redis_op.c), counted as "not connected".  NGX_DECLINED: not taken,
- * counted.
- */
-
-ngx_int_t
-ngx_http_idem_redis_node_send(ngx_http_idem_redis_node_t *node,
-    ngx_http_idem_store_op_t *op)
-{
-    size_t                  lens[1];
-    const char             *argv[1];
-    ngx_http_idem_redis_t  *rd;
-
-    rd = node->rd;
-
-    if (node->state == NGX_HTTP_IDEM_REDIS_UP && node->ac != NULL) {
-
-        if (op->asking) {
-
-            /* an ASK's redirect: ASKING right before the command */
-
-            argv[0] = "ASKING";
-            lens[0] = sizeof("ASKING") - 1;
-
-            if (ngx_http_idem_redis_node_command(node,
-                                           ngx_http_idem_redis_asking_done,
-                                           NULL, 1, argv, lens, 1)
-                != NGX_OK)
-            {
-                return ngx_http_idem_redis_drop(rd, &rd->down);
-            }
-
-            op->asking = 0;
-        }
-
-        /* a read someone waits for leaves now; a count may wait (lazy) */
-
-        if (ngx_http_idem_redis_node_command(node,
-                                             ngx_http_idem_redis_op_done,
-                                             op, op->argc, op->argv,
-                                             op->lens,
-                                             op->handler != NULL
-                                             && !rd->lazy)
-            != NGX_OK)
-        {
-            return ngx_http_idem_redis_drop(rd, &rd->down);
-        }
-
-        return NGX_OK;
-    }
-
-    if (rd->closing || ngx_terminate) {
-        return ngx_http_idem_redis_drop(rd, &rd->down);
-    }
-
-    /* a node holds a bounded number and size of commands */
-
-    if (node->nheld >= rd->conf->max_pending
-        || node->held_bytes + op->size > NGX_HTTP_IDEM_REDIS_HELD_BYTES)
-    {
-        return ngx_http_idem_redis_drop(rd, &rd->held_full);
-    }
-
-    op->held = 1;
-    op->node = node;
-
-    ngx_queue_insert_tail(&node->held, &op->queue);
-    node->nheld++;
-    node->held_bytes += op->size;
-
-    /* an exiting worker stays for it */
-
-    ngx_http_idem_redis_pending_add(rd);
-
-    if (!op->timeout.timer_set) {
-        ngx_add_timer(&op->timeout, rd->conf->timeout + op->wait);
-    }
-
-    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "idem redis: %*s held until \"%V\" is up, %ui held",
-                   op->lens[0], op->argv[0], &node->name, node->nheld);
-
-    ngx_http_idem_redis_node_wake(node);
-
-    return NGX_OK;
-}
-
-
-/*
  * A node that holds commands connects now: after a working connection
  * was lost, at once; while it keeps failing, within 100 ms.
  */
 
-static void
+void
 ngx_http_idem_redis_node_wake(ngx_http_idem_redis_node_t *node)
 {
     if (node->ac != NULL) {
@@ -968,129 +877,4 @@ ngx_http_idem_redis_node_wake(ngx_http_idem_redis_node_t *node)
     }
 
     ngx_http_idem_redis_node_connect(node);
-}
-
-
-/* the node is up: what it held goes, in order */
-
-static void
-ngx_http_idem_redis_node_flush(ngx_http_idem_redis_node_t *node)
-{
-    ngx_queue_t               *q;
-    ngx_http_idem_redis_t     *rd;
-    ngx_http_idem_store_op_t  *op;
-
-    rd = node->rd;
-
-    if (node->nheld) {
-        ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                       "idem redis: \"%V\" up, sending %ui held",
-                       &node->name, node->nheld);
-    }
-
-    while (!ngx_queue_empty(&node->held)
-           && node->state == NGX_HTTP_IDEM_REDIS_UP)
-    {
-        q = ngx_queue_head(&node->held);
-        op = ngx_queue_data(q, ngx_http_idem_store_op_t, queue);
-
-        ngx_queue_remove(q);
-        op->held = 0;
-        node->nheld--;
-        node->held_bytes -= op->size;
-
-        /* a write waits for no reply once sent, as one sent at once */
-
-        if (op->handler == NULL && op->timeout.timer_set) {
-            ngx_del_timer(&op->timeout);
-        }
-
-        if (ngx_http_idem_redis_node_send(node, op) != NGX_OK) {
-            ngx_http_idem_redis_op_failed(rd, op);
-        }
-
-        /* counted as sent now; the hold's count goes after */
-
-        ngx_http_idem_redis_pending_done(rd);
-    }
-}
-
-
-/* a held op leaves its node's queue (its timeout, or it is cancelled) */
-
-void
-ngx_http_idem_redis_node_unhold(ngx_http_idem_store_op_t *op)
-{
-    ngx_http_idem_redis_node_t  *node;
-
-    if (!op->held) {
-        return;
-    }
-
-    node = op->node;
-
-    ngx_queue_remove(&op->queue);
-    op->held = 0;
-    node->nheld--;
-    node->held_bytes -= op->size;
-
-    ngx_http_idem_redis_pending_done(node->rd);
-}
-
-
-/*
- * What a node holds goes: answered as not taken ("answer": a drain that
- * gave up; requests may wait on them), or just freed (the worker exits).
- */
-
-void
-ngx_http_idem_redis_node_held_free(ngx_http_idem_redis_node_t *node,
-    ngx_uint_t answer)
-{
-    ngx_queue_t                q, *qe;
-    ngx_http_idem_store_op_t  *op;
-
-    if (node == NULL || ngx_queue_empty(&node->held)) {
-        return;
-    }
-
-    /* what a handler holds again stays for the next time */
-
-    ngx_queue_init(&q);
-    ngx_queue_add(&q, &node->held);
-    ngx_queue_init(&node->held);
-
-    while (!ngx_queue_empty(&q)) {
-        qe = ngx_queue_head(&q);
-        op = ngx_queue_data(qe, ngx_http_idem_store_op_t, queue);
-
-        /* unhold() removes it from q */
-
-        ngx_http_idem_redis_node_unhold(op);
-
-        if (answer && !op->done) {
-            ngx_http_idem_redis_op_failed(node->rd, op);
-            continue;
-        }
-
-        if (op->timeout.timer_set) {
-            ngx_del_timer(&op->timeout);
-        }
-
-        ngx_http_idem_redis_op_free(op);
-    }
-}
-
-
-static void
-ngx_http_idem_redis_asking_done(redisAsyncContext *ac, void *r,
-    void *privdata)
-{
-    ngx_http_idem_redis_node_t  *node;
-
-    node = ac->data;
-
-    /* an error here shows in the command's own reply, which follows */
-
-    ngx_http_idem_redis_pending_done(node->rd);
 }

@@ -1,9 +1,10 @@
 
 /*
  * Commands that wait for a reply ("ops"): each a copy of its command, sent
- * to its node (its slot's in a cluster), answered once (a reply, an error,
- * a lost connection or its timeout), a script's NOSCRIPT answered by
- * sending its text once.
+ * to its node (its slot's in a cluster), or held by that node while it is
+ * not up and sent behind its handshake once it is, answered once (a reply,
+ * an error, a lost connection or its timeout), a script's NOSCRIPT
+ * answered by sending its text once.
  */
 
 
@@ -34,6 +35,9 @@ static void ngx_http_idem_redis_answer(ngx_http_idem_redis_t *rd,
 static void ngx_http_idem_redis_read_timeout(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_redis_park(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op);
+static void ngx_http_idem_redis_op_flush(ngx_http_idem_redis_node_t *node);
+static void ngx_http_idem_redis_asking_done(redisAsyncContext *ac, void *r,
+    void *privdata);
 
 
 /*
@@ -206,7 +210,7 @@ ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op)
 /*
  * An op to its node: the one Redis, or the node that holds its slot; a
  * durable one to that node's connection for durable claims.  A node that
- * is not up holds it until it is, within the op's timeout (node_send).
+ * is not up holds it until it is, within the op's timeout (op_send_to).
  */
 
 ngx_int_t
@@ -226,7 +230,7 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
             return NGX_DECLINED;
         }
 
-        return ngx_http_idem_redis_node_send(node, op);
+        return ngx_http_idem_redis_op_send_to(node, op);
     }
 
     node = ngx_http_idem_redis_cluster_route(rd, op);
@@ -259,7 +263,7 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
                    "idem redis: %*s for slot %ui",
                    op->lens[0], op->argv[0], op->slot);
 
-    return ngx_http_idem_redis_node_send(node, op);
+    return ngx_http_idem_redis_op_send_to(node, op);
 }
 
 
@@ -385,7 +389,7 @@ ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op)
 
         /* never sent: nothing will answer it */
 
-        ngx_http_idem_redis_node_unhold(op);
+        ngx_http_idem_redis_op_unhold(op);
         ngx_http_idem_redis_op_free(op);
         return;
     }
@@ -425,7 +429,7 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
         if (rd->cluster != NULL
             && ngx_http_idem_redis_cluster_redirect(rd, op, reply, &to)
                == NGX_OK
-            && ngx_http_idem_redis_node_send(to, op) == NGX_OK)
+            && ngx_http_idem_redis_op_send_to(to, op) == NGX_OK)
         {
             return;
         }
@@ -717,7 +721,7 @@ ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
                        "idem redis: %*s held past its timeout, dropped",
                        op->lens[0], op->argv[0]);
 
-        ngx_http_idem_redis_node_unhold(op);
+        ngx_http_idem_redis_op_unhold(op);
         (void) ngx_http_idem_redis_drop(rd, &rd->down);
 
         ngx_http_idem_redis_op_failed(rd, op);
@@ -756,7 +760,7 @@ ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
  * An op whose slot's master is down waits for the map read that this
  * started (a worker whose map still names a master that failed over
  * learns of its replica there), once: still down then, its master holds
- * it until it is up again, within the op's timeout (node_send).  It
+ * it until it is up again, within the op's timeout (op_send_to).  It
  * keeps its timeout, and goes with a map read that fails too; an exiting
  * worker reads no map.
  */
@@ -889,4 +893,221 @@ ngx_http_idem_redis_parked_free(ngx_http_idem_redis_t *rd)
     }
 
     rd->nparked = 0;
+}
+
+
+/*
+ * An op to a node: sent now when the node is up; else held until it is,
+ * in order, under the op's own timeout (a write gets the store's), and the
+ * node connects now.  What outlives its timeout there is dropped
+ * (redis_op.c), counted as "not connected".  NGX_DECLINED: not taken,
+ * counted.
+ */
+
+ngx_int_t
+ngx_http_idem_redis_op_send_to(ngx_http_idem_redis_node_t *node,
+    ngx_http_idem_store_op_t *op)
+{
+    size_t                  lens[1];
+    const char             *argv[1];
+    ngx_http_idem_redis_t  *rd;
+
+    rd = node->rd;
+
+    if (node->state == NGX_HTTP_IDEM_REDIS_UP && node->ac != NULL) {
+
+        if (op->asking) {
+
+            /* an ASK's redirect: ASKING right before the command */
+
+            argv[0] = "ASKING";
+            lens[0] = sizeof("ASKING") - 1;
+
+            if (ngx_http_idem_redis_node_command(node,
+                                           ngx_http_idem_redis_asking_done,
+                                           NULL, 1, argv, lens, 1)
+                != NGX_OK)
+            {
+                return ngx_http_idem_redis_drop(rd, &rd->down);
+            }
+
+            op->asking = 0;
+        }
+
+        /* a read someone waits for leaves now; a count may wait (lazy) */
+
+        if (ngx_http_idem_redis_node_command(node,
+                                             ngx_http_idem_redis_op_done,
+                                             op, op->argc, op->argv,
+                                             op->lens,
+                                             op->handler != NULL
+                                             && !rd->lazy)
+            != NGX_OK)
+        {
+            return ngx_http_idem_redis_drop(rd, &rd->down);
+        }
+
+        return NGX_OK;
+    }
+
+    if (rd->closing || ngx_terminate) {
+        return ngx_http_idem_redis_drop(rd, &rd->down);
+    }
+
+    /* a node holds a bounded number and size of commands */
+
+    if (node->nheld >= rd->conf->max_pending
+        || node->held_bytes + op->size > NGX_HTTP_IDEM_REDIS_HELD_BYTES)
+    {
+        return ngx_http_idem_redis_drop(rd, &rd->held_full);
+    }
+
+    op->held = 1;
+    op->node = node;
+    node->flush_held = ngx_http_idem_redis_op_flush;
+
+    ngx_queue_insert_tail(&node->held, &op->queue);
+    node->nheld++;
+    node->held_bytes += op->size;
+
+    /* an exiting worker stays for it */
+
+    ngx_http_idem_redis_pending_add(rd);
+
+    if (!op->timeout.timer_set) {
+        ngx_add_timer(&op->timeout, rd->conf->timeout + op->wait);
+    }
+
+    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: %*s held until \"%V\" is up, %ui held",
+                   op->lens[0], op->argv[0], &node->name, node->nheld);
+
+    ngx_http_idem_redis_node_wake(node);
+
+    return NGX_OK;
+}
+
+
+/* the node is up: what it held goes, in order */
+
+static void
+ngx_http_idem_redis_op_flush(ngx_http_idem_redis_node_t *node)
+{
+    ngx_queue_t               *q;
+    ngx_http_idem_redis_t     *rd;
+    ngx_http_idem_store_op_t  *op;
+
+    rd = node->rd;
+
+    if (node->nheld) {
+        ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                       "idem redis: \"%V\" up, sending %ui held",
+                       &node->name, node->nheld);
+    }
+
+    while (!ngx_queue_empty(&node->held)
+           && node->state == NGX_HTTP_IDEM_REDIS_UP)
+    {
+        q = ngx_queue_head(&node->held);
+        op = ngx_queue_data(q, ngx_http_idem_store_op_t, queue);
+
+        ngx_queue_remove(q);
+        op->held = 0;
+        node->nheld--;
+        node->held_bytes -= op->size;
+
+        /* a write waits for no reply once sent, as one sent at once */
+
+        if (op->handler == NULL && op->timeout.timer_set) {
+            ngx_del_timer(&op->timeout);
+        }
+
+        if (ngx_http_idem_redis_op_send_to(node, op) != NGX_OK) {
+            ngx_http_idem_redis_op_failed(rd, op);
+        }
+
+        /* counted as sent now; the hold's count goes after */
+
+        ngx_http_idem_redis_pending_done(rd);
+    }
+}
+
+
+/* a held op leaves its node's queue (its timeout, or it is cancelled) */
+
+void
+ngx_http_idem_redis_op_unhold(ngx_http_idem_store_op_t *op)
+{
+    ngx_http_idem_redis_node_t  *node;
+
+    if (!op->held) {
+        return;
+    }
+
+    node = op->node;
+
+    ngx_queue_remove(&op->queue);
+    op->held = 0;
+    node->nheld--;
+    node->held_bytes -= op->size;
+
+    ngx_http_idem_redis_pending_done(node->rd);
+}
+
+
+/*
+ * What a node holds goes: answered as not taken ("answer": a drain that
+ * gave up; requests may wait on them), or just freed (the worker exits).
+ */
+
+void
+ngx_http_idem_redis_op_held_free(ngx_http_idem_redis_node_t *node,
+    ngx_uint_t answer)
+{
+    ngx_queue_t                q, *qe;
+    ngx_http_idem_store_op_t  *op;
+
+    if (node == NULL || ngx_queue_empty(&node->held)) {
+        return;
+    }
+
+    /* what a handler holds again stays for the next time */
+
+    ngx_queue_init(&q);
+    ngx_queue_add(&q, &node->held);
+    ngx_queue_init(&node->held);
+
+    while (!ngx_queue_empty(&q)) {
+        qe = ngx_queue_head(&q);
+        op = ngx_queue_data(qe, ngx_http_idem_store_op_t, queue);
+
+        /* unhold() removes it from q */
+
+        ngx_http_idem_redis_op_unhold(op);
+
+        if (answer && !op->done) {
+            ngx_http_idem_redis_op_failed(node->rd, op);
+            continue;
+        }
+
+        if (op->timeout.timer_set) {
+            ngx_del_timer(&op->timeout);
+        }
+
+        ngx_http_idem_redis_op_free(op);
+    }
+}
+
+
+static void
+ngx_http_idem_redis_asking_done(redisAsyncContext *ac, void *r,
+    void *privdata)
+{
+    ngx_http_idem_redis_node_t  *node;
+
+    node = ac->data;
+
+    /* an error here shows in the command's own reply, which follows */
+
+    ngx_http_idem_redis_pending_done(node->rd);
 }
