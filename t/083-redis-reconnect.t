@@ -250,6 +250,41 @@ restart('300ms');
 }
 
 
+# 3b. What a worker holds is bounded: with max_pending=3 (one worker), 3
+# claims are held while Redis restarts and run once it is back; the 3
+# more are refused at once, counted
+
+{
+    $ng->stop_hard if $ng->master;
+    $ng->write_conf(conf('3s', "127.0.0.1:$rport max_pending=3"),
+                    workers => 1);
+    unlink $ng->error_log;
+    $ng->start or BAIL_OUT('nginx does not start: ' . $ng->out);
+    ok(IdemWait::wait_for('the worker connected',
+           sub { log_n(qr/idem: redis "[^"]*": connected/) >= 1 }),
+       'cap: nginx up, one worker, max_pending=3');
+    cli('shutdown', 'save');
+    ok(IdemWait::wait_for('the worker saw Redis go',
+           sub { log_n(qr/connection lost/) >= 1 }),
+       'cap: Redis gone');
+    bg("cap-dq$_", '/dq') for 1 .. 6;
+    ok(IdemWait::wait_for('3 claims held, 3 refused',
+           sub { log_n(qr/held until "/) >= 3
+                 && 3 == grep { -s $bg{"cap-dq$_"}[1] } 1 .. 6 }),
+       'cap: 3 claims held, 3 answered at once');
+    RedisSentinel::start_redis($rport);
+    my @codes = sort map { code("cap-dq$_") } 1 .. 6;
+    is("@codes", '200 200 200 503 503 503',
+       'cap: the 3 held claims ran once Redis was back, 3 refused');
+    ok(IdemWait::wait_for('the refusals reported',
+           sub { log_n(qr/\d+ dropped \(3 pending\)/) >= 1 }),
+       'cap: the refusals counted (3 pending)');
+    is(log_n(qr/dropped \(not connected\)/), 0,
+       'cap: nothing held was dropped');
+    no_alert('cap');
+}
+
+
 # 4. A reload while owners run; Redis restarts while the old workers
 # drain: the final writes they owe wait for it, and land
 

@@ -110,8 +110,9 @@ ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd)
     }
 
     if (rd->held_full) {
-        p = ngx_slprintf(p, last, ", %ui dropped (a node not connected "
-                         "held %uz bytes)", rd->held_full,
+        p = ngx_slprintf(p, last, ", %ui dropped (not connected, "
+                         "%ui or %uz bytes held)", rd->held_full,
+                         rd->conf->max_pending,
                          (size_t) NGX_HTTP_IDEM_REDIS_HELD_BYTES);
     }
 
