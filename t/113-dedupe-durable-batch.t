@@ -354,7 +354,7 @@ GET /log/b5-long
 
 
 
-=== TEST 6: the durable claims' connection lost under a batch's WAIT (its loss logged as an error): its two claims 503 claim-not-durable, released; sent again, each runs once
+=== TEST 6: the durable claims' connection lost under a batch's WAIT (its loss logged as an error): its two claims 503 claim-not-durable, released; sent again, each runs once, also when they come before the connection is made again (held for it, never dropped as not connected: issue 45)
 --- init
 main::hold_first(4000, 'b6-0', 'b6-0', '/m', '--data', 'x=1');
 main::send_claims(['/m', '--data', 'x=1'], 'b6-1', 'b6-2');
@@ -376,6 +376,7 @@ connection lost
 --- no_error_log
 [alert]
 [crit]
+dropped (not connected)
 
 
 
