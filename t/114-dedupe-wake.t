@@ -25,6 +25,7 @@ BEGIN {
 
 use lib 't/lib';
 use IdemBg qw(bg done running);
+use IdemPaths ();
 use IdemGateway ();
 use IdemWait ();
 use Time::HiRes ();
@@ -37,7 +38,7 @@ workers(2);
 $ENV{TEST_NGINX_WAKE_PORT} = IdemNginx::base_port() + 14;
 our $gw = IdemNginx::base_port() + 64;
 
-our $log = "$ENV{TEST_NGINX_SERVER_ROOT}/logs/error.log";
+our $log = IdemPaths::error_log();
 
 # the pids of the workers that wrote the lines matching $re, in order
 sub pids {

@@ -23,6 +23,7 @@ use IO::Socket::INET ();
 use POSIX ();
 use Time::HiRes ();
 use IdemBg qw(bg done);
+use IdemPaths qw(h2_url);
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): dedupe of fixed call ids; the backend counts the
@@ -43,14 +44,6 @@ sub settled {
 
 sub url {
     return "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}$_[0]";
-}
-
-# the block's HTTP/2 server (its listen ... http2 in the conf written)
-sub h2_url {
-    local (@ARGV, $/) = ("$ENV{TEST_NGINX_ROOT}/t/servroot/conf/nginx.conf");
-    my ($port) = <> =~ /listen 127\.0\.0\.1:(\d+) http2;/
-        or die "no http2 listen";
-    return "http://127.0.0.1:$port$_[0]";
 }
 
 # an HTTP/2 client that sends a call on stream 1, gives up after $after s

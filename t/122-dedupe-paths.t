@@ -10,18 +10,11 @@
 use lib 't/lib';
 use IdemTls;
 use IdemBg qw(bg done);
+use IdemPaths qw(h2_url);
 use IdemWait ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): fixed call ids and exact counts.
-
-# the URL of a path on the block's HTTP/2 server
-sub h2_url {
-    local (@ARGV, $/) = ("$ENV{TEST_NGINX_ROOT}/t/servroot/conf/nginx.conf");
-    my ($port) = <> =~ /listen 127\.0\.0\.1:(\d+) http2;/
-        or die "no http2 listen";
-    return "http://127.0.0.1:$port$_[0]";
-}
 
 # a call over HTTP/2 (curl): its status and body
 sub h2_post {
