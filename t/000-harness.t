@@ -577,3 +577,31 @@ T
 --- request
 GET /index.html
 --- response_body_like: It works
+
+
+
+=== TEST 30: a file a block leaves in the server root stops the run at the next start of nginx, as the real Test::Nginx does (it removes only its own folders there, then the folder: "Can't remove ... (not empty?)"); a test's own files go to IdemPaths::scratch()
+--- init
+my ($status, $out) = main::sub_run(<<'T');
+|=== TEST 1: leaves a file
+|--- config
+|--- init
+|open my $fh, '>', "$ENV{TEST_NGINX_SERVER_ROOT}/stray" or die $!;
+|--- request
+|GET /index.html
+|--- response_body_like: It works
+|
+|=== TEST 2: the next nginx
+|--- config
+|    location = /t { return 200; }
+|--- request
+|GET /t
+|--- error_code: 200
+T
+Test::More::isnt($status, 0, 'a stray file: the run fails');
+Test::More::like($out, qr/TEST 2: the next nginx - Can't remove \S+\/servroot \(not empty\?\)/, '... naming the folder');
+Test::More::unlike($out, qr/TEST 2: the next nginx - status code ok/, '... before the next block runs');
+--- config
+--- request
+GET /index.html
+--- response_body_like: It works
