@@ -41,6 +41,7 @@ BEGIN {
 use lib 't/lib';
 use RedisSentinel ();
 use IdemBg qw(bg done);
+use IdemPaths qw(h2_url);
 use IdemWait ();
 
 our ($Master, $Replica);
@@ -89,14 +90,6 @@ sub claim_sent {
 }
 
 sub runs { IdemWait::backend_runs($_[0]) }
-
-# the URL of a path on the block's HTTP/2 server
-sub h2_url {
-    local (@ARGV, $/) = ("$ENV{TEST_NGINX_ROOT}/t/servroot/conf/nginx.conf");
-    my ($port) = <> =~ /listen 127\.0\.0\.1:(\d+) http2;/
-        or die "no http2 listen";
-    return "http://127.0.0.1:$port$_[0]";
-}
 
 # the record of $id holds a released claim ("k:<token>" F) of its owner
 sub released {

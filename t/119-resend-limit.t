@@ -221,9 +221,9 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
         idem_metrics;
     }
 --- init
-bg('owner5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: o');
+main::bg('owner5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: o');
 IdemWait::owner_in('rl-6');
-bg('dup5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: k');
+main::bg('dup5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: k');
 IdemWait::parked_ok('rl-6', 1);
 IdemWait::release_when('rl-6', \&IdemWait::parked, 2);
 --- request eval
@@ -244,9 +244,9 @@ IdemWait::release_when('rl-6', \&IdemWait::parked, 2);
 
 === TEST 6: ... the first client's waiting resend got the replay; the owner ran once
 --- init
-Test::More::like(done('dup5'), qr{^HTTP/1\.1 200 .*Idempotent-Replayed: true}s,
+Test::More::like(main::done('dup5'), qr{^HTTP/1\.1 200 .*Idempotent-Replayed: true}s,
                  'the waiting resend: the replay');
-Test::More::like(done('owner5'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
+Test::More::like(main::done('owner5'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
 --- config
     location /log/ {
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;

@@ -235,8 +235,11 @@ sub run_block {
         start_nginx($name) or return;
     }
 
+    # In the real one's package, not main: a sub of the test file is
+    # called there as main::name (a bare name would pass here and not
+    # there).
     if (defined(my $code = $block->init)) {
-        eval "package main;\n$code\n;1"
+        eval "package Test::Nginx::Util;\n$code\n;1"
             or bail_out("$name - init failed: $@");
     }
 
