@@ -271,7 +271,7 @@ idem dedupe: "pn-6" woken by its owner's final write
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- init
-bg('owner7', 'pe-7', '/w', '--data', 'x=1');
+main::bg('owner7', 'pe-7', '/w', '--data', 'x=1');
 IdemWait::owner_in('pe-7');
 IdemWait::release_when('pe-7', \&IdemWait::watched, 1);
 --- config
@@ -307,7 +307,7 @@ idem dedupe: "pe-7" woken by its owner's final write
 
 === TEST 8: ... the owner's own client got the fallback's answer; its upstream ran once, the fallback once
 --- init
-Test::More::like(done('owner7'), qr{\AHTTP/1\.1 200 .*\r\n\r\nn=1 [^\n]*\nn=2 }s,
+Test::More::like(main::done('owner7'), qr{\AHTTP/1\.1 200 .*\r\n\r\nn=1 [^\n]*\nn=2 }s,
                  "the owner's answer: the fallback's");
 --- config
     location /log/ {
@@ -326,7 +326,7 @@ GET /log/pe-7
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- init
-bg('owner9', 'px-9', '/x', '--data', 'x=1');
+main::bg('owner9', 'px-9', '/x', '--data', 'x=1');
 IdemWait::owner_in('px-9');
 IdemWait::release_when('px-9', \&IdemWait::watched, 1);
 --- config
@@ -365,7 +365,7 @@ idem dedupe: "px-9" woken by its owner's final write
 
 === TEST 10: ... the owner's own client got the redirect's answer; the upstream ran once
 --- init
-Test::More::like(done('owner9'), qr{\AHTTP/1\.1 200 .*\r\n\r\nmoved\n\z}s,
+Test::More::like(main::done('owner9'), qr{\AHTTP/1\.1 200 .*\r\n\r\nmoved\n\z}s,
                  "the owner's answer: the redirect's");
 --- config
     location /log/ {
