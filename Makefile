@@ -240,4 +240,4 @@ test-deb:
 	@util/test-deb.sh
 
 clean:
-	rm -rf $(BUILD) $(CURDIR)/build-asan t/servroot*
+	rm -rf $(BUILD) $(CURDIR)/build-asan t/servroot* t/tmp

@@ -463,37 +463,28 @@ ngx_http_idem_fuzz_redirect(ngx_http_idem_redis_t *rd, redisReply *reply,
                                   && node->serving);
     }
 
-    /* a node that took no commands was connected to, and only then */
+    /*
+     * Nothing sent nor connected here: the op goes to that node, which
+     * sends it (ASKING first for an ASK) or holds it until it is up
+     * (ngx_http_idem_redis_op.c)
+     */
 
-    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_store.connects
-                              == connects + !took);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_store.connects == connects);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_store.commands == 0);
+    if (rc != NGX_OK) {
 
-    if (rc == NGX_OK) {
+        /* no room for the command and an ASKING */
 
-        /*
-         * To be sent again, to that node, up or being connected to: ASKING
-         * sent first for an ASK.
-         */
-
-        ngx_http_idem_fuzz_assert(node->state != NGX_HTTP_IDEM_REDIS_DOWN);
-        ngx_http_idem_fuzz_assert(to == node);
-        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_store.commands == ask);
-
-        if (ask) {
-            ngx_http_idem_fuzz_assert(
-                ngx_http_idem_fuzz_store.command_node[0] == node
-                && ngx_strcmp(ngx_http_idem_fuzz_store.command[0], "ASKING")
-                   == 0);
-        }
-
-    } else {
-        /* its connect failed at once */
-
-        ngx_http_idem_fuzz_assert(rc == NGX_ERROR);
-        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_store.commands == 0);
-        ngx_http_idem_fuzz_assert(!took
-                                  && node->state == NGX_HTTP_IDEM_REDIS_DOWN);
+        ngx_http_idem_fuzz_assert(rc == NGX_ERROR
+                                  && rd->stats.pending + 2
+                                     > rd->conf->max_pending);
+        return;
     }
+
+    ngx_http_idem_fuzz_assert(to == node);
+    ngx_http_idem_fuzz_assert(op.asking == ask);
+    ngx_http_idem_fuzz_assert(!took
+                              || node->state != NGX_HTTP_IDEM_REDIS_DOWN);
 }
 
 

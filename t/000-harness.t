@@ -17,13 +17,15 @@ repeat_each(2);
 # parser leaves them alone) as a test file of their own through the compat
 # harness, on a free port and a server root of their own; returns its exit
 # status and its output.
+# $prelude: Perl code of that file before run_tests().
 sub sub_run {
-    my ($blocks) = @_;
+    my ($blocks, $prelude) = @_;
     $blocks =~ s/^\|//mg;
+    $prelude //= '';
     my $dir = File::Temp::tempdir(CLEANUP => 1);
     open my $fh, '>', "$dir/sub.t" or die "$dir/sub.t: $!";
     print $fh "use Test::Nginx::Socket 'no_plan';\nno_shuffle();\n"
-              . "run_tests();\n\n__DATA__\n\n$blocks";
+              . "$prelude\nrun_tests();\n\n__DATA__\n\n$blocks";
     close $fh;
     my $port = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
                                      Listen => 1)->sockport;
@@ -573,6 +575,66 @@ main::refused('a failing eval', <<'T', qr/block "TEST 1: typo": the eval of --- 
 |--- no_error_log eval
 |[qr/\[error\]/,
 T
+--- config
+--- request
+GET /index.html
+--- response_body_like: It works
+
+
+
+=== TEST 30: a file a block leaves in the server root stops the run at the next start of nginx, as the real Test::Nginx does (it removes only its own folders there, then the folder: "Can't remove ... (not empty?)"); a test's own files go to IdemPaths::scratch()
+--- init
+my ($status, $out) = main::sub_run(<<'T');
+|=== TEST 1: leaves a file
+|--- config
+|--- init
+|open my $fh, '>', "$ENV{TEST_NGINX_SERVER_ROOT}/stray" or die $!;
+|--- request
+|GET /index.html
+|--- response_body_like: It works
+|
+|=== TEST 2: the next nginx
+|--- config
+|    location = /t { return 200; }
+|--- request
+|GET /t
+|--- error_code: 200
+T
+Test::More::isnt($status, 0, 'a stray file: the run fails');
+Test::More::like($out, qr/TEST 2: the next nginx - Can't remove \S+\/servroot \(not empty\?\)/, '... naming the folder');
+Test::More::unlike($out, qr/TEST 2: the next nginx - status code ok/, '... before the next block runs');
+--- config
+--- request
+GET /index.html
+--- response_body_like: It works
+
+
+
+=== TEST 31: --- init runs in the real Test::Nginx's package (Test::Nginx::Util), not main: a sub of the test file called by its bare name fails the run, as main::name it runs
+--- init
+my $prelude = "sub helper { Test::More::pass('helper ran') }\n";
+my ($status, $out) = main::sub_run(<<'T', $prelude);
+|=== TEST 1: bare
+|--- config
+|--- init
+|helper();
+|--- request
+|GET /index.html
+|--- response_body_like: It works
+T
+Test::More::isnt($status, 0, 'a bare name: the run fails');
+Test::More::like($out, qr/TEST 1: bare - init failed: Undefined subroutine &Test::Nginx::Util::helper called/, '... saying so');
+($status, $out) = main::sub_run(<<'T', $prelude);
+|=== TEST 1: qualified
+|--- config
+|--- init
+|main::helper();
+|--- request
+|GET /index.html
+|--- response_body_like: It works
+T
+Test::More::is($status, 0, 'main::helper: the run passes') or Test::More::diag($out);
+Test::More::like($out, qr/^ok \d+ - helper ran$/m, '... and the helper ran');
 --- config
 --- request
 GET /index.html

@@ -14,6 +14,7 @@ use POSIX ();
 use Time::HiRes ();
 use IdemBg qw(bg done);
 use IdemWait ();
+use IdemPaths ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): an UNKNOWN call is resolved once; the second run's
@@ -466,7 +467,7 @@ X-Call-Id: rs-14
 --- init
 my $url = "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/calls/rs-14";
 my @pids;
-my @out = map { "$ENV{TEST_NGINX_ROOT}/t/servroot/rs14-$_" } 1 .. 8;
+my @out = map { IdemPaths::scratch() . "/rs14-$_" } 1 .. 8;
 for my $i (1 .. 8) {
     my $o = $i % 2 ? 'applied' : 'not_applied';
     my $pid = fork() // die "fork: $!";

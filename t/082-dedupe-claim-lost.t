@@ -28,12 +28,12 @@ use Time::HiRes ();
 use RedisFault;
 use IdemRecord;
 use IdemBg qw(bg done running);
+use IdemPaths ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): fixed call ids, claimed in a set order while Redis is
 # paused and resumed.
 
-our $servroot = "$ENV{TEST_NGINX_ROOT}/t/servroot";
 our $backend = "$ENV{TEST_NGINX_ROOT}/t/servroot-backend-"
               . $ENV{TEST_NGINX_BACKEND_PORT};
 
@@ -219,7 +219,7 @@ GET /log/st-1
 --- init
 main::owner_runs('sw1', 'sw-1', '/sw');
 main::bg('waiter1', 'sw-1', '/sw', '--data', 'x=1');
-main::wait_for("$main::servroot/logs/error.log",
+main::wait_for(IdemPaths::error_log(),
                qr/idem dedupe: "sw-1" asks again/);
 main::pause();
 Test::More::like(main::done('waiter1'),
@@ -244,13 +244,13 @@ Test::More::ok(main::running('sw1'), 'the owner is still in flight');
 --- init
 main::owner_runs('sw2', 'sw-2', '/sw');
 my $waiter = main::bg('waiter2', 'sw-2', '/sw', '--data', 'x=1');
-main::wait_for("$main::servroot/logs/error.log",
+main::wait_for(IdemPaths::error_log(),
                qr/idem dedupe: "sw-2" asks again/);
 main::pause();
 main::unread();
 kill 'TERM', $waiter;
 main::done('waiter2');
-main::wait_for("$main::servroot/logs/access.log", qr{"POST /sw HTTP/1\.1" 499 });
+main::wait_for(IdemPaths::servroot() . "/logs/access.log", qr{"POST /sw HTTP/1\.1" 499 });
 RedisFault::resume();
 Test::More::ok(main::running('sw2'), 'the owner is still in flight');
 --- request eval

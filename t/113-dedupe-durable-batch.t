@@ -41,6 +41,7 @@ BEGIN {
 use lib 't/lib';
 use RedisSentinel ();
 use IdemBg qw(bg done);
+use IdemPaths qw(h2_url);
 use IdemWait ();
 
 our ($Master, $Replica);
@@ -89,14 +90,6 @@ sub claim_sent {
 }
 
 sub runs { IdemWait::backend_runs($_[0]) }
-
-# the URL of a path on the block's HTTP/2 server
-sub h2_url {
-    local (@ARGV, $/) = ("$ENV{TEST_NGINX_ROOT}/t/servroot/conf/nginx.conf");
-    my ($port) = <> =~ /listen 127\.0\.0\.1:(\d+) http2;/
-        or die "no http2 listen";
-    return "http://127.0.0.1:$port$_[0]";
-}
 
 # the record of $id holds a released claim ("k:<token>" F) of its owner
 sub released {
@@ -280,9 +273,9 @@ GET /log/b2-3
 === TEST 3: replicas=1 and replicas=2, one replica: each kind has its connection and its WAIT (WAIT 2 3000, WAIT 1 1000): the claim for 1 runs while the WAIT for 2 is in flight; the claim for 2 is refused and released
 --- init
 main::fresh();
-bg('b3-two', 'b3-two', '/two', '--data', 'x=1');
+main::bg('b3-two', 'b3-two', '/two', '--data', 'x=1');
 main::seen('the claim for 2 waits', main::wait_line(2, 3000, 1));
-bg('b3-one', 'b3-one', '/one', '--data', 'x=1');
+main::bg('b3-one', 'b3-one', '/one', '--data', 'x=1');
 Test::More::is(main::status(main::done('b3-one')), 200,
                'replicas=1: forwarded');
 Test::More::ok(IdemBg::running('b3-two'),
@@ -332,7 +325,7 @@ GET /log/b4-b
 === TEST 5: a claim for 1 replica within 100 ms is answered by its own WAIT (short: refused, released) while a WAIT for 10 s of another kind is in flight; that one's claim runs when the replica is back
 --- init
 main::hold_first(10000, 'b5-long', 'b5-long', '/w', '--data', 'x=1');
-bg('b5-short', 'b5-short', '/short', '--data', 'x=1');
+main::bg('b5-short', 'b5-short', '/short', '--data', 'x=1');
 main::refused('b5-short', main::done('b5-short'));
 Test::More::is(IdemWait::log_count(main::wait_line(1, 100, 1)), 1,
                'the short claim had its own WAIT');
@@ -354,7 +347,7 @@ GET /log/b5-long
 
 
 
-=== TEST 6: the durable claims' connection lost under a batch's WAIT (its loss logged as an error): its two claims 503 claim-not-durable, released; sent again, each runs once
+=== TEST 6: the durable claims' connection lost under a batch's WAIT (its loss logged as an error): its two claims 503 claim-not-durable, released; sent again, each runs once, also when they come before the connection is made again (held for it, never dropped as not connected: issue 45)
 --- init
 main::hold_first(4000, 'b6-0', 'b6-0', '/m', '--data', 'x=1');
 main::send_claims(['/m', '--data', 'x=1'], 'b6-1', 'b6-2');
@@ -376,6 +369,7 @@ connection lost
 --- no_error_log
 [alert]
 [crit]
+dropped (not connected)
 
 
 
@@ -466,8 +460,8 @@ main::ran_stored("b8-$_") for 0 .. 2;
 --- init
 main::fresh();
 for my $i (1 .. 10) {
-    bg("c1-$i", "c1-$i", '/d1', '--data', 'x=1');
-    bg("c2-$i", "c2-$i", '/d2', '--data', 'x=1');
+    main::bg("c1-$i", "c1-$i", '/d1', '--data', 'x=1');
+    main::bg("c2-$i", "c2-$i", '/d2', '--data', 'x=1');
 }
 for my $i (1 .. 10) {
     my $r = main::done("c1-$i");

@@ -26,6 +26,7 @@ BEGIN {
 
 use lib 't/lib';
 use IdemBg qw(bg done running);
+use IdemPaths ();
 use IdemGateway ();
 use IdemRecord ();
 use IdemWait ();
@@ -39,7 +40,7 @@ workers(2);
 $ENV{TEST_NGINX_WAKE_PORT} = IdemNginx::base_port() + 14;
 our $gw = IdemNginx::base_port() + 64;
 
-our $log = "$ENV{TEST_NGINX_SERVER_ROOT}/logs/error.log";
+our $log = IdemPaths::error_log();
 
 # the pids of the workers that wrote the lines matching $re, in order
 sub pids {
@@ -91,7 +92,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 my $url = "http://127.0.0.1:$ENV{TEST_NGINX_WAKE_PORT}/pay";
 main::lines_ok('both workers subscribed',
                qr/subscribed to "idem:wake": waiters are woken/, 2);
-bg('owner1', 'k-1', $url, '--data', 'x=1');
+main::bg('owner1', 'k-1', $url, '--data', 'x=1');
 Test::More::ok(IdemWait::wait_for('the owner at the backend',
                    sub { IdemWait::backend_runs('k-1') >= 1 }),
                'the owner is at the backend');
@@ -100,7 +101,7 @@ my ($owner) = main::pids(qr/idem dedupe: claim of "idem:c:\{k-1\}" sent/);
 # kernel picks by the client's port), 32 at most
 my $n = 0;
 while ($n < 32) {
-    bg("dup1-$_", 'k-1', $url, '--data', 'x=1') for $n + 1 .. $n + 4;
+    main::bg("dup1-$_", 'k-1', $url, '--data', 'x=1') for $n + 1 .. $n + 4;
     $n += 4;
     main::lines_ok("$n waiters watched", qr/idem dedupe: "k-1" watched/, $n);
     last if grep { $_ != $owner } main::pids(qr/idem dedupe: "k-1" watched/);
@@ -110,10 +111,10 @@ my $mine = grep { $_ == $owner } @at;
 my $other = @at - $mine;
 Test::More::cmp_ok($other, '>', 0, "waiters on the other worker ($other)");
 IdemWait::release('k-1');
-my @dup = map { done("dup1-$_") } 1 .. $n;
+my @dup = map { main::done("dup1-$_") } 1 .. $n;
 Test::More::is(scalar(grep { m{^HTTP/1\.1 200 } && /^Idempotent-Replayed: true\r$/mi } @dup),
                $n, "$n replays");
-Test::More::like(done('owner1'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
+Test::More::like(main::done('owner1'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
 my @woken = main::pids(qr/idem dedupe: "k-1" woken by its owner's final write/);
 Test::More::is(scalar @woken, $n, 'every waiter woken');
 Test::More::is(scalar(main::pids(qr/idem dedupe: "k-1" asks again/)), $n,
@@ -143,7 +144,7 @@ GET /log/k-1
 IdemGateway::start($main::gw,
                    "idem_redis 127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                    $ENV{TEST_NGINX_BACKEND_PORT}, hold => 1, wait => '20s');
-bg('owner2', 'k-2', "http://127.0.0.1:$main::gw/d", '--data', 'x=1');
+main::bg('owner2', 'k-2', "http://127.0.0.1:$main::gw/d", '--data', 'x=1');
 Test::More::ok(IdemWait::wait_for('the owner at the backend',
                    sub { IdemWait::backend_runs('k-2') >= 1 }),
                'the owner is at the backend');
@@ -188,7 +189,7 @@ for (['in flight, waits', 1], ['watched', 1],
     Test::More::is(IdemWait::log_count(qr/idem dedupe: "k-2" \Q$what\E/),
                    $n, "\"$what\": $n");
 }
-Test::More::like(done('owner2'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
+Test::More::like(main::done('owner2'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
 --- request
 GET /log/k-2
 --- response_body_like chomp
@@ -215,11 +216,11 @@ GET /log/k-2
     }
 --- init
 main::lines_ok('subscribed', qr/subscribed to "idem:wake"/, 2);
-bg('owner4', 'k-4', '/pay', '--data', 'x=1');
+main::bg('owner4', 'k-4', '/pay', '--data', 'x=1');
 Test::More::ok(IdemWait::wait_for('the owner at the backend',
                    sub { IdemWait::backend_runs('k-4') >= 1 }),
                'the owner is at the backend');
-bg('dup4', 'k-4', '/pay', '--data', 'x=1');
+main::bg('dup4', 'k-4', '/pay', '--data', 'x=1');
 main::lines_ok('the waiter watched', qr/idem dedupe: "k-4" watched/, 1);
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} client kill type pubsub >/dev/null");
 main::lines_ok('the waiter polls',
@@ -227,9 +228,9 @@ main::lines_ok('the waiter polls',
 main::lines_ok('a polling waiter asks again',
                qr/idem dedupe: "k-4" asks again/, 2);
 IdemWait::release('k-4');
-my $d = done('dup4');
+my $d = main::done('dup4');
 Test::More::like($d, qr/^Idempotent-Replayed: true\r$/mi, 'the waiter: a replay');
-Test::More::like(done('owner4'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
+Test::More::like(main::done('owner4'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
 main::lines_ok('subscribed again', qr/subscribed to "idem:wake"/, 4);
 --- request
 GET /log/k-4

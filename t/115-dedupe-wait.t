@@ -214,7 +214,7 @@ X-Deadline-Ms: 300
 --- init
 my $t = Time::HiRes::time() - $main::t0;
 Test::More::cmp_ok($t, '<', 5, "the duplicate's budget decided ($t s)");
-Test::More::ok(running('owner5'), 'the owner was still held');
+Test::More::ok(main::running('owner5'), 'the owner was still held');
 IdemWait::release('w-5');
 main::done('owner5');
 --- request
@@ -475,7 +475,7 @@ $main::gw = $ENV{TEST_NGINX_SERVER_PORT} + 115;
 IdemGateway::start($main::gw,
                    "idem_redis 127.0.0.1:$ENV{TEST_NGINX_REDIS_PORT}",
                    $ENV{TEST_NGINX_BACKEND_PORT}, hold => 1, wait => '5s');
-bg('owner15', 'w-15', "http://127.0.0.1:$main::gw/d", '--data', 'x=1');
+main::bg('owner15', 'w-15', "http://127.0.0.1:$main::gw/d", '--data', 'x=1');
 IdemWait::owner_in('w-15');
 main::release_when_parked('w-15', 1);
 --- http_config

@@ -221,9 +221,9 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
         idem_metrics;
     }
 --- init
-bg('owner5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: o');
+main::bg('owner5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: o');
 IdemWait::owner_in('rl-6');
-bg('dup5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: k');
+main::bg('dup5', 'rl-6', '/pay', '--data', 'x=1', '-H', 'X-Api-Key: k');
 IdemWait::parked_ok('rl-6', 1);
 IdemWait::release_when('rl-6', \&IdemWait::parked, 2);
 --- request eval
@@ -244,9 +244,9 @@ IdemWait::release_when('rl-6', \&IdemWait::parked, 2);
 
 === TEST 6: ... the first client's waiting resend got the replay; the owner ran once
 --- init
-Test::More::like(done('dup5'), qr{^HTTP/1\.1 200 .*Idempotent-Replayed: true}s,
+Test::More::like(main::done('dup5'), qr{^HTTP/1\.1 200 .*Idempotent-Replayed: true}s,
                  'the waiting resend: the replay');
-Test::More::like(done('owner5'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
+Test::More::like(main::done('owner5'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
 --- config
     location /log/ {
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
@@ -465,7 +465,7 @@ X-Api-Key: h
     }
 --- init
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
-my @r = map { post('/pay', 'rl-19') } 1 .. 4;
+my @r = map { main::post('/pay', 'rl-19') } 1 .. 4;
 Test::More::is(join(' ', map { $_->{code} } @r), '200 200 200 429',
                'a first call, two resends (burst=1), then 429');
 my ($b, $c) = @r[2, 3];
@@ -479,9 +479,9 @@ Test::More::ok($ra <= 60 && $ra >= int(60 - ($c->{got} - $b->{sent})),
 my $until = $b->{got} + 63;
 $until = $c->{got} + $ra if $c->{got} + $ra > $until;
 Time::HiRes::sleep($until - Time::HiRes::time());
-my $d = post('/pay', 'rl-19');
+my $d = main::post('/pay', 'rl-19');
 Test::More::is($d->{code}, 200, 'a resend after Retry-After goes on');
-my $e = post('/pay', 'rl-19');
+my $e = main::post('/pay', 'rl-19');
 Test::More::is($e->{code}, 429, 'the next one, at once: 429');
 # what the bucket holds now: two resends, less the leak of the idle time
 # (more than 60 s) since the second one
@@ -524,9 +524,9 @@ X-Call-Id: rl-19
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} flushall >/dev/null");
 IdemWait::log_ok('nginx connected to its Redis',
                  qr/idem: redis "[^"]*": connected/);
-my $first = post('/first', 'rl-17');
+my $first = main::post('/first', 'rl-17');
 Test::More::is($first->{code}, 200, 'the first call');
-resends_at_once('c17', 'rl-17', '/rec', 'c', 10);
+main::resends_at_once('c17', 'rl-17', '/rec', 'c', 10);
 # each resend answered, or held at the backend (a run of it)
 my %done;
 IdemWait::wait_for('each resend answered or at the backend', sub {
@@ -536,10 +536,10 @@ IdemWait::wait_for('each resend answered or at the backend', sub {
 });
 Test::More::is(IdemWait::backend_runs('rl-17'), 2,
                'one resend ran at the backend (beside the first call)');
-my @refused = map { status_of("c17-$_") } sort keys %done;
+my @refused = map { main::status_of("c17-$_") } sort keys %done;
 Test::More::is("@refused", join(' ', (429) x 9), 'the other nine: 429');
 IdemWait::release('rl-17');
-my @ran = map { status_of("c17-$_") } grep { !$done{$_} } 1 .. 10;
+my @ran = map { main::status_of("c17-$_") } grep { !$done{$_} } 1 .. 10;
 Test::More::is("@ran", '200', 'the one that ran: 200');
 --- request
 POST /rec
@@ -574,8 +574,8 @@ IdemWait::log_ok('nginx connected to its Redis',
 # the first call through the limited route: a new id, not counted
 Test::More::is(`curl -s -o /dev/null -w '%{http_code}' -H 'X-Call-Id: rl-18' -H 'X-Api-Key: r' --data x=1 http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/rec`,
                '200', 'the first call');
-resends_at_once('r18', 'rl-18', '/rec', 'r', 20);
-my @codes = sort map { status_of("r18-$_") } 1 .. 20;
+main::resends_at_once('r18', 'rl-18', '/rec', 'r', 20);
+my @codes = sort map { main::status_of("r18-$_") } 1 .. 20;
 Test::More::is("@codes", join(' ', 200, (429) x 19),
                'one resend went on, nineteen got 429');
 Test::More::is(IdemWait::backend_runs('rl-18'), 2,

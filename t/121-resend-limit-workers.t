@@ -98,15 +98,12 @@ sub parked { IdemWait::parked($_[0], $ng->error_log) }
 sub bg {
     my ($name, $id, $path, $key) = @_;
     local $ENV{TEST_NGINX_SERVER_PORT} = $port;
-    local $ENV{TEST_NGINX_ROOT} = IdemNginx::root();
     IdemBg::bg($name, $id, $path, '--data', 'x=1', '-H', "X-Api-Key: $key");
 }
 
 END { IdemBg::stop_all() }
 
 system("redis-cli -p $redis flushall >/dev/null");
-mkdir IdemNginx::root() . '/t';
-mkdir IdemNginx::root() . '/t/servroot';
 
 write_conf('1m');
 $ng->start or BAIL_OUT('nginx does not start: ' . $ng->out);

@@ -12,18 +12,11 @@
 use lib 't/lib';
 use IdemTls;
 use IdemBg qw(bg done);
+use IdemPaths qw(h2_url);
 use IdemWait ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): fixed call ids and exact counts.
-
-# the URL of a path on the block's HTTP/2 server
-sub h2_url {
-    local (@ARGV, $/) = ("$ENV{TEST_NGINX_ROOT}/t/servroot/conf/nginx.conf");
-    my ($port) = <> =~ /listen 127\.0\.0\.1:(\d+) http2;/
-        or die "no http2 listen";
-    return "http://127.0.0.1:$port$_[0]";
-}
 
 # a call over HTTP/2 (curl): its status and body
 sub h2_post {
@@ -69,7 +62,7 @@ __DATA__
 === TEST 1: https upstream{} with keepalive: a duplicate waits, is woken by its owner's final write, and gets the owner's answer; the call ran once
 --- init
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
-bg('owner1', 'pw-1', '/pay', '--data', 'x=1');
+main::bg('owner1', 'pw-1', '/pay', '--data', 'x=1');
 IdemWait::owner_in('pw-1');
 IdemWait::release_when('pw-1', \&IdemWait::watched, 1);
 --- config
@@ -103,7 +96,7 @@ idem dedupe: "pw-1" woken by its owner's final write
 
 === TEST 2: ... the owner's own client got the same answer, and the backend saw the call once, over the kept TLS connection
 --- init
-Test::More::like(done('owner1'), qr{\AHTTP/1\.1 200 .*\r\n\r\nn=1 }s,
+Test::More::like(main::done('owner1'), qr{\AHTTP/1\.1 200 .*\r\n\r\nn=1 }s,
                  "the owner's answer");
 --- config
     location /log/ {
@@ -229,19 +222,19 @@ GET /log/pr-5
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
     idem_resend_limit_zone $binary_remote_addr zone=ip:1m;
 --- init
-bg('owner6', 'pn-6', '/pay', '--data', 'x=1');
+main::bg('owner6', 'pn-6', '/pay', '--data', 'x=1');
 IdemWait::owner_in('pn-6');
-bg('dup6', 'pn-6', '/pay', '--data', 'x=1');
+main::bg('dup6', 'pn-6', '/pay', '--data', 'x=1');
 IdemWait::parked_ok('pn-6', 1);
-bg('more6', 'pn-6', '/pay', '--data', 'x=1');
-my $more = done('more6');
+main::bg('more6', 'pn-6', '/pay', '--data', 'x=1');
+my $more = main::done('more6');
 Test::More::like($more, qr{\AHTTP/1\.1 429 }, 'the next resend: 429');
 Test::More::like($more, qr{"type":"urn:ngx-idem:problem:too-many-resends"},
                  '... too-many-resends');
 IdemWait::release('pn-6');
-Test::More::like(done('owner6'), qr{\AHTTP/1\.1 200 .*\r\n\r\nn=1 }s,
+Test::More::like(main::done('owner6'), qr{\AHTTP/1\.1 200 .*\r\n\r\nn=1 }s,
                  "the owner's answer");
-my $dup = done('dup6');
+my $dup = main::done('dup6');
 Test::More::like($dup, qr{\AHTTP/1\.1 200 }, 'the waiting duplicate: 200');
 Test::More::like($dup, qr{\r\nIdempotent-Replayed: true\r\n},
                  "... the owner's answer, replayed");
@@ -278,7 +271,7 @@ idem dedupe: "pn-6" woken by its owner's final write
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- init
-bg('owner7', 'pe-7', '/w', '--data', 'x=1');
+main::bg('owner7', 'pe-7', '/w', '--data', 'x=1');
 IdemWait::owner_in('pe-7');
 IdemWait::release_when('pe-7', \&IdemWait::watched, 1);
 --- config
@@ -314,7 +307,7 @@ idem dedupe: "pe-7" woken by its owner's final write
 
 === TEST 8: ... the owner's own client got the fallback's answer; its upstream ran once, the fallback once
 --- init
-Test::More::like(done('owner7'), qr{\AHTTP/1\.1 200 .*\r\n\r\nn=1 [^\n]*\nn=2 }s,
+Test::More::like(main::done('owner7'), qr{\AHTTP/1\.1 200 .*\r\n\r\nn=1 [^\n]*\nn=2 }s,
                  "the owner's answer: the fallback's");
 --- config
     location /log/ {
@@ -333,7 +326,7 @@ GET /log/pe-7
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- init
-bg('owner9', 'px-9', '/x', '--data', 'x=1');
+main::bg('owner9', 'px-9', '/x', '--data', 'x=1');
 IdemWait::owner_in('px-9');
 IdemWait::release_when('px-9', \&IdemWait::watched, 1);
 --- config
@@ -372,7 +365,7 @@ idem dedupe: "px-9" woken by its owner's final write
 
 === TEST 10: ... the owner's own client got the redirect's answer; the upstream ran once
 --- init
-Test::More::like(done('owner9'), qr{\AHTTP/1\.1 200 .*\r\n\r\nmoved\n\z}s,
+Test::More::like(main::done('owner9'), qr{\AHTTP/1\.1 200 .*\r\n\r\nmoved\n\z}s,
                  "the owner's answer: the redirect's");
 --- config
     location /log/ {

@@ -14,8 +14,10 @@ use Test::Nginx::Socket 'no_plan';
 use JSON::PP;
 
 # valgrind mode stops nginx after each block: its counters start again
-# with the next one (records dropped, stream entries dropped, at TEST 17)
-our @drops = $ENV{TEST_NGINX_USE_VALGRIND} ? (0, 0) : (2, 1);
+# with the next one (records dropped, stream entries dropped, at TEST 17;
+# the record's writes are held there, and dropped past their timeout
+# uncounted by the metric: see docs/directives.md)
+our @drops = $ENV{TEST_NGINX_USE_VALGRIND} ? (0, 0) : (0, 1);
 
 no_long_string();
 no_shuffle();
@@ -284,7 +286,7 @@ GET /x
 
 
 
-=== TEST 9: Redis down: the entry is lost and counted, the call is not delayed
+=== TEST 9: Redis down: the entry is held until its timeout (a status read sent after it answers 503 at its own), then lost and counted; the call is not delayed
 --- http_config
     idem_redis 127.0.0.1:1;
     idem_unknown_stream comp;
@@ -302,19 +304,22 @@ GET /x
     location /metrics {
         idem_metrics;
     }
+    location /calls/ {
+        idem_status;
+    }
 --- request eval
-["GET /t", "GET /ok", "GET /metrics"]
+["GET /t", "GET /ok", "GET /calls/us-down-9", "GET /metrics"]
 --- error_code eval
-[502, 200, 200]
+[502, 200, 503, 200]
 --- response_body_like eval
-["", "", qr/idem_unknown_stream_drops_total 1\n/]
+["", "", "", qr/idem_unknown_stream_drops_total 1\n/]
 --- no_error_log
 [alert]
 [crit]
 
 
 
-=== TEST 10: SUCCESS and FAILED are never counted as stream drops
+=== TEST 10: SUCCESS and FAILED are never counted as stream drops (their writes held until their timeout, as a status read sent after them shows)
 --- http_config
     idem_redis 127.0.0.1:1;
     idem_unknown_stream comp;
@@ -332,12 +337,15 @@ GET /x
     location /metrics {
         idem_metrics;
     }
+    location /calls/ {
+        idem_status;
+    }
 --- request eval
-["GET /ok", "GET /refused", "GET /metrics"]
+["GET /ok", "GET /refused", "GET /calls/us-down-10", "GET /metrics"]
 --- error_code eval
-[200, 502, 200]
+[200, 502, 503, 200]
 --- response_body_like eval
-["", "", qr/idem_record_writes_total\{result="dropped"\} [1-9].*idem_unknown_stream_drops_total 0\n/s]
+["", "", "", qr/idem_record_writes_total\{result="queued"\} [1-9].*idem_unknown_stream_drops_total 0\n/s]
 --- no_error_log
 [alert]
 [crit]
@@ -412,7 +420,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} flushall >/dev/null");
         idem on;
         idem_record on;
         # the arrival leaves on its own however soon the call is over:
-        # TEST 17 counts two writes dropped, not one
+        # TEST 17 holds two writes, not one
         idem_record_arrival_delay 0;
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/99;
     }
@@ -422,6 +430,9 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} flushall >/dev/null");
     location /pause {
         echo_sleep 0.5;
         echo ok;
+    }
+    location /calls/ {
+        idem_status;
     }
 --- request eval
 ["GET /pause", "GET /t", "GET /metrics"]
@@ -438,7 +449,7 @@ X-Call-Id: us-fault-1
 
 
 
-=== TEST 17: ... stopped: the call is served at once, its entry lost with its final write, counted in both
+=== TEST 17: ... stopped: the call is served at once, its entry and its final write held until their timeout (a status read sent after them answers 503 at its own), then lost: the entry counted
 --- init
 Test::More::is(scalar(main::entries('idem:comp', $ENV{TEST_NGINX_REDIS_FAULT_PORT})),
                1, 'the entry written while Redis was up');
@@ -446,14 +457,14 @@ IdemWait::log_after('nginx saw the connection to Redis go',
                     qr/idem: redis "[^"]*": connection (?:lost|closed)/,
                     \&RedisFault::stop);
 --- request eval
-["GET /t", "GET /metrics"]
+["GET /t", "GET /calls/us-fault-2", "GET /metrics"]
 --- more_headers
 X-Call-Id: us-fault-2
---- timeout: 1
+--- timeout: 3
 --- error_code eval
-[502, 200]
+[502, 503, 200]
 --- response_body_like eval
-["", qr/idem_record_writes_total\{result="dropped"\} 2\n.*idem_unknown_stream_drops_total 1\n/s]
+["", "", qr/idem_record_writes_total\{result="dropped"\} 0\n.*idem_unknown_stream_drops_total 1\n/s]
 --- no_error_log
 [alert]
 [crit]

@@ -66,13 +66,13 @@ __DATA__
 Test::More::is(scalar keys %main::id_on, 3, 'ids on the three masters');
 IdemWait::log_ok('subscribed', qr/subscribed to "idem:wake"/);
 for my $id (sort values %main::id_on) {
-    bg("owner-$id", $id, '/pay', '--data', 'x=1');
+    main::bg("owner-$id", $id, '/pay', '--data', 'x=1');
     IdemWait::owner_in($id);
-    bg("dup-$id", $id, '/pay', '--data', 'x=1');
+    main::bg("dup-$id", $id, '/pay', '--data', 'x=1');
     IdemWait::release_when($id, \&IdemWait::watched, 1);
-    Test::More::like(done("dup-$id"), qr/^Idempotent-Replayed: true\r$/mi,
+    Test::More::like(main::done("dup-$id"), qr/^Idempotent-Replayed: true\r$/mi,
                      "$id: the waiter got the replay");
-    Test::More::like(done("owner-$id"), qr{^HTTP/1\.1 200 },
+    Test::More::like(main::done("owner-$id"), qr{^HTTP/1\.1 200 },
                      "$id: the owner 200");
     Test::More::is(IdemWait::log_count(qr/idem dedupe: "\Q$id\E" woken by its owner's final write/),
                    1, "$id: woken");
@@ -96,9 +96,9 @@ my $slot = RedisCluster::cli($base, 'cluster', 'keyslot', $id);
 my $src = RedisCluster::slot_owner($slot);
 my ($dst) = grep { $_ != $src } @masters;
 IdemWait::log_ok('subscribed', qr/subscribed to "idem:wake"/);
-bg('owner-moved', $id, '/pay', '--data', 'x=1');
+main::bg('owner-moved', $id, '/pay', '--data', 'x=1');
 IdemWait::owner_in($id);
-bg('dup-moved', $id, '/pay', '--data', 'x=1');
+main::bg('dup-moved', $id, '/pay', '--data', 'x=1');
 Test::More::ok(IdemWait::wait_for("the waiter of $id watched",
                    sub { IdemWait::watched($id) >= 1 }),
                "the waiter of $id is watched");
@@ -117,9 +117,9 @@ RedisCluster::cli($_, 'cluster', 'setslot', $slot, 'node',
 RedisCluster::wait_ok(\@masters);
 Test::More::is(RedisCluster::slot_owner($slot), $dst, "slot $slot moved");
 IdemWait::release($id);
-Test::More::like(done('dup-moved'), qr/^Idempotent-Replayed: true\r$/mi,
+Test::More::like(main::done('dup-moved'), qr/^Idempotent-Replayed: true\r$/mi,
                  'the waiter got the replay');
-Test::More::like(done('owner-moved'), qr{^HTTP/1\.1 200 }, 'the owner 200');
+Test::More::like(main::done('owner-moved'), qr{^HTTP/1\.1 200 }, 'the owner 200');
 Test::More::is(IdemWait::log_count(qr/idem dedupe: "\Q$id\E" woken by its owner's final write/),
                1, 'woken by the final write');
 Test::More::is(IdemWait::backend_runs($id), 1, 'the call ran once');

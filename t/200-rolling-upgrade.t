@@ -102,7 +102,9 @@ my ($old_so, $pre_so) = map {
 } [$commit, $release], [$pre_commit, $pre_release];
 
 my $base = IdemNginx::base_port();
-my ($old, $new, $new2, $pre, $new3) = map { $base + $_ } 200 .. 204;
+# not base + 200: where the backend listens in the usual port sets (B,
+# B + 200, B + 1000)
+my ($old, $new, $new2, $pre, $new3) = map { $base + $_ } 180 .. 184;
 my $prefix = "ru:$$:";            # the Redis keys of this run only
 my $timeout = 10;                 # seconds, every wait
 my $n = 0;

@@ -21,7 +21,8 @@ echo "make deb: $pkg $version"
 rm -rf "$out"
 mkdir -p "$src"
 tar -c --exclude=./.git --exclude=./build --exclude='./build-*' \
-    --exclude='./t/servroot*' --exclude=./run -f - . | tar -x -C "$src"
+    --exclude='./t/servroot*' --exclude=./t/tmp --exclude=./run -f - . \
+    | tar -x -C "$src"
 
 build_deps_ok() {
     command -v dpkg-checkbuilddeps >/dev/null \

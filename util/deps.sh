@@ -12,6 +12,9 @@
 #                       timeline page in t/176, prometheus for promtool
 #                       (t/071: the metrics' format, the shipped rules)
 #   util/deps.sh --list [run]   prints the packages, installs nothing
+#
+# IDEM_REAL_TN=1 adds the perl modules that OpenResty's Test::Nginx needs
+# beyond the bundled harness's (HACKING.md: the real Test::Nginx)
 set -e
 
 list=
@@ -35,6 +38,12 @@ if [ -n "$NGINX_TESTS" ]; then
     pkgs="$pkgs libnginx-mod-http-geoip libnginx-mod-http-image-filter
           libnginx-mod-http-perl libnginx-mod-http-xslt-filter
           libnginx-mod-mail libnginx-mod-stream libnginx-mod-stream-geoip"
+fi
+
+# the real Test::Nginx (its lib/ on PERL5LIB): List::MoreUtils, and
+# IPC::Run for its curl client (--- http2)
+if [ -n "$IDEM_REAL_TN" ]; then
+    pkgs="$pkgs liblist-moreutils-perl libipc-run-perl"
 fi
 
 if [ -n "$TEST_NGINX_USE_VALGRIND" ]; then

@@ -9,7 +9,8 @@
 # Shard k (0, 1, ...) takes the ports TEST_PORT_BASE + 1000 k and up: nginx
 # on the base (the files derive up to base + 202 from it), the backend on
 # base + 210 (+ 211 for its DNS), redis-server on base + 250 (the files
-# derive up to base + 975 from it: faults, clusters, sentinels).  Two runs
+# derive up to base + 975 from it: faults, clusters, sentinels), all below
+# 32768, where the kernel takes no ports for outgoing connections.  Two runs
 # side by side (CI's) take bases at least 1000 x TEST_JOBS apart.
 #
 # Each file's output is kept in t/servroot-shards-BASE/; the output of a
@@ -23,6 +24,13 @@ root=$PWD
 jobs=${TEST_JOBS:-3}
 base=${TEST_PORT_BASE:-20000}
 out=$root/t/servroot-shards-$base
+
+if [ $((base + 1000 * jobs)) -gt 32768 ] || [ "$base" -lt 1024 ]; then
+    echo "TEST_PORT_BASE=$base, TEST_JOBS=$jobs: the shards' ports must lie" \
+         "within 1024-32767 (the kernel gives ports above to outgoing" \
+         "connections)"
+    exit 2
+fi
 rm -rf "$out" && mkdir -p "$out/logs"
 
 # the files asked for, or all of t/

@@ -3,7 +3,8 @@ package IdemBg;
 # Calls sent in the background with curl, for blocks that need a request
 # still running while they do something else (a duplicate sent, Redis
 # paused, the owner released).  Each answer, headers and body, goes to a
-# file of the server root, read back by done().
+# file of the test file's scratch directory (IdemPaths::scratch(), never
+# the server root), read back by done().
 #
 #   use IdemBg qw(bg done running);
 #   bg('owner', 'pay-1', '/pay', '--data', 'x=1');
@@ -19,6 +20,7 @@ use warnings;
 
 use Exporter 'import';
 use POSIX ();
+use IdemPaths ();
 
 our @EXPORT_OK = qw(bg done running stop_all);
 
@@ -26,7 +28,7 @@ my %bg;
 
 sub bg {
     my ($name, $id, @args) = @_;
-    my $out = "$ENV{TEST_NGINX_ROOT}/t/servroot/bg-$name";
+    my $out = IdemPaths::scratch() . "/bg-$name";
     my $base = "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}";
 
     @args = map { m{^/} ? "$base$_" : $_ } @args;

@@ -15,6 +15,7 @@ use Exporter 'import';
 use POSIX ();
 use IO::Socket::INET ();
 use Time::HiRes qw(sleep time);
+use IdemPaths ();
 
 our @EXPORT_OK = qw(wait_for backend_runs release log_count log_ok log_after
                     metric get);
@@ -71,7 +72,7 @@ sub release {
 # server's) match $re
 sub log_count {
     my ($re, $file) = @_;
-    $file //= "$ENV{TEST_NGINX_SERVER_ROOT}/logs/error.log";
+    $file //= IdemPaths::error_log();
     open my $fh, '<', $file or return 0;
     my $n = 0;
     while (<$fh>) {

@@ -8,16 +8,20 @@
  * master and each command goes to its key's slot
  * (ngx_http_idem_redis_cluster.c).
  *
- * A node is down, connecting or up; commands are taken only when it is
- * up, and never more than max_pending at a time in the whole store
- * (hiredis' output buffer has no bound of its own).  On connect, AUTH and
- * SELECT are pipelined ahead of anything else.  A lost or failed
- * connection is tried again after 100 ms, doubling up to 5 s, on a
- * cancelable timer.
+ * A node is down, connecting or up; commands are sent when it is up,
+ * held in order (each within its own timeout, a bounded number and size)
+ * while it is not, and never more than max_pending at a time in the whole
+ * store (hiredis' output buffer has no bound of its own).  On connect,
+ * AUTH and SELECT are pipelined ahead of anything else, then what was
+ * held.  A lost or failed connection is tried again after 100 ms,
+ * doubling up to 5 s, on a cancelable timer; at once, then every 100 ms,
+ * while commands are held.
  *
- * While commands are outstanding a non-cancelable timer is armed: a worker
- * that is shutting down (reload, QUIT) stays until their replies came, or
- * gives up after five times the timeout.
+ * While commands are outstanding or held a non-cancelable timer is armed:
+ * a worker that is shutting down (reload, QUIT) stays, and connects
+ * again, until their replies came, or gives up: one timeout after
+ * worker_shutdown_timeout where it is set, else after five times the
+ * timeout.
  *
  * What requests run into (drops, error replies, read timeouts, replies
  * lost with the connection) is counted and reported in one error line a
@@ -187,8 +191,11 @@ ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
     /* every callback has run: nothing refers to the nodes any more */
 
     for (i = 0; i < rd->nnodes; i++) {
+        ngx_http_idem_redis_op_held_free(rd->nodes[i], 0);
+
         for (durable = rd->nodes[i]->durable; durable; durable = next) {
             next = durable->next;
+            ngx_http_idem_redis_op_held_free(durable, 0);
             ngx_free(durable);
         }
 
@@ -204,7 +211,8 @@ ngx_http_idem_store_exit_process(ngx_cycle_t *cycle)
  * A write, fire and forget.  Writes of one turn sit side by side in
  * hiredis' buffer: they leave in one write and Redis runs them in order.
  * In a cluster each is an op of its own, kept for a redirect; so is one
- * with an "upgrade" script, kept for a WRONGTYPE (redis_op.c).
+ * with an "upgrade" script, kept for a WRONGTYPE (redis_op.c), and one
+ * that its node holds until it is up (redis_node.c).
  */
 
 ngx_int_t
@@ -226,7 +234,9 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
         return NGX_DECLINED;
     }
 
-    if (rd->cluster || upgrade) {
+    node = rd->node;
+
+    if (rd->cluster || upgrade || !ngx_http_idem_redis_node_takes(node)) {
         op = ngx_http_idem_redis_op_create(rd, NULL, argc, argv, 0);
         if (op == NULL) {
             return NGX_DECLINED;
@@ -241,8 +251,6 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
 
         return NGX_OK;
     }
-
-    node = rd->node;
 
     if (ngx_http_idem_redis_accept(rd, node, 1) != NGX_OK) {
         return NGX_DECLINED;
@@ -372,7 +380,9 @@ ngx_http_idem_redis_pending_handler(ngx_event_t *ev)
 {
     ngx_http_idem_redis_t *rd = ev->data;
 
-    ngx_msec_t  limit;
+    ngx_uint_t        i;
+    ngx_msec_t        limit;
+    ngx_core_conf_t  *ccf;
 
     if (rd->stats.pending == 0 || rd->closing) {
         return;
@@ -392,7 +402,20 @@ ngx_http_idem_redis_pending_handler(ngx_event_t *ev)
                       "before exiting", &rd->name, rd->stats.pending);
     }
 
-    limit = rd->conf->timeout * NGX_HTTP_IDEM_REDIS_DRAIN_TIMEOUTS;
+    /*
+     * nginx ends the requests at worker_shutdown_timeout, and their final
+     * writes get one timeout more; without it, five timeouts
+     */
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(ngx_cycle->conf_ctx,
+                                           ngx_core_module);
+
+    if (ccf != NULL && ccf->shutdown_timeout) {
+        limit = ccf->shutdown_timeout + rd->conf->timeout;
+
+    } else {
+        limit = rd->conf->timeout * NGX_HTTP_IDEM_REDIS_DRAIN_TIMEOUTS;
+    }
 
     if (ngx_current_msec - rd->drain_start < limit) {
         ngx_add_timer(ev, NGX_HTTP_IDEM_REDIS_DRAIN_CHECK);
@@ -410,6 +433,13 @@ ngx_http_idem_redis_pending_handler(ngx_event_t *ev)
     ngx_http_idem_redis_free_all(rd);
 
     rd->lost = 0;
+
+    /* held commands are answered now: no request waits past the drain */
+
+    for (i = 0; i < rd->nnodes; i++) {
+        ngx_http_idem_redis_op_held_free(rd->nodes[i], 1);
+        ngx_http_idem_redis_op_held_free(rd->nodes[i]->durable, 1);
+    }
 }
 
 

@@ -17,9 +17,10 @@
  * again every second until every slot has a master that is up, and a
  * command for such a slot makes it be read at once (100 ms apart at
  * most): after a failover the promoted replica takes over without a
- * reload.  Meanwhile
- * commands for the lost master's slots are dropped and counted, as with
- * one Redis that is down.  A node that no longer serves slots is not
+ * reload.  Meanwhile commands for the lost master's slots wait for one
+ * read of the map, then are held by that master until it is up again,
+ * each within its timeout (ngx_http_idem_redis_node.c), as with one
+ * Redis that is down.  A node that no longer serves slots is not
  * reconnected.  Addresses in the map must be IPs: a host name would need
  * a blocking resolve, and is skipped.
  */
@@ -66,8 +67,6 @@ static void ngx_http_idem_redis_cluster_slots_done(redisAsyncContext *ac,
     void *r, void *privdata);
 static ngx_int_t ngx_http_idem_redis_cluster_map(ngx_http_idem_redis_t *rd,
     ngx_http_idem_redis_node_t *asked, redisReply *reply);
-static void ngx_http_idem_redis_cluster_asking_done(redisAsyncContext *ac,
-    void *r, void *privdata);
 static ngx_int_t ngx_http_idem_redis_cluster_ip(u_char *host, size_t len);
 static void ngx_http_idem_redis_cluster_read(ngx_http_idem_redis_t *rd);
 
@@ -212,10 +211,9 @@ ngx_http_idem_redis_cluster_route(ngx_http_idem_redis_t *rd,
 
 /*
  * From the reply callback of the op: "MOVED 3999 127.0.0.1:6381" or
- * "ASK 3999 127.0.0.1:6381".  NGX_OK: the op goes to "*to" now (an ASK's
- * ASKING is sent there already), and the op's own file sends it again;
- * NGX_DECLINED: not a redirect, or one too many; NGX_ERROR: the node named
- * is not up.
+ * "ASK 3999 127.0.0.1:6381".  NGX_OK: the op goes to "*to" (op->asking:
+ * after ASKING), and the op's own file sends it again;
+ * NGX_DECLINED: not a redirect, or one too many; NGX_ERROR: no room.
  */
 
 ngx_int_t
@@ -224,10 +222,9 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
     ngx_http_idem_redis_node_t **to)
 {
     u_char                      *p, *last, *colon, *host;
-    size_t                       len, asking_len[1];
+    size_t                       len;
     ngx_int_t                    slot, port;
     ngx_uint_t                   ask;
-    const char                  *asking[1];
     ngx_http_idem_redis_node_t  *node;
 
     p = (u_char *) reply->str;
@@ -305,26 +302,13 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
         ngx_http_idem_redis_cluster_refresh_later(rd, 0);
     }
 
-    /*
-     * A node not connected yet (a replica just promoted): the op waits in
-     * its connection, being made now, under its own timeout.
-     */
-
-    if (node->state == NGX_HTTP_IDEM_REDIS_DOWN) {
-        ngx_http_idem_redis_node_connect(node);
-
-        if (node->state == NGX_HTTP_IDEM_REDIS_DOWN) {
-            return NGX_ERROR;
-        }
-    }
-
     /* a durable claim goes on that node's connection for its kind */
 
     if (op->wait) {
         node = ngx_http_idem_redis_durable_node(rd, node, op->replicas,
                                                 op->wait);
 
-        if (!ngx_http_idem_redis_node_takes(node)) {
+        if (node == NULL) {
             return NGX_ERROR;
         }
     }
@@ -333,36 +317,17 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
         return NGX_ERROR;
     }
 
-    if (ask) {
-        asking[0] = "ASKING";
-        asking_len[0] = sizeof("ASKING") - 1;
+    /*
+     * A node not connected yet (a replica just promoted) holds the op,
+     * and its ASKING, until it is up, under the op's own timeout
+     * (op_send_to, which sends ASKING right before the op).
+     */
 
-        if (ngx_http_idem_redis_node_command(node,
-                                       ngx_http_idem_redis_cluster_asking_done,
-                                       NULL, 1, asking, asking_len, 1)
-            != NGX_OK)
-        {
-            return NGX_ERROR;
-        }
-    }
+    op->asking = ask;
 
     *to = node;
 
     return NGX_OK;
-}
-
-
-static void
-ngx_http_idem_redis_cluster_asking_done(redisAsyncContext *ac, void *r,
-    void *privdata)
-{
-    ngx_http_idem_redis_node_t  *node;
-
-    node = ac->data;
-
-    /* an error here shows in the command's own reply, which follows */
-
-    ngx_http_idem_redis_pending_done(node->rd);
 }
 
 

@@ -27,12 +27,11 @@
 #define NGX_HTTP_IDEM_REDIS_UP               2
 
 /*
- * A connection takes commands while it is being made too: hiredis keeps
- * them, behind the handshake, until it is up, and answers them with NULL
- * if it never is.
+ * A connection that is up takes commands now; one that is down or being
+ * made holds them (ngx_http_idem_redis_op_send_to()) until it is up.
  */
 #define ngx_http_idem_redis_node_takes(node)                                  \
-    ((node) != NULL && (node)->state != NGX_HTTP_IDEM_REDIS_DOWN)
+    ((node) != NULL && (node)->state == NGX_HTTP_IDEM_REDIS_UP)
 
 /* node roles */
 #define NGX_HTTP_IDEM_REDIS_DATA             0
@@ -43,6 +42,12 @@
 
 /* the first delay before connecting again, doubled up to 5 s */
 #define NGX_HTTP_IDEM_REDIS_BACKOFF_MIN      100
+
+/* the longest delay before connecting again while commands are held */
+#define NGX_HTTP_IDEM_REDIS_HELD_RETRY       100
+
+/* the bytes of commands one node may hold while it is not up */
+#define NGX_HTTP_IDEM_REDIS_HELD_BYTES       (8 * 1024 * 1024)
 
 /* command arguments kept on the stack */
 #define NGX_HTTP_IDEM_REDIS_ARGS             16
@@ -114,6 +119,7 @@ struct ngx_http_idem_store_op_s {
     size_t                          *lens;
     ngx_uint_t                       slot;
     ngx_uint_t                       redirects;
+    size_t                           size;       /* of the command */
 
     ngx_http_idem_redis_script_t    *script;
     ngx_http_idem_redis_script_t    *upgrade;    /* WRONGTYPE: run by it */
@@ -122,11 +128,12 @@ struct ngx_http_idem_store_op_s {
     /* durable: its kind's connections to the nodes, and its WAIT's */
     ngx_msec_t                       wait;       /* 0: not durable */
     ngx_uint_t                       replicas;   /* needed */
-    ngx_http_idem_redis_node_t      *node;       /* the one that answered */
+    ngx_http_idem_redis_node_t      *node;       /* answered it, holds it */
 
     /*
-     * A cluster's: in rd->parked until the map is read again.  A durable
-     * claim made: in its connection's batch (redis_batch.c).
+     * A cluster's: in rd->parked until the map is read again.  One whose
+     * node is not up: in node->held until it is.  A
+     * durable claim made: in its connection's batch (redis_batch.c).
      */
     ngx_queue_t                      queue;
 
@@ -135,6 +142,8 @@ struct ngx_http_idem_store_op_s {
     unsigned                         again:1;    /* re-armed by its handler */
     unsigned                         parked:1;   /* in rd->parked now */
     unsigned                         mapped:1;   /* waited for a map once */
+    unsigned                         held:1;     /* in node->held now */
+    unsigned                         asking:1;   /* ASKING first, held */
 };
 
 
@@ -197,6 +206,15 @@ struct ngx_http_idem_redis_node_s {
     ngx_msec_t                       wait;
     ngx_http_idem_redis_batch_t      batch;      /* its claims' WAITs */
 
+    /*
+     * Ops sent while it was not up, in order, each under its own timeout
+     * (redis_op.c); flush_held sends them behind the handshake once it is.
+     */
+    ngx_queue_t                      held;
+    ngx_uint_t                       nheld;
+    size_t                           held_bytes;
+    ngx_http_idem_redis_node_pt      flush_held;
+
     u_char                           name_buf[NGX_HTTP_IDEM_REDIS_NAME_LEN];
 
     unsigned                         dropping:1; /* we free the context */
@@ -236,6 +254,7 @@ struct ngx_http_idem_redis_s {
     ngx_msec_t                       reported;
     ngx_uint_t                       down;
     ngx_uint_t                       full;
+    ngx_uint_t                       held_full;  /* a node held too much */
     ngx_uint_t                       errors;
     ngx_uint_t                       timedout;
     ngx_uint_t                       lost;
@@ -271,6 +290,7 @@ void ngx_http_idem_redis_node_answered(ngx_http_idem_redis_node_t *node);
 ngx_http_idem_redis_node_t *ngx_http_idem_redis_durable_node(
     ngx_http_idem_redis_t *rd, ngx_http_idem_redis_node_t *node,
     ngx_uint_t replicas, ngx_msec_t wait);
+void ngx_http_idem_redis_node_wake(ngx_http_idem_redis_node_t *node);
 
 /* ngx_http_idem_redis_batch.c */
 ngx_int_t ngx_http_idem_redis_batch_add(ngx_http_idem_store_op_t *op,
@@ -373,6 +393,13 @@ ngx_int_t ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op);
 void ngx_http_idem_redis_unpark(ngx_event_t *ev);
 void ngx_http_idem_redis_parked_free(ngx_http_idem_redis_t *rd);
+void ngx_http_idem_redis_op_failed(ngx_http_idem_redis_t *rd,
+    ngx_http_idem_store_op_t *op);
+ngx_int_t ngx_http_idem_redis_op_send_to(ngx_http_idem_redis_node_t *node,
+    ngx_http_idem_store_op_t *op);
+void ngx_http_idem_redis_op_unhold(ngx_http_idem_store_op_t *op);
+void ngx_http_idem_redis_op_held_free(ngx_http_idem_redis_node_t *node,
+    ngx_uint_t answer);
 
 
 #endif /* _NGX_HTTP_IDEM_REDIS_COMMON_H_INCLUDED_ */

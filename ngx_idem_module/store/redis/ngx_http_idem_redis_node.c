@@ -2,7 +2,10 @@
 /*
  * The store's connections ("nodes"): connect with a timeout, AUTH and
  * SELECT pipelined ahead of anything else, reconnect after 100 ms doubling
- * up to 5 s, close.  See ngx_http_idem_redis.c for the whole store.
+ * up to 5 s, close.  A node that holds commands (sent while it was not
+ * up: redis_op.c) connects at once, and every 100 ms at most while it
+ * fails, an exiting worker's too; once up, it has them sent behind the
+ * handshake.  See ngx_http_idem_redis.c for the whole store.
  */
 
 
@@ -123,6 +126,8 @@ ngx_http_idem_redis_node_alloc(ngx_http_idem_redis_t *rd, ngx_uint_t role)
     node->reconnect_ev.log = rd->log;
     node->reconnect_ev.cancelable = 1;
 
+    ngx_queue_init(&node->held);
+
     return node;
 }
 
@@ -165,9 +170,13 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
 
     rd = node->rd;
 
-    if (node->ac != NULL || rd->closing
-        || ngx_exiting || ngx_quit || ngx_terminate)
-    {
+    if (node->ac != NULL || rd->closing || ngx_terminate) {
+        return;
+    }
+
+    /* an exiting worker connects for what it still owes only */
+
+    if ((ngx_exiting || ngx_quit) && node->nheld == 0) {
         return;
     }
 
@@ -301,8 +310,7 @@ ngx_http_idem_redis_node_handshake(ngx_http_idem_redis_node_t *node)
 
 /*
  * The connection of a node for one kind of durable claim, NULL: none.
- * One that stopped trying (its cluster node served no slot a while)
- * starts again.
+ * One that is not up connects when a claim is held on it (redis_op.c).
  */
 
 ngx_http_idem_redis_node_t *
@@ -319,16 +327,6 @@ ngx_http_idem_redis_durable_node(ngx_http_idem_redis_t *rd,
         if (durable->replicas == replicas && durable->wait == wait) {
             break;
         }
-    }
-
-    if (durable == NULL) {
-        return NULL;
-    }
-
-    if (durable->ac == NULL && !durable->reconnect_ev.timer_set
-        && ngx_http_idem_redis_node_takes(node) && !rd->closing)
-    {
-        ngx_http_idem_redis_node_follow(durable);
     }
 
     return durable;
@@ -394,26 +392,41 @@ ngx_http_idem_redis_connect_failed(ngx_http_idem_redis_node_t *node,
 }
 
 
+/*
+ * The next attempt: after the backoff, or within 100 ms while commands
+ * are held, which wait for it under their own timeouts.  A node nobody
+ * needs (no slots, an exiting worker) waits for a command to connect.
+ */
+
 static void
 ngx_http_idem_redis_retry(ngx_http_idem_redis_node_t *node)
 {
     node->retry_in = 0;
     node->failing = 1;
 
-    if (node->rd->closing || node->idle
-        || (node->main != NULL && node->main->idle)
-        || ngx_exiting || ngx_quit || ngx_terminate)
+    if (node->rd->closing || ngx_terminate) {
+        return;
+    }
+
+    if (node->nheld == 0
+        && (node->idle || (node->main != NULL && node->main->idle)
+            || ngx_exiting || ngx_quit))
     {
         return;
     }
 
     node->retry_in = node->backoff;
 
+    if (node->nheld) {
+        node->retry_in = ngx_min(node->retry_in,
+                                 NGX_HTTP_IDEM_REDIS_HELD_RETRY);
+    }
+
     if (node->reconnect_ev.timer_set) {
         ngx_del_timer(&node->reconnect_ev);
     }
 
-    ngx_add_timer(&node->reconnect_ev, node->backoff);
+    ngx_add_timer(&node->reconnect_ev, node->retry_in);
 
     node->backoff = ngx_min(node->backoff * 2,
                             NGX_HTTP_IDEM_REDIS_BACKOFF_MAX);
@@ -481,6 +494,15 @@ ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
 
     if (node->up) {
         node->up(node);
+    }
+
+    /*
+     * What it held goes behind the handshake (and what up() sent): Redis
+     * runs them after (redis_op.c, which calls nothing here by name)
+     */
+
+    if (node->flush_held && node->nheld) {
+        node->flush_held(node);
     }
 }
 
@@ -583,9 +605,7 @@ ngx_http_idem_redis_reconnect(ngx_event_t *ev)
 {
     ngx_http_idem_redis_node_t *node = ev->data;
 
-    if (node->rd->closing || node->ac != NULL
-        || ngx_exiting || ngx_quit || ngx_terminate)
-    {
+    if (node->rd->closing || node->ac != NULL) {
         return;
     }
 
@@ -715,7 +735,9 @@ ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
 
     rd = node->rd;
 
-    if (!ngx_http_idem_redis_node_takes(node) || node->ac == NULL) {
+    /* a connection being made takes its handshake */
+
+    if (node->ac == NULL || node->state == NGX_HTTP_IDEM_REDIS_DOWN) {
         return NGX_DECLINED;
     }
 
@@ -856,4 +878,40 @@ ngx_http_idem_redis_node_answered(ngx_http_idem_redis_node_t *node)
 {
     node->backoff = NGX_HTTP_IDEM_REDIS_BACKOFF_MIN;
     node->attempts = 0;
+}
+
+
+/*
+ * A node that holds commands connects now: after a working connection
+ * was lost, at once; while it keeps failing, within 100 ms.
+ */
+
+void
+ngx_http_idem_redis_node_wake(ngx_http_idem_redis_node_t *node)
+{
+    if (node->ac != NULL) {
+
+        /* being made: the held commands go once it is up */
+        return;
+    }
+
+    if (node->reconnect_ev.timer_set && node->attempts > 1) {
+
+        if (node->reconnect_ev.timer.key
+            > ngx_current_msec + NGX_HTTP_IDEM_REDIS_HELD_RETRY)
+        {
+            ngx_del_timer(&node->reconnect_ev);
+            ngx_add_timer(&node->reconnect_ev,
+                          NGX_HTTP_IDEM_REDIS_HELD_RETRY);
+        }
+
+        return;
+    }
+
+    if (node->main != NULL) {
+        ngx_http_idem_redis_node_follow(node);
+        return;
+    }
+
+    ngx_http_idem_redis_node_connect(node);
 }

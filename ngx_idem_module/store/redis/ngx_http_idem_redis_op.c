@@ -1,9 +1,10 @@
 
 /*
  * Commands that wait for a reply ("ops"): each a copy of its command, sent
- * to its node (its slot's in a cluster), answered once (a reply, an error,
- * a lost connection or its timeout), a script's NOSCRIPT answered by
- * sending its text once.
+ * to its node (its slot's in a cluster), or held by that node while it is
+ * not up and sent behind its handshake once it is, answered once (a reply,
+ * an error, a lost connection or its timeout), a script's NOSCRIPT
+ * answered by sending its text once.
  */
 
 
@@ -34,8 +35,9 @@ static void ngx_http_idem_redis_answer(ngx_http_idem_redis_t *rd,
 static void ngx_http_idem_redis_read_timeout(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_redis_park(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op);
-static void ngx_http_idem_redis_op_failed(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_store_op_t *op);
+static void ngx_http_idem_redis_op_flush(ngx_http_idem_redis_node_t *node);
+static void ngx_http_idem_redis_asking_done(redisAsyncContext *ac, void *r,
+    void *privdata);
 
 
 /*
@@ -132,6 +134,7 @@ ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
 
     op->argc = n;
     op->argv = args;
+    op->size = sizeof(ngx_http_idem_store_op_t) + size;
     op->lens = (size_t *) &args[n];
 
     p = (u_char *) &op->lens[n];
@@ -208,13 +211,14 @@ ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op)
 /*
  * An op to its node: the one Redis, or the node that holds its slot; a
  * durable one to that node's connection for its kind of durable claims.
+ * A node that is not up holds it until it is, within the op's timeout
+ * (op_send_to).
  */
 
 ngx_int_t
 ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op)
 {
-    ngx_int_t                    rc;
     ngx_http_idem_redis_node_t  *node;
 
     if (rd->cluster == NULL) {
@@ -229,12 +233,12 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
             return NGX_DECLINED;
         }
 
-        goto send;
+        return ngx_http_idem_redis_op_send_to(node, op);
     }
 
     node = ngx_http_idem_redis_cluster_route(rd, op);
 
-    if (!ngx_http_idem_redis_node_takes(node)) {
+    if (node == NULL || node->state == NGX_HTTP_IDEM_REDIS_DOWN) {
 
         /*
          * A failover may have given the slot to another node by now: the
@@ -263,18 +267,7 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
                    "idem redis: %*s for slot %ui",
                    op->lens[0], op->argv[0], op->slot);
 
-send:
-
-    /* a read someone waits for leaves now; a count may wait (lazy) */
-
-    rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_op_done,
-                                          op, op->argc, op->argv, op->lens,
-                                          op->handler != NULL && !rd->lazy);
-    if (rc != NGX_OK) {
-        return ngx_http_idem_redis_drop(rd, &rd->down);
-    }
-
-    return NGX_OK;
+    return ngx_http_idem_redis_op_send_to(node, op);
 }
 
 
@@ -392,13 +385,22 @@ ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op)
         return;
     }
 
-    /* freed when its reply comes, or the connection goes */
-
-    op->done = 1;
-
     if (op->timeout.timer_set) {
         ngx_del_timer(&op->timeout);
     }
+
+    if (op->held) {
+
+        /* never sent: nothing will answer it */
+
+        ngx_http_idem_redis_op_unhold(op);
+        ngx_http_idem_redis_op_free(op);
+        return;
+    }
+
+    /* freed when its reply comes, or the connection goes */
+
+    op->done = 1;
 }
 
 
@@ -431,12 +433,7 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
         if (rd->cluster != NULL
             && ngx_http_idem_redis_cluster_redirect(rd, op, reply, &to)
                == NGX_OK
-            && ngx_http_idem_redis_node_command(to,
-                                                ngx_http_idem_redis_op_done,
-                                                op, op->argc, op->argv,
-                                                op->lens,
-                                                op->handler != NULL)
-               == NGX_OK)
+            && ngx_http_idem_redis_op_send_to(to, op) == NGX_OK)
         {
             return;
         }
@@ -720,6 +717,21 @@ ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
 
     rd = &ngx_http_idem_redis;
 
+    if (op->held) {
+
+        /* its node was not up in its time: dropped, as not connected */
+
+        ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                       "idem redis: %*s held past its timeout, dropped",
+                       op->lens[0], op->argv[0]);
+
+        ngx_http_idem_redis_op_unhold(op);
+        (void) ngx_http_idem_redis_drop(rd, &rd->down);
+
+        ngx_http_idem_redis_op_failed(rd, op);
+        return;
+    }
+
     ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
                    "idem redis: no reply within the timeout, %ui redirects",
                    op->redirects);
@@ -751,10 +763,10 @@ ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
 /*
  * An op whose slot's master is down waits for the map read that this
  * started (a worker whose map still names a master that failed over
- * learns of its replica there), once: still down then, it is dropped as
- * it would have been at once.  It keeps its timeout, and goes with a
- * map read that fails too, so it waits for one round trip to a node at
- * most, or until that node's timeout; an exiting worker reads no map.
+ * learns of its replica there), once: still down then, its master holds
+ * it until it is up again, within the op's timeout (op_send_to).  It
+ * keeps its timeout, and goes with a map read that fails too; an exiting
+ * worker reads no map.
  */
 
 static ngx_int_t
@@ -833,7 +845,7 @@ ngx_http_idem_redis_unpark(ngx_event_t *ev)
  * that is not taken, and freed unless its handler sent it again.
  */
 
-static void
+void
 ngx_http_idem_redis_op_failed(ngx_http_idem_redis_t *rd,
     ngx_http_idem_store_op_t *op)
 {
@@ -885,4 +897,221 @@ ngx_http_idem_redis_parked_free(ngx_http_idem_redis_t *rd)
     }
 
     rd->nparked = 0;
+}
+
+
+/*
+ * An op to a node: sent now when the node is up; else held until it is,
+ * in order, under the op's own timeout (a write gets the store's), and the
+ * node connects now.  What outlives its timeout there is dropped
+ * (redis_op.c), counted as "not connected".  NGX_DECLINED: not taken,
+ * counted.
+ */
+
+ngx_int_t
+ngx_http_idem_redis_op_send_to(ngx_http_idem_redis_node_t *node,
+    ngx_http_idem_store_op_t *op)
+{
+    size_t                  lens[1];
+    const char             *argv[1];
+    ngx_http_idem_redis_t  *rd;
+
+    rd = node->rd;
+
+    if (node->state == NGX_HTTP_IDEM_REDIS_UP && node->ac != NULL) {
+
+        if (op->asking) {
+
+            /* an ASK's redirect: ASKING right before the command */
+
+            argv[0] = "ASKING";
+            lens[0] = sizeof("ASKING") - 1;
+
+            if (ngx_http_idem_redis_node_command(node,
+                                           ngx_http_idem_redis_asking_done,
+                                           NULL, 1, argv, lens, 1)
+                != NGX_OK)
+            {
+                return ngx_http_idem_redis_drop(rd, &rd->down);
+            }
+
+            op->asking = 0;
+        }
+
+        /* a read someone waits for leaves now; a count may wait (lazy) */
+
+        if (ngx_http_idem_redis_node_command(node,
+                                             ngx_http_idem_redis_op_done,
+                                             op, op->argc, op->argv,
+                                             op->lens,
+                                             op->handler != NULL
+                                             && !rd->lazy)
+            != NGX_OK)
+        {
+            return ngx_http_idem_redis_drop(rd, &rd->down);
+        }
+
+        return NGX_OK;
+    }
+
+    if (rd->closing || ngx_terminate) {
+        return ngx_http_idem_redis_drop(rd, &rd->down);
+    }
+
+    /* a node holds a bounded number and size of commands */
+
+    if (node->nheld >= rd->conf->max_pending
+        || node->held_bytes + op->size > NGX_HTTP_IDEM_REDIS_HELD_BYTES)
+    {
+        return ngx_http_idem_redis_drop(rd, &rd->held_full);
+    }
+
+    op->held = 1;
+    op->node = node;
+    node->flush_held = ngx_http_idem_redis_op_flush;
+
+    ngx_queue_insert_tail(&node->held, &op->queue);
+    node->nheld++;
+    node->held_bytes += op->size;
+
+    /* an exiting worker stays for it */
+
+    ngx_http_idem_redis_pending_add(rd);
+
+    if (!op->timeout.timer_set) {
+        ngx_add_timer(&op->timeout, rd->conf->timeout + op->wait);
+    }
+
+    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: %*s held until \"%V\" is up, %ui held",
+                   op->lens[0], op->argv[0], &node->name, node->nheld);
+
+    ngx_http_idem_redis_node_wake(node);
+
+    return NGX_OK;
+}
+
+
+/* the node is up: what it held goes, in order */
+
+static void
+ngx_http_idem_redis_op_flush(ngx_http_idem_redis_node_t *node)
+{
+    ngx_queue_t               *q;
+    ngx_http_idem_redis_t     *rd;
+    ngx_http_idem_store_op_t  *op;
+
+    rd = node->rd;
+
+    if (node->nheld) {
+        ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                       "idem redis: \"%V\" up, sending %ui held",
+                       &node->name, node->nheld);
+    }
+
+    while (!ngx_queue_empty(&node->held)
+           && node->state == NGX_HTTP_IDEM_REDIS_UP)
+    {
+        q = ngx_queue_head(&node->held);
+        op = ngx_queue_data(q, ngx_http_idem_store_op_t, queue);
+
+        ngx_queue_remove(q);
+        op->held = 0;
+        node->nheld--;
+        node->held_bytes -= op->size;
+
+        /* a write waits for no reply once sent, as one sent at once */
+
+        if (op->handler == NULL && op->timeout.timer_set) {
+            ngx_del_timer(&op->timeout);
+        }
+
+        if (ngx_http_idem_redis_op_send_to(node, op) != NGX_OK) {
+            ngx_http_idem_redis_op_failed(rd, op);
+        }
+
+        /* counted as sent now; the hold's count goes after */
+
+        ngx_http_idem_redis_pending_done(rd);
+    }
+}
+
+
+/* a held op leaves its node's queue (its timeout, or it is cancelled) */
+
+void
+ngx_http_idem_redis_op_unhold(ngx_http_idem_store_op_t *op)
+{
+    ngx_http_idem_redis_node_t  *node;
+
+    if (!op->held) {
+        return;
+    }
+
+    node = op->node;
+
+    ngx_queue_remove(&op->queue);
+    op->held = 0;
+    node->nheld--;
+    node->held_bytes -= op->size;
+
+    ngx_http_idem_redis_pending_done(node->rd);
+}
+
+
+/*
+ * What a node holds goes: answered as not taken ("answer": a drain that
+ * gave up; requests may wait on them), or just freed (the worker exits).
+ */
+
+void
+ngx_http_idem_redis_op_held_free(ngx_http_idem_redis_node_t *node,
+    ngx_uint_t answer)
+{
+    ngx_queue_t                q, *qe;
+    ngx_http_idem_store_op_t  *op;
+
+    if (node == NULL || ngx_queue_empty(&node->held)) {
+        return;
+    }
+
+    /* what a handler holds again stays for the next time */
+
+    ngx_queue_init(&q);
+    ngx_queue_add(&q, &node->held);
+    ngx_queue_init(&node->held);
+
+    while (!ngx_queue_empty(&q)) {
+        qe = ngx_queue_head(&q);
+        op = ngx_queue_data(qe, ngx_http_idem_store_op_t, queue);
+
+        /* unhold() removes it from q */
+
+        ngx_http_idem_redis_op_unhold(op);
+
+        if (answer && !op->done) {
+            ngx_http_idem_redis_op_failed(node->rd, op);
+            continue;
+        }
+
+        if (op->timeout.timer_set) {
+            ngx_del_timer(&op->timeout);
+        }
+
+        ngx_http_idem_redis_op_free(op);
+    }
+}
+
+
+static void
+ngx_http_idem_redis_asking_done(redisAsyncContext *ac, void *r,
+    void *privdata)
+{
+    ngx_http_idem_redis_node_t  *node;
+
+    node = ac->data;
+
+    /* an error here shows in the command's own reply, which follows */
+
+    ngx_http_idem_redis_pending_done(node->rd);
 }

@@ -109,6 +109,13 @@ ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd)
                          rd->full, rd->conf->max_pending);
     }
 
+    if (rd->held_full) {
+        p = ngx_slprintf(p, last, ", %ui dropped (not connected, "
+                         "%ui or %uz bytes held)", rd->held_full,
+                         rd->conf->max_pending,
+                         (size_t) NGX_HTTP_IDEM_REDIS_HELD_BYTES);
+    }
+
     if (rd->timedout) {
         p = ngx_slprintf(p, last, ", %ui timed out", rd->timedout);
     }
@@ -134,24 +141,35 @@ ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd)
     rd->reported = ngx_current_msec;
     rd->down = 0;
     rd->full = 0;
+    rd->held_full = 0;
     rd->timedout = 0;
     rd->lost = 0;
     rd->errors = 0;
 }
 
 
-/* room on the node for n commands more; else counted and reported */
+/*
+ * Room on the node for n commands more (held, if it is not up); else
+ * counted and reported.
+ */
 
 ngx_int_t
 ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
     ngx_http_idem_redis_node_t *node, ngx_uint_t n)
 {
-    if (!ngx_http_idem_redis_node_takes(node)) {
+    if (node == NULL) {
         return ngx_http_idem_redis_drop(rd, &rd->down);
     }
 
     if (rd->stats.pending + n > rd->conf->max_pending) {
         return ngx_http_idem_redis_drop(rd, &rd->full);
+    }
+
+    if (node->state != NGX_HTTP_IDEM_REDIS_UP
+        && (node->nheld + n > rd->conf->max_pending
+            || node->held_bytes >= NGX_HTTP_IDEM_REDIS_HELD_BYTES))
+    {
+        return ngx_http_idem_redis_drop(rd, &rd->held_full);
     }
 
     return NGX_OK;

@@ -235,8 +235,11 @@ sub run_block {
         start_nginx($name) or return;
     }
 
+    # In the real one's package, not main: a sub of the test file is
+    # called there as main::name (a bare name would pass here and not
+    # there).
     if (defined(my $code = $block->init)) {
-        eval "package main;\n$code\n;1"
+        eval "package Test::Nginx::Util;\n$code\n;1"
             or bail_out("$name - init failed: $@");
     }
 
@@ -594,6 +597,8 @@ sub check_error_log {
     if (defined(my $v = $block->error_log)) {
         my @pats = patterns($v);
 
+        wait_error_log(\@lines, @pats);
+
         for my $line (@lines) {
             for my $pat (@pats) {
                 next unless defined $pat && matches($line, $pat);
@@ -646,15 +651,45 @@ sub check_error_log {
     }
 }
 
+# bytes of error.log read by this check past $ErrLogPos (which stays where
+# it is with check_accum_error_log)
+my $ErrLogRead = 0;
+
 sub error_log_lines {
     # Lines of the log phase are written just after the response is sent.
     sleep 0.05;
 
     my $log = IdemTestNginx::Server::read_from(err_log_file(), $ErrLogPos);
 
+    $ErrLogRead = length $log;
     $ErrLogPos += length $log unless $CheckAccumErrLog;
 
     return split /^/, $log;
+}
+
+# The lines a --- error_log expects and the log lacks yet are waited for
+# (read again every 50 ms), up to a deadline far beyond need: the log
+# phase of a request can end after its client read the answer's end (a
+# lingering close: nginx shuts its side, then logs), later still on a
+# loaded machine.  A pattern that never comes fails at the deadline.
+sub wait_error_log {
+    my ($lines, @pats) = @_;
+
+    my $deadline = Time::HiRes::time() + ($UseValgrind ? 15 : 5);
+
+    while (grep { my $p = $_; !grep { matches($_, $p) } @$lines } @pats) {
+        last if Time::HiRes::time() > $deadline;
+
+        sleep 0.05;
+
+        my $pos = $CheckAccumErrLog ? $ErrLogPos + $ErrLogRead : $ErrLogPos;
+        my $log = IdemTestNginx::Server::read_from(err_log_file(), $pos);
+
+        $ErrLogRead += length $log;
+        $ErrLogPos += length $log unless $CheckAccumErrLog;
+
+        push @$lines, split /^/, $log;
+    }
 }
 
 sub patterns {

@@ -28,12 +28,18 @@ our $LogStart = 0; # error.log size when the current nginx was started
 
 my $TDir = File::Spec->rel2abs(dirname(dirname(dirname(__FILE__))));
 
-# Empties the server root.  Only the directories we create are removed, so
-# a TEST_NGINX_SERVROOT pointing somewhere precious loses nothing else.
+# Makes the server root anew.  As the real Test::Nginx does, only the
+# directories a run makes are removed (conf, html, logs, cache, *_cache,
+# *_temp), so that a TEST_NGINX_SERVROOT pointing somewhere precious loses
+# nothing else, and then the folder itself: anything else left in it (a
+# test's own files, which belong in IdemPaths::scratch()) is an error here
+# as it is there.
 sub setup_servroot {
     if (-d $ServRoot && !$NoClean) {
-        remove_tree(conf_dir(), html_dir(), log_dir(),
-                    glob("$ServRoot/*_temp"));
+        remove_tree(conf_dir(), html_dir(), log_dir(), "$ServRoot/cache",
+                    glob("$ServRoot/*_cache"), glob("$ServRoot/*_temp"));
+        rmdir $ServRoot
+            or die "Can't remove $ServRoot (not empty?): $!\n";
     }
 
     make_path(log_dir(), html_dir(), conf_dir());
