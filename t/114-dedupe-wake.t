@@ -335,11 +335,11 @@ SUBSCRIBE
 my $r = $ENV{TEST_NGINX_REDIS_PORT};
 my $key = 'idem:c:{k-8}';
 main::lines_ok('subscribed', qr/subscribed to "idem:wake"/, 2);
-bg('owner8', 'k-8', "http://127.0.0.1:$main::gw/d", '--data', 'x=1');
+main::bg('owner8', 'k-8', "http://127.0.0.1:$main::gw/d", '--data', 'x=1');
 Test::More::ok(IdemWait::wait_for('the owner at the backend',
                    sub { IdemWait::backend_runs('k-8') >= 1 }),
                'the owner is at the backend');
-bg('dup8', 'k-8', '/d', '--data', 'x=1');
+main::bg('dup8', 'k-8', '/d', '--data', 'x=1');
 main::lines_ok('the waiter watched', qr/idem dedupe: "k-8" watched/, 1);
 # the claim's hash as the short record of its fields, its expiry kept
 system("redis-cli -p $r eval '"
@@ -354,10 +354,10 @@ system("redis-cli -p $r eval '"
        . "' 1 '$key' >/dev/null");
 Test::More::is(IdemRecord::type($r, $key), 'string', 'the record is short');
 IdemWait::release('k-8');
-my $dup = done('dup8');
+my $dup = main::done('dup8');
 Test::More::like($dup, qr{^HTTP/1\.1 200 }, 'the waiter: 200');
 Test::More::like($dup, qr/^Idempotent-Replayed: true\r$/mi, '... replayed');
-Test::More::like(done('owner8'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
+Test::More::like(main::done('owner8'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
 Test::More::is(IdemRecord::type($r, $key), 'hash', 'the record a hash');
 my %f = IdemRecord::fields($r, $key);
 Test::More::is(scalar(grep { /^k:/ && $f{$_} eq 'R' } keys %f), 1,
