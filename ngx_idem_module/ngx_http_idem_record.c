@@ -985,7 +985,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     if (final && ctx->dedupe.owner && !w.owned) {
 
-        /* the claim's owner is done: its fields and expiry in one */
+        /* the claim's owner is done: its fields and expiry at once */
 
         w.final = 1;
     }

@@ -161,7 +161,7 @@ typedef void (*ngx_http_idem_store_known_pt)(void *data, ngx_int_t rc);
  * or not (wait: that claim was durable, for these replicas with this WAIT
  * timeout: the write goes after it, on its connection); final: the last
  * write of the execution that owns the call's claim, its fields and the
- * expiry in one command, after which its waiters may be told.
+ * expiry in one round trip, after which its waiters may be told.
  */
 typedef struct {
     ngx_str_t                  key;
