@@ -405,7 +405,7 @@ X-Call-Id: rl-10
 
 === TEST 11: a record-only route: a client that goes while its arrival's reply, or its read at the limit, is awaited (Redis paused) leaves nothing waiting on it
 --- http_config
-    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT timeout=5s;
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_FAULT_PORT timeout=5s;
     idem_resend_limit_zone $http_x_api_key zone=keys:1m rate=1r/m;
 --- config
     location /rec {
@@ -417,23 +417,36 @@ X-Call-Id: rl-10
     }
 --- init
 my $port = $ENV{TEST_NGINX_SERVER_PORT};
-my $redis = "redis-cli -p $ENV{TEST_NGINX_REDIS_PORT}";
+my $redis = "redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT}";
 my $curl = "curl -s -o /dev/null -w '%{http_code}' -H 'X-Api-Key: g'"
            . " --data x=1 http://127.0.0.1:$port/rec";
+system("$redis flushall >/dev/null");
+IdemWait::log_ok('nginx connected to its Redis',
+                 qr/idem: redis "[^"]*": connected/);
 # a first call and a resend: the key is at its limit
 Test::More::is(`$curl -H 'X-Call-Id: rl-14'`, '200', 'a first call');
 Test::More::is(`$curl -H 'X-Call-Id: rl-14'`, '200', 'a resend');
-# the arrival's reply awaited, the client gone (another key: room)
-system("$redis client pause 1500 all >/dev/null");
-my $c = `curl -s -o /dev/null -w '%{http_code}' -H 'X-Api-Key: h' -H 'X-Call-Id: rl-15' --max-time 0.5 --data x=1 http://127.0.0.1:$port/rec`;
-Test::More::is($c, '000', 'a client gone while its arrival was written');
-# the read at the limit awaited, the client gone
-$c = `curl -s -o /dev/null -w '%{http_code}' -H 'X-Api-Key: g' -H 'X-Call-Id: rl-14' --max-time 0.5 --data x=1 http://127.0.0.1:$port/rec`;
-Test::More::is($c, '000', 'a client gone while its record was read');
+# the arrival's reply awaited (another key: room), then the read at the
+# limit awaited: each client goes once its request is seen waiting; Redis
+# stopped until both are seen gone, however long the calls take
+RedisFault::pause();
+for (['rl-15', 'h', 'arrival was written'], ['rl-14', 'g', 'record was read']) {
+    my ($id, $key, $what) = @$_;
+    my $waits = qr/idem resend: "\Q$id\E": waits for the store/;
+    my $before = IdemWait::log_count($waits);
+    my $pid = main::bg("gone-$id", $id, '/rec', '--data', 'x=1',
+                       '-H', "X-Api-Key: $key");
+    IdemWait::wait_for("$id waiting for Redis",
+                       sub { IdemWait::log_count($waits) > $before });
+    kill 'TERM', $pid;
+    Test::More::is(main::status_of("gone-$id"), 0,
+                   "a client gone while its $what");
+}
 Test::More::ok(IdemWait::wait_for('nginx to see both clients go', sub {
     IdemWait::log_count(qr/client prematurely closed connection/) >= 2
 }), 'nginx saw both clients go');
 # the pause ends: the replies find no request
+RedisFault::resume();
 Test::More::ok(IdemWait::wait_for('Redis answering again', sub {
     `$redis ping` =~ /PONG/
 }), 'Redis answers again');
