@@ -209,6 +209,21 @@ def candidates(sha):
                 resp(b'HGETALL', key(i)), resp(b'PTTL', key(i)),
                 resp(b'EXEC')]
 
+    def pack(f):
+        return b''.join(b'%s %d %s\n' % (f[j], len(f[j + 1]), f[j + 1])
+                        for j in range(0, len(f), 2))
+
+    def setget(i):
+        return [resp(b'SET', key(i), pack(claim_fields(True)), b'PX', TTL,
+                     b'NX', b'GET')]
+
+    def final_append(i):
+        return [resp(b'APPEND', key(i), pack(FINAL))]
+
+    def final_append_pub(i):
+        return [resp(b'APPEND', key(i), pack(FINAL)),
+                resp(b'PUBLISH', b'idem:w:0', key(i))]
+
     def plain07(i):
         return [resp(b'HSETNX', key(i), b'o', TOKEN),
                 resp(b'HSET', key(i), *claim_fields(True)[2:]),
@@ -236,6 +251,8 @@ def candidates(sha):
         'rename-read+hset+pub': (rename(True), final_pub),
         'packed+hset': (packed, final_plain),
         'plain07+hset': (plain07, final_plain),
+        'setget+append': (setget, final_append),
+        'setget+append+pub': (setget, final_append_pub),
     }
 
 

@@ -505,6 +505,9 @@ typedef struct {
     unsigned                  waiting:1;    /* counted among the waiters */
     unsigned                  wake:1;       /* its final write wakes them:
                                                its claim's location waits */
+    unsigned                  short_record:1; /* its claim made the record
+                                                 short: its writes add to
+                                                 the string */
 } ngx_http_idem_dedupe_ctx_t;
 
 

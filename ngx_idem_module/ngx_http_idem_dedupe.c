@@ -407,6 +407,10 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
     claim.replicas = ilcf->dedupe_durable;
     claim.wait = ilcf->dedupe_durable_timeout;
 
+    /* a new id's claim may make the record short, as its only write would */
+
+    claim.short_record = imcf->record_short ? 1 : 0;
+
     claim.digest.data = p;
     claim.digest.len = NGX_HTTP_IDEM_SHA256_HEX_LEN;
 
@@ -428,6 +432,10 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ctx->dedupe.claim = claim;
     ctx->dedupe.asked = ngx_current_msec;
+
+    /* a waiter's claim again finds the record there: the script at once */
+
+    ctx->dedupe.claim.short_record = 0;
     ctx->dedupe.asked_us = ngx_http_idem_metrics_clock();
 
     /*
@@ -669,6 +677,7 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
         if (found->made) {
             ctx->record.counted = 1;
+            ctx->dedupe.short_record = found->short_record;
         }
 
         /* the claim wrote the arrival and set the record's expiry */
@@ -688,6 +697,7 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
         if (found->made) {
             ctx->record.counted = 1;
+            ctx->dedupe.short_record = found->short_record;
         }
 
         ngx_http_idem_record_expiring(ctx);

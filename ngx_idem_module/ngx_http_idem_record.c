@@ -990,6 +990,14 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
         w.final = 1;
     }
 
+    if (ctx->dedupe.short_record && ctx->dedupe.owner && !w.owned) {
+
+        /* its claim made the record short: added to, as the claim was */
+
+        w.short_record = 1;
+        w.expiry = imcf->record_ttl;
+    }
+
     if (!ctx->record.counted && (final || ctx->dedupe.claim_op == NULL)) {
 
         /*

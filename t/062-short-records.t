@@ -16,6 +16,7 @@ use Test::Nginx::Socket 'no_plan';
 # No repeat_each(2): each block reads the record of a fixed call id, which a
 # second run would find with one execution more (--- init runs once).
 use IdemRecord;
+use IdemWait;
 
 no_long_string();
 no_shuffle();
@@ -364,7 +365,7 @@ GET /t
 
 
 
-=== TEST 14: a dedupe route's record is never short: its claim made it a hash
+=== TEST 14: a dedupe route's new call: its claim makes the record short too (t/101), its owner's final write adds to it
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config
@@ -386,9 +387,13 @@ X-Call-Id: sr-14
 
 
 
-=== TEST 15: ... (a hash)
+=== TEST 15: ... (a string: the claim and the final write)
 --- init
-Test::More::is(main::type('idem:c:{sr-14}'), 'hash', 'a hash');
+Test::More::ok(IdemWait::wait_for('the final write of sr-14', sub {
+    my %r = main::record('idem:c:{sr-14}');
+    return grep { /^k:/ } keys %r;
+}), 'the final write is in');
+Test::More::is(main::type('idem:c:{sr-14}'), 'string', 'a short record');
 --- config
     location /t { return 200; }
 --- request

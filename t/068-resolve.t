@@ -9,6 +9,7 @@
 # /log/ID counts a call id's executions.
 
 use lib 't/lib';
+use IdemRecord;
 use Digest::SHA ();
 use POSIX ();
 use Time::HiRes ();
@@ -637,11 +638,11 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 main::bg('owner18', 'late-2', '/pay', '--data', 'x=1');
 Test::More::like(main::status_until('late-2', qr/"state":"UNKNOWN"/),
                  qr/"state":"UNKNOWN"/, 'the lease lapsed: UNKNOWN');
-my @b = grep { /^b:/ } split /\n/,
-    `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} hkeys 'idem:c:{late-2}'`;
+my @b = grep { /^b:/ } keys %{ { IdemRecord::fields($ENV{TEST_NGINX_REDIS_PORT},
+                                'idem:c:{late-2}') } };
 Test::More::is(scalar @b, 1, 'the claim has its bound');
-system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
-       "idem:c:{late-2}", $b[0] // 'b:none', "1");
+IdemRecord::set_field($ENV{TEST_NGINX_REDIS_PORT}, "idem:c:{late-2}",
+                      $b[0] // 'b:none', "1");
 Test::More::like(main::resolve('late-2', '{"outcome":"not_applied"}'),
                  qr{^HTTP/1.1 200 .*"outcome":"not_applied"}s,
                  'its bound passed: resolved');
@@ -749,11 +750,11 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 main::bg('owner20', 'late-4', '/pay', '--data', 'x=1');
 Test::More::like(main::status_until('late-4', qr/"state":"UNKNOWN"/),
                  qr/"state":"UNKNOWN"/, 'the lease lapsed: UNKNOWN');
-my ($b) = grep { /^b:/ } split /\n/,
-    `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} hkeys 'idem:c:{late-4}'`;
+my ($b) = grep { /^b:/ } keys %{ { IdemRecord::fields($ENV{TEST_NGINX_REDIS_PORT},
+                                'idem:c:{late-4}') } };
 (my $t = $b // 'b:none') =~ s/^b://;
-system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
-       "idem:c:{late-4}", "z:$t", "not_applied 1 - old-gw");
+IdemRecord::set_field($ENV{TEST_NGINX_REDIS_PORT}, "idem:c:{late-4}",
+                      "z:$t", "not_applied 1 - old-gw");
 my $again = `curl -s -i --max-time 10 -H 'X-Call-Id: late-4' --data x=1 http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/pay`;
 Test::More::like($again, qr{^HTTP/1.1 409 .*"type":"urn:ngx-idem:problem:call-outcome-unknown"}s,
                  'the resend is not run while the owner may answer');
@@ -798,11 +799,11 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 main::bg('owner21', 'late-5', '/pay', '--data', 'x=1');
 Test::More::like(main::status_until('late-5', qr/"state":"UNKNOWN"/),
                  qr/"state":"UNKNOWN"/, 'the lease lapsed: UNKNOWN');
-my ($b) = grep { /^b:/ } split /\n/,
-    `redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} hkeys 'idem:c:{late-5}'`;
+my ($b) = grep { /^b:/ } keys %{ { IdemRecord::fields($ENV{TEST_NGINX_REDIS_PORT},
+                                'idem:c:{late-5}') } };
 Test::More::ok($b, 'the claim has its bound');
-system("redis-cli", "-p", $ENV{TEST_NGINX_REDIS_PORT}, "hset",
-       "idem:c:{late-5}", $b // 'b:none', "1");
+IdemRecord::set_field($ENV{TEST_NGINX_REDIS_PORT}, "idem:c:{late-5}",
+                      $b // 'b:none', "1");
 Test::More::like(main::resolve('late-5', '{"outcome":"not_applied"}'),
                  qr{^HTTP/1.1 200 .*"outcome":"not_applied"}s,
                  'its bound passed: resolved');

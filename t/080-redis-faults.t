@@ -4,6 +4,7 @@
 # resumes by itself.  The blocks run in order on one nginx.
 
 use lib 't/lib';
+use IdemRecord;
 use IdemWait ();
 use RedisFault;
 use Test::Nginx::Socket 'no_plan';
@@ -218,8 +219,11 @@ RedisFault::pause();
 --- init
 RedisFault::resume();
 Test::More::ok(IdemWait::wait_for('the claim released',
-                   sub { main::redis("--raw hgetall 'idem:c:{fault-dd-paused}'")
-                         =~ /^k:[0-9a-f]{16}\nF$/m }),
+                   sub { my %f = IdemRecord::fields(
+                             $ENV{TEST_NGINX_REDIS_FAULT_PORT},
+                             'idem:c:{fault-dd-paused}');
+                         grep { /^k:[0-9a-f]{16}$/ && $f{$_} eq 'F' }
+                              keys %f }),
                'the claim that timed out is released in Redis');
 --- request eval
 ["POST /d\nx", "POST /d\nx"]

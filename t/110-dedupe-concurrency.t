@@ -25,6 +25,7 @@ use Test::More;
 use Time::HiRes qw(sleep time);
 use lib 't/lib';
 use IdemGateway qw(send_all post is_original summary);
+use IdemRecord;
 use Digest::SHA qw(sha256_hex);
 
 my $redis = $ENV{TEST_NGINX_REDIS_PORT}
@@ -182,14 +183,15 @@ my ($gw_a, $gw_b) = @ports;
     for (1 .. 100) {                  # the final write is asynchronous
         @keys = grep { /\Q$id\E/ }
                 split /\n/, `redis-cli -p $redis --scan --pattern '$prefix*'`;
-        my $f = `redis-cli -p $redis hexists '$want' r`;
-        last if @keys && $f =~ /1/;
+        my %f = IdemRecord::fields($redis, $want);
+        last if @keys && defined $f{r};
         sleep 0.05;
     }
     is_deeply(\@keys, [$want], 'its key is s:{<SHA-256 of the scope>:<id>}');
 
-    my $dump = `redis-cli -p $redis --no-raw hgetall '$want'`;
-    like($dump, qr/"d"/, 'the record holds the claim');
+    my %rec = IdemRecord::fields($redis, $want);
+    my $dump = join "\n", %rec;
+    ok(defined $rec{d}, 'the record holds the claim');
     unlike($dump . join('', @keys), qr/tok-$$-secret/,
            'the raw scope is nowhere in Redis');
 }

@@ -13,6 +13,7 @@ use Test::Nginx::Socket 'no_plan';
 # No repeat_each(2): claims of fixed call ids and counters that the blocks
 # read exactly; a second run finds both from the first.
 use lib 't/lib';
+use IdemRecord;
 use RedisSentinel ();
 
 our ($Master, $Replica);
@@ -42,7 +43,7 @@ sub signal {
 # the record's count of executions after the first, as Redis holds it
 sub counted {
     my ($id, $want) = @_;
-    Test::More::is(RedisSentinel::cli($Master, 'hget', "idem:c:{$id}", 'n'),
+    Test::More::is({ IdemRecord::fields($Master, "idem:c:{$id}") }->{n} // '',
                    $want, "$id: \"n\" is $want in Redis");
 }
 

@@ -39,6 +39,7 @@ BEGIN {
 }
 
 use lib 't/lib';
+use IdemRecord;
 use RedisSentinel ();
 use IdemBg qw(bg done);
 use IdemPaths qw(h2_url);
@@ -94,8 +95,8 @@ sub runs { IdemWait::backend_runs($_[0]) }
 # the record of $id holds a released claim ("k:<token>" F) of its owner
 sub released {
     my ($id) = @_;
-    my $h = RedisSentinel::cli($Master, 'hgetall', "idem:c:{$id}");
-    return $h =~ /^k:[0-9a-f]{16}\nF$/m;
+    my %h = IdemRecord::fields($Master, "idem:c:{$id}");
+    return scalar grep { /^k:[0-9a-f]{16}$/ && $h{$_} eq 'F' } keys %h;
 }
 
 sub status { $_[0] =~ m{^HTTP/1\.1 (\d+)} ? $1 : 0 }
@@ -148,8 +149,8 @@ sub ran_stored {
     Test::More::ok(IdemWait::wait_for("$id ran", sub { runs($id) >= 1 }),
                    "$id ran");
     Test::More::ok(IdemWait::wait_for("the answer of $id stored",
-        sub { RedisSentinel::cli($Master, 'hexists', "idem:c:{$id}", 'r')
-              =~ /^1$/m }),
+        sub { my %h = IdemRecord::fields($Master, "idem:c:{$id}");
+              defined $h{r} }),
                    "the answer of $id stored");
 }
 

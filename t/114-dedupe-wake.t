@@ -294,7 +294,7 @@ Test::More::cmp_ok($t, '<', 4.5, "answered when the lease lapsed ($t s)");
 Test::More::cmp_ok($t, '>', 1.4, '... not before');
 Test::More::is(IdemWait::log_count(qr/idem dedupe: "k-5" asks again/), 1,
                'one claim more, at the lease end');
-Test::More::is(IdemWait::log_count(qr/idem dedupe: "k-5" watched, asked again in 1[0-9]{3} ms/), 1,
+Test::More::is(IdemWait::log_count(qr/idem dedupe: "k-5" watched, asked again in 1?[0-9]{1,3} ms/), 1,
                '... which the first claim said');
 --- request
 GET /pay
@@ -330,7 +330,7 @@ SUBSCRIBE
 
 
 
-=== TEST 8: the owner's final write meets a short record there (made the hash first, by its upgrade script): the PUBLISH sent with it went before it, so it publishes once more when it is in; its waiter on this gateway replayed, woken
+=== TEST 8: the owner's final write (added to its short claim) meets a hash there (an older gateway's claim or a resolution makes one; here by hand), and goes through the upgrade script: the PUBLISH sent with it went before it, so it publishes once more when it is in; its waiter on this gateway replayed, woken
 --- init
 my $r = $ENV{TEST_NGINX_REDIS_PORT};
 my $key = 'idem:c:{k-8}';
@@ -341,18 +341,18 @@ Test::More::ok(IdemWait::wait_for('the owner at the backend',
                'the owner is at the backend');
 main::bg('dup8', 'k-8', '/d', '--data', 'x=1');
 main::lines_ok('the waiter watched', qr/idem dedupe: "k-8" watched/, 1);
-# the claim's hash as the short record of its fields, its expiry kept
+# the claim is short, and its waiter's claim left it so
+Test::More::is(IdemRecord::type($r, $key), 'string', 'the claim is short');
+# the short claim as the hash of its fields, its expiry kept
+my %claim = IdemRecord::fields($r, $key);
+Test::More::ok(defined $claim{o}, '... and holds the claim');
 system("redis-cli -p $r eval '"
-       . 'local h = redis.call("HGETALL", KEYS[1]) '
        . 'local ttl = redis.call("PTTL", KEYS[1]) '
-       . 'local s = {} '
-       . 'for i = 1, #h, 2 do '
-       . '  s[#s + 1] = h[i] .. " " .. #h[i + 1] .. " " .. h[i + 1] .. "\\n" '
-       . 'end '
        . 'redis.call("DEL", KEYS[1]) '
-       . 'return redis.call("SET", KEYS[1], table.concat(s), "PX", ttl)'
-       . "' 1 '$key' >/dev/null");
-Test::More::is(IdemRecord::type($r, $key), 'string', 'the record is short');
+       . 'redis.call("HSET", KEYS[1], unpack(ARGV)) '
+       . 'return redis.call("PEXPIRE", KEYS[1], ttl)'
+       . "' 1 '$key' " . join(' ', map { "'$_'" } %claim) . " >/dev/null");
+Test::More::is(IdemRecord::type($r, $key), 'hash', 'the record is a hash');
 IdemWait::release('k-8');
 my $dup = main::done('dup8');
 Test::More::like($dup, qr{^HTTP/1\.1 200 }, 'the waiter: 200');

@@ -16,6 +16,7 @@ use IO::Socket::INET;
 use POSIX ();
 
 use lib 't/lib';
+use IdemRecord;
 use IdemNginx;
 use IdemWait ();
 use IdemBg ();
@@ -114,7 +115,8 @@ $ng->start or BAIL_OUT('nginx does not start: ' . $ng->out);
 # write): a resend on the other worker before that is 409 call-in-flight
 my @r = (call('/pay', 'wk-1'));
 ok(IdemWait::wait_for('the answer of wk-1 stored',
-       sub { `redis-cli -p $redis hexists 'idem:c:{wk-1}' r` =~ /^1$/m }),
+       sub { my %f = IdemRecord::fields($redis, 'idem:c:{wk-1}');
+             defined $f{r} }),
    'the answer of wk-1 stored');
 push @r, map { call('/pay', 'wk-1') } 2 .. 12;
 my @codes = map { $_->[0] } @r;

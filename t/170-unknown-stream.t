@@ -6,6 +6,7 @@
 
 use lib 't/lib';
 use IdemWait ();
+use IdemRecord;
 use RedisFault;
 use Test::Nginx::Socket 'no_plan';
 
@@ -22,6 +23,13 @@ our @drops = $ENV{TEST_NGINX_USE_VALGRIND} ? (0, 0) : (0, 1);
 no_long_string();
 no_shuffle();
 run_tests();
+
+# a field of a record, whichever form it is in (short, or a hash)
+sub field {
+    my ($key, $name, $port) = @_;
+    my %f = IdemRecord::fields($port // $ENV{TEST_NGINX_REDIS_PORT}, $key);
+    return $f{$name} // '';
+}
 
 sub redis {
     my ($args) = @_;
@@ -122,7 +130,7 @@ Test::More::is(join(' ', sort keys %$f),
                'attempts call_id created_ms ended_ms final_status key '
                . 'last_outcome last_sent method node token trace_id uri',
                'no other field');
-my $final = main::redis("hget '$f->{key}' 'f:$f->{token}'");
+my $final = main::field($f->{key}, "f:$f->{token}");
 Test::More::like($final, qr/^UNKNOWN 504 (\d+) /, "the record's final write");
 Test::More::is(($final =~ /^\S+ \S+ (\d+)/)[0], $f->{ended_ms},
                'ended_ms is the final write time');
@@ -272,7 +280,7 @@ Test::More::is(scalar(@e), 1, "one entry");
 my $f = $e[0][1];
 Test::More::like($f->{key}, qr/^idem:s:\{[0-9a-f]{64}:us-scoped\}$/, 'key');
 Test::More::unlike(join(' ', %$f), qr/tenant-secret/, "no scope value");
-Test::More::like(main::redis("hget '$f->{key}' 'f:$f->{token}'"),
+Test::More::like(main::field($f->{key}, "f:$f->{token}"),
                  qr/^UNKNOWN 502 /, "the record under that key");
 --- config
     location /x {
@@ -499,7 +507,8 @@ X-Call-Id: us-fault-3
 my @e = main::entries('idem:comp', $ENV{TEST_NGINX_REDIS_FAULT_PORT});
 Test::More::is(join(' ', map { $_->[1]{call_id} } @e), 'us-fault-3',
                'only the call made after the restart (no persistence)');
-Test::More::like(`redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} hget 'idem:c:{us-fault-3}' 'f:$e[0][1]{token}'`,
+Test::More::like(main::field('idem:c:{us-fault-3}', "f:$e[0][1]{token}",
+                             $ENV{TEST_NGINX_REDIS_FAULT_PORT}),
                  qr/^UNKNOWN 502 /, 'its record');
 --- request
 GET /metrics

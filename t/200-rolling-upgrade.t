@@ -89,9 +89,13 @@ my ($release, $commit) = ('0.6.0', '1db18b0');
 # and the last commit whose debian/changelog still read 0.6.0 before
 # resolutions came (0726471): packages of 0.6.0 were built from it too
 my ($pre_release, $pre_commit) = ('0.6-pre-resolutions', '72fcf72');
+# and 0.7.0 (debian/changelog from 5764a76): claims of plain commands
+# (HSETNX of "o", then the rest), before claims were scripts and before
+# short claims
+my ($rel_release, $rel_commit) = ('0.7.0', '5764a76');
 
 my $root = IdemNginx::root();
-my ($old_so, $pre_so) = map {
+my ($old_so, $pre_so, $rel_so) = map {
     my $so = `$root/util/build-release.sh $_->[0] $_->[1]`;
     my $rc = $? >> 8;
     plan skip_all => "release $_->[1] cannot be built here (not a git "
@@ -99,12 +103,13 @@ my ($old_so, $pre_so) = map {
     BAIL_OUT("util/build-release.sh $_->[0] $_->[1] failed") if $rc != 0;
     chomp $so;
     $so;
-} [$commit, $release], [$pre_commit, $pre_release];
+} [$commit, $release], [$pre_commit, $pre_release],
+  [$rel_commit, $rel_release];
 
 my $base = IdemNginx::base_port();
 # not base + 200: where the backend listens in the usual port sets (B,
 # B + 200, B + 1000)
-my ($old, $new, $new2, $pre, $new3) = map { $base + $_ } 180 .. 184;
+my ($old, $new, $new2, $pre, $new3, $rel) = map { $base + $_ } 180 .. 185;
 my $prefix = "ru:$$:";            # the Redis keys of this run only
 my $timeout = 10;                 # seconds, every wait
 my $n = 0;
@@ -142,7 +147,8 @@ my $v06 = "$release ($commit)";     # in the tests' names
 my %name = ($old => $v06, $new => 'this version',
             $new2 => 'this version (defaults)',
             $pre => "0.6.0 ($pre_commit)",
-            $new3 => 'this version (a cap of 2)');
+            $new3 => 'this version (a cap of 2)',
+            $rel => "$rel_release ($rel_commit)");
 my %gw = (
     $old => start_gw('ru-old', $old, $old_so, 'old'),
     $new => start_gw('ru-new', $new, undef, 'new'),
@@ -152,6 +158,8 @@ my %gw = (
     $pre => start_gw('ru-pre', $pre, $pre_so, 'pre'),
     # this version as 'new', with the same cap
     $new3 => start_gw('ru-new3', $new3, undef, 'new3'),
+    # 0.7.0 with its defaults (short records on), no waiting route
+    $rel => start_gw('ru-rel', $rel, $rel_so, 'rel'),
 );
 
 
@@ -255,7 +263,11 @@ my %gw = (
 # 3. an answer stored by one version, replayed by the other
 
 my %done;           # "<gateway that ran it> <the other>": id, body
-my @pairs = map { ([$_, $new], [$new, $_]) } $old, $pre;
+# 0.7.0 beside this version with its defaults: this version's claims
+# are short records (SET ... NX GET), which 0.7.0's claim (HSETNX) takes
+# through its upgrade script, and its owner's writes add to them
+my @pairs = ((map { ([$_, $new], [$new, $_]) } $old, $pre),
+             [$rel, $new2], [$new2, $rel]);
 
 for my $pair (@pairs) {
     my ($one, $two) = @$pair;
@@ -279,6 +291,10 @@ for my $pair (@pairs) {
 
 for my $pair (@pairs) {
     my ($one, $two) = @$pair;
+
+    # this version with its defaults waits for the owner (6. below)
+    next if $two == $new2;
+
     my $id = fresh_id();
     my $body = qq({"slow":"$id"});
 
@@ -321,23 +337,26 @@ for my $pair (@pairs) {
 }
 
 
-# 6. a duplicate that waits on this version for an owner on 0.6
+# 6. a duplicate that waits on this version for an owner on 0.6 or 0.7.0
 
-for my $o ($old, $pre) {
+for my $pair (map { [$_, $new2] } $old, $pre, $rel) {
+    my ($o, $w) = @$pair;
     my $id = fresh_id();
     my $body = qq({"wait":"$id"});
 
     my $owner = start_req($o, post($id, $body, '/d'));
     wait_fields($id, 'd', 'o', 'l:');
 
-    my $t0 = time;
-    my $waiter = start_req($new2, post($id, $body, '/d'));
+    my $waiter = start_req($w, post($id, $body, '/d'));
     my $orig = finish($owner);
     my $got = finish($waiter);
     ok(is_original($orig), "the owner on $name{$o} answers");
-    ok(is_replay($got, $orig), 'the waiter on this version gets its '
+    ok(is_replay($got, $orig), "the waiter on $name{$w} gets its "
        . 'answer replayed') or diag(describe($got));
     is(runs($id), 1, 'the backend ran it once');
+    my %f = wait_fields($id, 'k:');
+    is(scalar(grep { /^k:/ && $f{$_} eq 'R' } keys %f), 1,
+       'the record keeps the answer');
 }
 
 
@@ -566,7 +585,7 @@ sub conf {
               : $kind eq 'new2' ? 'idem_record_arrival_delay 5s;'
               : $kind eq 'pre' ? 'idem_record_max_executions 2; '
                                 . 'idem_record_arrival_delay 5s;' : '';
-    my $resolve = $kind =~ /^(?:old|pre)$/ ? '' : <<'LOC';
+    my $resolve = $kind =~ /^(?:old|pre|rel)$/ ? '' : <<'LOC';
         location /_idem/resolve/ {
             idem_status resolve=on;
         }

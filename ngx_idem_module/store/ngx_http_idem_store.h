@@ -112,6 +112,8 @@ typedef struct {
     ngx_msec_t                 ttl;            /* the record's */
     ngx_uint_t                 replicas;       /* durable, 0: not */
     ngx_msec_t                 wait;           /* for the replicas */
+    unsigned                   short_record:1; /* a new id's claim may
+                                                  make a short record */
 } ngx_http_idem_store_claim_t;
 
 
@@ -133,6 +135,9 @@ typedef struct {
     ngx_msec_t                     left;       /* IN_FLIGHT: of the lease,
                                                   0: not known */
     unsigned                       made:1;
+    unsigned                       short_record:1; /* made, short: the
+                                                      owner's writes add
+                                                      to it */
 } ngx_http_idem_store_found_t;
 
 
@@ -179,8 +184,13 @@ typedef struct {
     void                      *known_data;
     unsigned                   first:1;
     unsigned                   whole:1;
+    ngx_msec_t                 expiry;         /* short_record: the
+                                                  record's TTL, should it
+                                                  be gone meanwhile */
     unsigned                   owned:1;
     unsigned                   final:1;
+    unsigned                   short_record:1; /* the owner's, whose claim
+                                                  made it short */
 } ngx_http_idem_store_write_t;
 
 

@@ -9,6 +9,7 @@ package IdemRecord;
 #
 #   my %f = IdemRecord::fields($port, $key);   # field => value, () if none
 #   my $t = IdemRecord::type($port, $key);     # "hash", "string", "none"
+#   IdemRecord::set_field($port, $key, $field, $value);  # in either form
 
 use strict;
 use warnings;
@@ -49,6 +50,33 @@ sub fields {
     my $f = eval { JSON::PP::decode_json($json) };
     die "record $key: $json\n" unless ref $f eq 'HASH';
     return %$f;
+}
+
+# a field set (or replaced) in the record, whichever form it is in, its
+# expiry kept: a test that edits a record by hand
+my $set_lua = <<'LUA';
+local k = KEYS[1]
+if redis.call('TYPE', k).ok ~= 'string' then
+  return redis.call('HSET', k, ARGV[1], ARGV[2])
+end
+local s, i, out = redis.call('GET', k), 1, {}
+while i <= #s do
+  local f, n, j = string.match(s, '^(%S+) (%d+) ()', i)
+  if not f then break end
+  n = tonumber(n)
+  if f ~= ARGV[1] then out[#out + 1] = string.sub(s, i, j + n) end
+  i = j + n + 1
+end
+out[#out + 1] = ARGV[1] .. ' ' .. #ARGV[2] .. ' ' .. ARGV[2] .. '\n'
+return redis.call('SET', k, table.concat(out), 'KEEPTTL')
+LUA
+
+(my $set_quoted = $set_lua) =~ s/'/'\\''/g;
+
+sub set_field {
+    my ($port, $key, $field, $value) = @_;
+    my $out = `redis-cli -p $port eval '$set_quoted' 1 '$key' '$field' '$value'`;
+    die "record $key: $out" if $out =~ /ERR/;
 }
 
 sub type {

@@ -144,6 +144,10 @@ struct ngx_http_idem_store_op_s {
     unsigned                         mapped:1;   /* waited for a map once */
     unsigned                         held:1;     /* in node->held now */
     unsigned                         asking:1;   /* ASKING first, held */
+    unsigned                         errors:1;   /* error replies to its
+                                                    handler, NGX_DECLINED,
+                                                    neither logged nor
+                                                    counted */
 };
 
 
@@ -267,6 +271,8 @@ struct ngx_http_idem_redis_s {
     unsigned                         closing:1;  /* exit_process */
     unsigned                         draining:1; /* exiting, pending */
     unsigned                         lazy:1;     /* reads: may wait */
+    unsigned                         no_set_get:1; /* SET ... NX GET
+                                                      refused: Redis < 7 */
 
     ngx_msec_t                       durable;    /* reads: durable, WAIT */
     ngx_uint_t                       replicas;   /* ... for so many */

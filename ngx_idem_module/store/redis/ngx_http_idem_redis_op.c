@@ -415,6 +415,7 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
     redisReply                *reply = r;
     ngx_http_idem_store_op_t  *op = privdata;
 
+    ngx_str_t                    err;
     ngx_http_idem_redis_t       *rd;
     ngx_http_idem_redis_node_t  *node, *to;
 
@@ -466,6 +467,18 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
 
         if (op->handler) {
             op->handler(op->data, NGX_ERROR, NULL, 0);
+        }
+
+    } else if (reply->type == REDIS_REPLY_ERROR && op->errors) {
+
+        /* an answer its handler reads (a command Redis may refuse) */
+
+        ngx_http_idem_redis_node_answered(node);
+
+        if (op->handler) {
+            err.data = (u_char *) reply->str;
+            err.len = reply->len;
+            op->handler(op->data, NGX_DECLINED, &err, 1);
         }
 
     } else if (reply->type == REDIS_REPLY_ERROR) {

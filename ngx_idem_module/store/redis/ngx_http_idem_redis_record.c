@@ -53,17 +53,25 @@ typedef struct {
     ngx_uint_t                       nfields;    /* a field and its value */
     ngx_http_idem_store_known_pt     known;      /* told, NULL: not asked */
     void                            *known_data;
+    ngx_msec_t                       expiry;     /* an APPEND's: the TTL */
+    size_t                           length;     /* ... what it adds */
     unsigned                         wake:1;     /* a final write, heard */
 } ngx_http_idem_redis_first_t;
 
 
-/* a claim on its way: the request may go before the reply */
+/*
+ * A claim on its way: the request may go before the reply.  take: the
+ * take script's arguments, copied, for a short claim that found the
+ * record there (the rare paths decide).
+ */
 typedef struct {
     ngx_http_idem_store_claim_pt     handler;
     void                            *data;
     ngx_uint_t                       replicas;   /* durable, 0: not */
     ngx_str_t                        key;        /* a copy, for the logs */
+    ngx_str_t                        take[8];
     unsigned                         made:1;     /* the record, new */
+    unsigned                         short_record:1; /* SET ... NX GET */
 } ngx_http_idem_redis_claim_t;
 
 
@@ -88,6 +96,11 @@ typedef struct {
 } ngx_http_idem_redis_appender_t;
 
 
+static ngx_http_idem_store_op_t *ngx_http_idem_redis_claim_short(
+    ngx_http_idem_store_claim_t *claim, ngx_str_t *argv, size_t ext);
+static ngx_int_t ngx_http_idem_redis_claim_set(ngx_http_idem_store_op_t *op,
+    ngx_int_t rc, ngx_str_t *elts, ngx_uint_t n,
+    ngx_http_idem_store_found_t *found);
 static void ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_claim_waited(void *data, ngx_int_t rc,
@@ -102,6 +115,10 @@ static ngx_int_t ngx_http_idem_redis_write_short(
     ngx_http_idem_store_write_t *w);
 static ngx_int_t ngx_http_idem_redis_write_final(
     ngx_http_idem_store_write_t *w);
+static ngx_int_t ngx_http_idem_redis_write_append(
+    ngx_http_idem_store_write_t *w);
+static void ngx_http_idem_redis_appended_short(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_write_owned(
     ngx_http_idem_store_write_t *w);
 static void ngx_http_idem_redis_final_written(void *data, ngx_int_t rc,
@@ -167,7 +184,7 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_upgrade_lua = {
 /* sent with its text: it must run even when its reply comes too late */
 
 static ngx_http_idem_redis_script_t  ngx_http_idem_redis_owned_lua = {
-    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_OWNED),
+    ngx_string(NGX_HTTP_IDEM_REDIS_LUA_SHORT NGX_HTTP_IDEM_REDIS_LUA_OWNED),
     { 0 }, 0, 1
 };
 
@@ -232,6 +249,10 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
 
     if (w->owned && w->nfields) {
         return ngx_http_idem_redis_write_owned(w);
+    }
+
+    if (w->short_record && w->nfields) {
+        return ngx_http_idem_redis_write_append(w);
     }
 
     if (w->final && w->nfields) {
@@ -501,6 +522,150 @@ ngx_http_idem_redis_final_written(void *data, ngx_int_t rc, ngx_str_t *elts,
     if (first->max_executions) {
         ngx_http_idem_redis_first_written(data, rc, elts, n);
     }
+}
+
+
+/*
+ * A write of the owner whose claim made a short record: APPEND of its
+ * fields in the short form, then PEXPIRE when the expiry must move, in
+ * one round trip; plain, as the claim was (a record's fields are written
+ * once, so that adding them to the string is what HSET does to the
+ * hash).  A hash there by now (a duplicate's claim script, a resolution
+ * or an older gateway made it one: WRONGTYPE) takes them through the
+ * upgrade script, as HSET.  ngx_http_idem_store_write() adds the PUBLISH
+ * to its waiters after them.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_write_append(ngx_http_idem_store_write_t *w)
+{
+    u_char                        *value, *p, ttl[NGX_INT64_LEN];
+    size_t                         len;
+    ngx_str_t                      argv[3], cmd[3];
+    ngx_uint_t                     i;
+    ngx_http_idem_store_op_t      *op;
+    ngx_http_idem_redis_first_t   *first;
+
+    if (ngx_http_idem_redis_room(w->ttl ? 2 : 1) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    len = 0;
+
+    for (i = 0; i + 1 < w->nfields; i += 2) {
+        len += w->fields[i].len + sizeof("  \n") - 1 + NGX_SIZE_T_LEN
+               + w->fields[i + 1].len;
+    }
+
+    value = ngx_alloc(len, ngx_cycle->log);
+    if (value == NULL) {
+        return NGX_DECLINED;
+    }
+
+    p = value;
+
+    for (i = 0; i + 1 < w->nfields; i += 2) {
+        p = ngx_sprintf(p, "%V %uz %V\n", &w->fields[i],
+                        w->fields[i + 1].len, &w->fields[i + 1]);
+    }
+
+    ngx_str_set(&argv[0], "APPEND");
+    argv[1] = w->key;
+    argv[2].data = value;
+    argv[2].len = p - value;
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: write \"%V\": added to the short record, "
+                   "%ui fields, ttl %M, final %d", &w->key, w->nfields / 2,
+                   w->ttl, (int) w->final);
+
+    ngx_http_idem_redis_lazy(1);
+
+    op = ngx_http_idem_redis_read(NULL, 3, argv,
+                                  ngx_http_idem_redis_appended_short, NULL,
+                                  sizeof(ngx_http_idem_redis_first_t));
+
+    ngx_http_idem_redis_lazy(0);
+
+    ngx_free(value);
+
+    if (op == NULL) {
+        return NGX_DECLINED;
+    }
+
+    op->data = op;
+    op->upgrade = &ngx_http_idem_redis_upgrade_lua;
+
+    first = op->ext;
+    first->max_executions = 0;
+    first->nfields = w->nfields / 2;
+    first->known = NULL;
+    first->wake = (w->wake.len != 0);
+    first->expiry = w->expiry;
+    first->length = argv[2].len;
+
+    if (w->ttl) {
+        ngx_str_set(&cmd[0], "PEXPIRE");
+        cmd[1] = w->key;
+        cmd[2].data = ttl;
+        cmd[2].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
+
+        /* lost: the fields stand, with the expiry the claim set */
+
+        (void) ngx_http_idem_redis_write(3, cmd, NULL);
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * APPEND's answer, the string's length: only what it added, the record
+ * was gone (expired, or lost with a Redis that restarted) and APPEND made
+ * a string without expiry: it gets the record's.  Through the upgrade
+ * script (a hash there), it landed after the PUBLISH sent with it: its
+ * waiters are told once more.
+ */
+
+static void
+ngx_http_idem_redis_appended_short(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    u_char                        ttl[NGX_INT64_LEN];
+    ngx_int_t                     len;
+    ngx_str_t                     cmd[3];
+    ngx_http_idem_redis_first_t  *first;
+
+    first = op->ext;
+
+    if (op->script != NULL || op->redirects) {
+        ngx_http_idem_redis_final_written(data, rc, elts, n);
+        return;
+    }
+
+    len = (rc == NGX_OK && n == 1) ? ngx_atoi(elts[0].data, elts[0].len)
+                                   : NGX_ERROR;
+
+    if (len == NGX_ERROR || (size_t) len != first->length
+        || first->expiry == 0)
+    {
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                  "idem: the record \"%*s\" was gone when its owner wrote "
+                  "to it (expired, or lost by Redis): it holds only that "
+                  "write now", op->lens[1], op->argv[1]);
+
+    ngx_str_set(&cmd[0], "PEXPIRE");
+    cmd[1].data = (u_char *) op->argv[1];
+    cmd[1].len = op->lens[1];
+    cmd[2].data = ttl;
+    cmd[2].len = ngx_sprintf(ttl, "%M", first->expiry) - ttl;
+
+    (void) ngx_http_idem_redis_write(3, cmd, NULL);
 }
 
 
@@ -798,10 +963,16 @@ ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc, ngx_str_t *elts,
 
 
 /*
- * The claim, one script (take.lua, then claim.lua's rare paths): a new
- * call id's claim makes its record, the owner, its digest, lease, bound
- * and arrival in one write with its expiry; an owner there already, the
- * script says what became of it.  One command, one round trip.
+ * The claim of a new call id, one command and one round trip: the owner,
+ * its digest, lease, bound and arrival, a short record made with its
+ * expiry in one SET ... PX ... NX GET, plain and the cheapest write Redis
+ * has (docs/performance.md); the lease and the bound relative to that
+ * expiry ("+<ms> <ttl>"), as Redis's clock is not at hand.  GET tells a
+ * loser what is there: then, or when Redis refuses the command (before
+ * 7.0: NX with GET) or finds a hash, the same op asks the claim script
+ * (take.lua, then claim.lua's rare paths), which decides from the whole
+ * record.  Without short records (idem_record_short off), the script
+ * first.
  *
  * A durable claim goes on the node's connection for durable claims; when
  * it makes the owner, WAIT follows there.  The replicas confirm the whole
@@ -814,9 +985,14 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
 {
     u_char                       *p, lease[NGX_INT64_LEN], ttl[NGX_INT64_LEN],
                                   bound[NGX_INT64_LEN];
-    ngx_str_t                     argv[8];
+    size_t                        size;
+    ngx_str_t                     argv[8], set[7];
+    ngx_uint_t                    i;
+    ngx_http_idem_redis_t        *rd;
     ngx_http_idem_store_op_t     *op;
     ngx_http_idem_redis_claim_t  *cl;
+
+    rd = &ngx_http_idem_redis;
 
     ngx_str_set(&argv[0], "1");
     argv[1] = claim->key;
@@ -838,13 +1014,23 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
         ngx_str_set(&argv[7], "-");
     }
 
+    size = sizeof(ngx_http_idem_redis_claim_t) + claim->key.len;
+
+    for (i = 0; i < 8; i++) {
+        size += argv[i].len;
+    }
+
     ngx_http_idem_redis_durable(claim->replicas,
                                 claim->replicas ? claim->wait : 0);
 
-    op = ngx_http_idem_redis_read(&ngx_http_idem_redis_take_lua, 8, argv,
-                                  ngx_http_idem_redis_claim_verdict, NULL,
-                                  sizeof(ngx_http_idem_redis_claim_t)
-                                  + claim->key.len);
+    if (claim->short_record && !rd->no_set_get) {
+        op = ngx_http_idem_redis_claim_short(claim, set, size);
+
+    } else {
+        op = ngx_http_idem_redis_read(&ngx_http_idem_redis_take_lua, 8, argv,
+                                      ngx_http_idem_redis_claim_verdict,
+                                      NULL, size);
+    }
 
     ngx_http_idem_redis_durable(0, 0);
 
@@ -859,17 +1045,98 @@ ngx_http_idem_store_claim(ngx_http_idem_store_claim_t *claim,
     cl->data = data;
     cl->replicas = claim->replicas;
     cl->made = 0;
+    cl->short_record = (op->script == NULL);
 
-    /* the key, for the logs: the request may go before the reply */
+    /* the key, for the logs, and the script's arguments: copies */
 
     p = (u_char *) &cl[1];
     cl->key.data = p;
     cl->key.len = claim->key.len;
-    ngx_memcpy(p, claim->key.data, claim->key.len);
+    p = ngx_cpymem(p, claim->key.data, claim->key.len);
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "idem store: claim of \"%V\" sent, %ui replicas",
-                   &claim->key, claim->replicas);
+    for (i = 0; i < 8; i++) {
+        cl->take[i].data = p;
+        cl->take[i].len = argv[i].len;
+        p = ngx_cpymem(p, argv[i].data, argv[i].len);
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: claim of \"%V\" sent, %ui replicas, %s",
+                   &claim->key, claim->replicas,
+                   cl->short_record ? "short" : "by script");
+
+    return op;
+}
+
+
+/*
+ * SET key <the claim's fields, as a short record's> PX ttl NX GET; its
+ * error replies are the verdict's to read (the script asks then).
+ */
+
+static ngx_http_idem_store_op_t *
+ngx_http_idem_redis_claim_short(ngx_http_idem_store_claim_t *claim,
+    ngx_str_t *argv, size_t ext)
+{
+    u_char                    *value, *p, ttl[NGX_INT64_LEN],
+                               lease[2 * NGX_INT64_LEN + 2],
+                               bound[2 * NGX_INT64_LEN + 2];
+    size_t                     len;
+    ngx_str_t                  l, b;
+    ngx_http_idem_store_op_t  *op;
+
+    /* "+<ms> <ttl>": from the expiry this SET sets (record.lua's lease_at) */
+
+    l.data = lease;
+    l.len = ngx_sprintf(lease, "+%M %M", claim->lease, claim->ttl) - lease;
+
+    if (claim->bound) {
+        b.data = bound;
+        b.len = ngx_sprintf(bound, "+%M %M", claim->bound, claim->ttl)
+                - bound;
+
+    } else {
+        ngx_str_set(&b, "-");
+    }
+
+    len = 6 * (sizeof("l:  \n") - 1 + NGX_SIZE_T_LEN + claim->token.len)
+          + claim->token.len + claim->digest.len + l.len + b.len
+          + claim->arrival.len + 1;
+
+    value = ngx_alloc(len, ngx_cycle->log);
+    if (value == NULL) {
+        return NULL;
+    }
+
+    /* 'v': NGX_HTTP_IDEM_RECORD_VERSION, as this write makes the record */
+
+    p = ngx_sprintf(value, "o %uz %V\nd %uz %V\n",
+                    claim->token.len, &claim->token,
+                    claim->digest.len, &claim->digest);
+    p = ngx_sprintf(p, "l:%V %uz %V\nb:%V %uz %V\n",
+                    &claim->token, l.len, &l, &claim->token, b.len, &b);
+    p = ngx_sprintf(p, "e:%V %uz %V\nv 1 1\n",
+                    &claim->token, claim->arrival.len, &claim->arrival);
+
+    ngx_str_set(&argv[0], "SET");
+    argv[1] = claim->key;
+    argv[2].data = value;
+    argv[2].len = p - value;
+    ngx_str_set(&argv[3], "PX");
+    argv[4].data = ttl;
+    argv[4].len = ngx_sprintf(ttl, "%M", claim->ttl) - ttl;
+    ngx_str_set(&argv[5], "NX");
+    ngx_str_set(&argv[6], "GET");
+
+    op = ngx_http_idem_redis_read(NULL, 7, argv,
+                                  ngx_http_idem_redis_claim_verdict, NULL,
+                                  ext);
+
+    ngx_free(value);
+
+    if (op != NULL) {
+        op->errors = 1;
+    }
 
     return op;
 }
@@ -897,6 +1164,38 @@ ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc, ngx_str_t *elts,
     ngx_memzero(&found, sizeof(ngx_http_idem_store_found_t));
 
     found.verdict = NGX_HTTP_IDEM_STORE_UNAVAILABLE;
+
+    if (cl->short_record) {
+        switch (ngx_http_idem_redis_claim_set(op, rc, elts, n, &found)) {
+
+        case NGX_AGAIN:
+
+            /* the script asks: this handler reads its answer */
+            return;
+
+        case NGX_OK:
+
+            /* made: a durable one waits for its replicas */
+
+            if (cl->replicas == 0) {
+                break;
+            }
+
+            op->handler = ngx_http_idem_redis_claim_waited;
+
+            if (ngx_http_idem_redis_batch_add(op, cl->replicas) == NGX_OK) {
+                return;
+            }
+
+            found.verdict = NGX_HTTP_IDEM_STORE_NOT_DURABLE;
+            break;
+
+        default:
+            break;
+        }
+
+        goto done;
+    }
 
     if (rc != NGX_OK || n == 0) {
         goto done;
@@ -995,6 +1294,77 @@ done:
 
 
 /*
+ * The short claim's answer.  Nil: the claim made the record, short
+ * (NGX_OK).  The record there (its value: a short record), a hash there
+ * (WRONGTYPE), or a Redis that refuses NX with GET (before 7.0): the
+ * claim script, asked by the same op, decides (NGX_AGAIN).  NGX_ERROR:
+ * no answer.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_claim_set(ngx_http_idem_store_op_t *op, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n, ngx_http_idem_store_found_t *found)
+{
+    ngx_http_idem_redis_t        *rd;
+    ngx_http_idem_redis_claim_t  *cl;
+
+    rd = &ngx_http_idem_redis;
+    cl = op->ext;
+
+    if (rc == NGX_OK && n == 0) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "idem store: claim of \"%V\": made, short",
+                       &cl->key);
+
+        found->verdict = NGX_HTTP_IDEM_STORE_CLAIMED;
+        found->made = 1;
+        found->short_record = 1;
+        cl->made = 1;
+
+        return NGX_OK;
+    }
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (rc == NGX_DECLINED
+        && !(n == 1 && elts[0].len >= sizeof("WRONGTYPE") - 1
+             && ngx_strncmp(elts[0].data, "WRONGTYPE",
+                            sizeof("WRONGTYPE") - 1) == 0))
+    {
+        /* not a record's type: the command itself is refused */
+
+        if (!rd->no_set_get) {
+            ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                          "idem: Redis refused a short claim (\"%V\"): "
+                          "claims go by script from now on (Redis 7.0 "
+                          "takes SET with NX and GET)",
+                          n ? &elts[0] : &cl->key);
+            rd->no_set_get = 1;
+        }
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: claim of \"%V\": the record is there%s, "
+                   "asked by script", &cl->key,
+                   (rc == NGX_DECLINED) ? " (not short)" : "");
+
+    cl->short_record = 0;
+    op->errors = 0;
+
+    if (ngx_http_idem_redis_again(op, &ngx_http_idem_redis_take_lua, 8,
+                                  cl->take)
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_AGAIN;
+}
+
+
+/*
  * WAIT's answer to a durable claim: how many replicas have it.  Fewer
  * than asked, or no answer: the claim is made, but a failover may lose
  * it.
@@ -1025,6 +1395,7 @@ ngx_http_idem_redis_claim_waited(void *data, ngx_int_t rc, ngx_str_t *elts,
                     ? NGX_HTTP_IDEM_STORE_CLAIMED
                     : NGX_HTTP_IDEM_STORE_NOT_DURABLE;
     found.made = cl->made;
+    found.short_record = cl->short_record;
 
     cl->handler(cl->data, &found);
 }

@@ -16,8 +16,22 @@
 -- (resolve.lua takes none so, unless forced: an operator's word that the
 -- owner is gone, which releases it; a 0.6.0 build with resolutions may).
 local k = KEYS[1]
--- a short record (an execution before, written whole): the hash first
-hash()
+-- A short record (a claim made short, or an execution before, written
+-- whole) is read as it is, so that its owner's writes still add to the
+-- string (ngx_http_idem_redis_record.c); it becomes the hash only where
+-- this script writes.  get(): HMGET's reply, from either form.
+local rec
+if redis.call('TYPE', k).ok == 'string' then
+  local f = short(redis.call('GET', k), {})
+  rec = {}
+  for i = 1, #f - 1, 2 do rec[f[i]] = f[i + 1] end
+end
+local function get(...)
+  if not rec then return redis.call('HMGET', k, ...) end
+  local out = {}
+  for i, n in ipairs({...}) do out[i] = rec[n] or false end
+  return out
+end
 local function ttl(t)
   t[#t + 1] = string.format('%d', redis.call('PTTL', k))
   return t
@@ -25,12 +39,11 @@ end
 local function record(v)
   return ttl(fields({v, string.format('%.0f', now)}))
 end
-local v = redis.call('HMGET', k, 'd', 'o')
+local v = get('d', 'o')
 local o = v[2]
 if o then
   if v[1] and v[1] ~= ARGV[2] then return {'mismatch'} end
-  local w = redis.call('HMGET', k, 'k:' .. o, 'l:' .. o, 'z:' .. o,
-    'b:' .. o)
+  local w = get('k:' .. o, 'l:' .. o, 'z:' .. o, 'b:' .. o)
   local s = w[1]
   if w[3] then
     if string.match(w[3], '^applied ') then return record('applied') end
@@ -46,6 +59,7 @@ if o then
     elseif not v[1] then
       -- its owner is writing the rest of its claim right now, or died
       -- doing so: the lease starts here, so that the claim lapses
+      hash()
       redis.call('HSET', k, 'l:' .. o,
         string.format('%.0f', now + tonumber(ARGV[3])))
       left = tonumber(ARGV[3])
@@ -55,7 +69,7 @@ if o then
     end
     return record('unknown')
   end
-  if s == 'R' then return ttl({'replay', redis.call('HGET', k, 'r')}) end
+  if s == 'R' then return ttl({'replay', get('r')[1]}) end
   if s == 'L' then return record('large') end
   if s ~= 'F' then return record('unknown') end
 end
@@ -63,6 +77,7 @@ end
 -- be the write that makes the record
 local b = ARGV[6] or '-'
 if b ~= '-' then b = string.format('%.0f', now + tonumber(b)) end
+hash()
 redis.call('HSET', k, 'd', ARGV[2], 'o', ARGV[1],
   'l:' .. ARGV[1], string.format('%.0f', now + tonumber(ARGV[3])),
   'b:' .. ARGV[1], b, 'e:' .. ARGV[1], ARGV[5], 'v', '1')

@@ -7,6 +7,8 @@
 -- is), then the fields, field and value each.  Replies as the HSET (the
 -- fields that were new), or -1 when nothing was written.
 local k = KEYS[1]
+-- a claim made short (ngx_http_idem_redis_record.c): the hash first
+hash()
 if redis.call('TYPE', k).ok ~= 'hash'
     or redis.call('HGET', k, 'o') ~= ARGV[1] then
   return -1

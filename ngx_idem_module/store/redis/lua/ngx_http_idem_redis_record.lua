@@ -30,7 +30,19 @@ local function answers(v)
 end
 local function fields(out)
   if redis.call('TYPE', KEYS[1]).ok == 'string' then
-    return short(redis.call('GET', KEYS[1]), out)
+    -- a short claim's leases are relative to its expiry; no stored answer
+    local f = short(redis.call('GET', KEYS[1]), {})
+    for i = 1, #f - 1, 2 do
+      local c, v = string.sub(f[i], 1, 2), f[i + 1]
+      if c == 'l:' or (c == 'b:' and v ~= '-') then
+        v = string.format('%.0f', lease_at(v))
+      end
+      if f[i] ~= 'r' then
+        out[#out + 1] = f[i]
+        out[#out + 1] = v
+      end
+    end
+    return out
   end
   local ks, some = redis.call('HKEYS', KEYS[1]), {}
   for i = 1, #ks + 1 do
