@@ -17,6 +17,7 @@
 
 #include "ngx_http_idem_fuzz.h"
 #include "ngx_http_idem_redis_common.h"
+#include "ngx_http_idem_trace.h"
 #include "ngx_http_idem_util.h"
 
 
@@ -390,6 +391,7 @@ ngx_http_idem_fuzz_names(ngx_http_idem_fuzz_t *fz)
     ngx_http_idem_fuzz_name(fz, &fz->imcf->attempt_header, "X-Call-Attempt");
     ngx_http_idem_fuzz_name(fz, &fz->imcf->traceparent_header,
                             "traceparent");
+    ngx_http_idem_fuzz_name(fz, &fz->imcf->tracestate_header, "tracestate");
     ngx_http_idem_fuzz_name(fz, &fz->imcf->grpc_timeout_header,
                             "grpc-timeout");
 
@@ -965,6 +967,43 @@ ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t grpc)
 {
     ngx_http_idem_fuzz_unreached("ngx_http_idem_set_attempt_headers");
+    return NGX_ERROR;
+}
+
+
+/* trace.c: headers.c's traceparent names the attempt's span as parent */
+
+__attribute__((weak)) u_char *
+ngx_http_idem_trace_upstream_parent(ngx_http_request_t *r,
+    ngx_http_idem_ctx_t *ctx, u_char *span_id)
+{
+    return span_id;
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_traceparent_parse(ngx_str_t *value,
+    ngx_http_idem_traceparent_t *tp)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_traceparent_parse");
+    return NGX_DECLINED;
+}
+
+
+__attribute__((weak)) void
+ngx_http_idem_trace_take(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
+    ngx_http_idem_traceparent_t *tp)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_trace_take");
+}
+
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_trace_start(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
+    ngx_http_idem_ctx_t *ctx)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_trace_start");
     return NGX_ERROR;
 }
 

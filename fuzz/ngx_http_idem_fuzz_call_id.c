@@ -1,10 +1,12 @@
 
 /*
  * Fuzz target: the call id and trace id a client sends (X-Call-Id,
- * X-Trace-Id, traceparent), from the walk over the request headers to the
- * ids the call gets, and the 400 problem+json a bad one gets; for a call
- * let through, the headers the upstream gets: the module's own, once, and
- * none of the client's copies of them.
+ * X-Trace-Id, traceparent, tracestate), from the walk over the request
+ * headers to the ids the call gets, and the 400 problem+json a bad one
+ * gets; for a call let through, the headers the upstream gets: the
+ * module's own, once, and none of the client's copies of them; the W3C
+ * trace context kept (the client's parent id and flags, its tracestate
+ * checked against an independent reading of Trace Context Level 2).
  *
  * A call id that opens with a quote is an RFC 8941 String (Idempotency-Key
  * form): its content is checked against an independent reading of the
@@ -12,7 +14,7 @@
  *
  * Input: a flags byte (bit 0: idem_call_id_missing reject, bit 1: the
  * prefixed generator, bits 2-3: which idem_call_id_pattern, bit 4:
- * idem_call_id_form string), a byte of
+ * idem_call_id_form string, bit 5: idem_otel_sample 1), a byte of
  * idem_call_id_max_length (0: 128), then request headers, one a line: the
  * line's first byte picks the name, the rest is the value.
  */
@@ -25,16 +27,30 @@
 #include "ngx_http_idem_json.c"
 #include "ngx_http_idem_util.c"
 #include "ngx_http_idem_problem.c"
+#include "ngx_http_idem_trace.c"
 
 #include "ngx_http_idem_fuzz.h"
 
 
 #define NGX_HTTP_IDEM_FUZZ_PATTERNS  4
-#define NGX_HTTP_IDEM_FUZZ_NAMES     12
+#define NGX_HTTP_IDEM_FUZZ_NAMES     14
+
+
+/* what the client sent of the trace context, and what is expected of it */
+typedef struct {
+    ngx_str_t                 *parent;      /* the traceparent, or NULL */
+    ngx_uint_t                 taken;       /* it names the call's trace */
+    ngx_uint_t                 flags;       /* flags expected upstream */
+    ngx_array_t               *states;      /* tracestate lines */
+} ngx_http_idem_fuzz_trace_t;
 
 
 static void ngx_http_idem_fuzz_upstream(ngx_http_idem_fuzz_t *fz,
-    ngx_http_idem_inbound_t *in, ngx_uint_t *before);
+    ngx_http_idem_inbound_t *in, ngx_uint_t *before,
+    ngx_http_idem_fuzz_trace_t *tc);
+static void ngx_http_idem_fuzz_tracestate_upstream(ngx_http_idem_fuzz_t *fz,
+    ngx_http_idem_fuzz_trace_t *tc);
+static ngx_int_t ngx_http_idem_fuzz_tracestate(u_char *v, size_t len);
 static ngx_table_elt_t *ngx_http_idem_fuzz_find(ngx_http_request_t *r,
     char *name, ngx_uint_t *n);
 static ngx_uint_t ngx_http_idem_fuzz_traceparent(ngx_str_t *v);
@@ -45,7 +61,8 @@ static ngx_uint_t ngx_http_idem_fuzz_lower_hex(u_char *p, size_t len,
 static char  *ngx_http_idem_fuzz_names_in[NGX_HTTP_IDEM_FUZZ_NAMES] = {
     "X-Call-Id", "X-Trace-Id", "traceparent", "x-call-id", "X-TRACE-ID",
     "X-Call-Id-Source", "X-Call-Attempt", "X-Other", "X-Deadline-Ms",
-    "grpc-timeout", "x-call-attempt", "X-Call-Ids"
+    "grpc-timeout", "x-call-attempt", "X-Call-Ids", "tracestate",
+    "TraceState"
 };
 
 /* idem_call_id_pattern values (index 0: none) */
@@ -70,6 +87,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_uint_t                   flags, i, pattern, call_ok, trace_ok, sf;
     ngx_uint_t                   ncall, ntrace, nparent;
     ngx_uint_t                   before[NGX_HTTP_IDEM_FUZZ_NAMES];
+    ngx_str_t                   *state;
+    ngx_http_idem_fuzz_trace_t   tc;
+    ngx_http_idem_traceparent_t  tpv;
     pcre2_match_data            *md;
     ngx_http_idem_fuzz_t         fz;
     ngx_http_idem_problem_t      problem;
@@ -105,6 +125,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz.ilcf->call_id_max_length = max ? max : 128;
     fz.ilcf->call_id_form = (flags & 16) ? NGX_HTTP_IDEM_FORM_STRING
                                          : NGX_HTTP_IDEM_FORM_TOKEN;
+    fz.ilcf->otel_sample = (flags & 32) ? NGX_HTTP_IDEM_SAMPLE_ALL : 0;
 
     pattern = (flags >> 2) & 3;
     fz.ilcf->call_id_pattern = ngx_http_idem_fuzz_re[pattern];
@@ -126,6 +147,13 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cv = NULL;
     tv = NULL;
     pv = NULL;
+
+    ngx_memzero(&tc, sizeof(ngx_http_idem_fuzz_trace_t));
+
+    tc.states = ngx_array_create(fz.pool, 4, sizeof(ngx_str_t));
+    if (tc.states == NULL) {
+        ngx_http_idem_fuzz_abort("no memory");
+    }
 
     while (input.pos < input.last) {
         ngx_http_idem_fuzz_line(&input, &line);
@@ -155,6 +183,14 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         } else if (i == 2) {
             nparent++;
             pv = ngx_http_idem_fuzz_last_value(&fz);
+
+        } else if (i == 12 || i == 13) {
+            state = ngx_array_push(tc.states);
+            if (state == NULL) {
+                ngx_http_idem_fuzz_abort("no memory");
+            }
+
+            *state = *ngx_http_idem_fuzz_last_value(&fz);
         }
     }
 
@@ -284,11 +320,56 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                          fz.ctx->ids.trace_id.data, 32, 1));
     }
 
-    tp = (pv != NULL) ? ngx_http_idem_traceparent_trace_id(pv) : NULL;
+    tp = NULL;
+
+    if (pv != NULL
+        && ngx_http_idem_traceparent_parse(pv, &tpv) == NGX_OK)
+    {
+        tp = tpv.trace_id.data;
+
+        ngx_http_idem_fuzz_assert(tpv.trace_id.data == pv->data + 3
+                                  && tpv.trace_id.len == 32
+                                  && tpv.parent_id.data == pv->data + 36
+                                  && tpv.parent_id.len == 16);
+        ngx_http_idem_fuzz_assert(
+            tpv.flags == (tpv.version == 0 ? tpv.flags : (tpv.flags & 1))
+            && tpv.flags < 256);
+    }
 
     ngx_http_idem_fuzz_assert((tp != NULL)
                               == (pv != NULL
                                   && ngx_http_idem_fuzz_traceparent(pv)));
+
+    /*
+     * The client's context is the call's when its traceparent is valid,
+     * sent once, and names the call's trace: alone, or beside a valid
+     * trace id header with the same trace id.
+     */
+
+    tc.parent = (nparent == 1) ? pv : NULL;
+    tc.taken = nparent == 1 && tp != NULL
+               && (ntrace == 0
+                   || (ntrace == 1 && trace_ok && tv->len == 32
+                       && ngx_memcmp(tv->data, pv->data + 3, 32) == 0));
+
+    ngx_http_idem_fuzz_assert(fz.ctx->trace.client == tc.taken);
+
+    if (tc.taken) {
+        tc.flags = tpv.flags;
+
+        ngx_http_idem_fuzz_assert(
+            fz.ctx->trace.parent_id.data == pv->data + 36
+            && fz.ctx->trace.parent_id.len == 16);
+
+    } else {
+        tc.flags = (flags & 32) ? 1 : 0;
+
+        ngx_http_idem_fuzz_assert(fz.ctx->trace.parent_id.len == 0
+                                  && fz.ctx->trace.tracestate.len == 0);
+    }
+
+    ngx_http_idem_fuzz_assert(fz.ctx->trace.flags == tc.flags
+                              && fz.ctx->trace.sampled == (tc.flags & 1));
 
     if (cv != NULL) {
         ngx_http_idem_fuzz_assert(
@@ -303,7 +384,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                        &problem)
            == NGX_OK)
     {
-        ngx_http_idem_fuzz_upstream(&fz, &in, before);
+        ngx_http_idem_fuzz_upstream(&fz, &in, before, &tc);
     }
 
     /* a refused call: 400, problem+json that parses */
@@ -335,9 +416,11 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 static void
 ngx_http_idem_fuzz_upstream(ngx_http_idem_fuzz_t *fz,
-    ngx_http_idem_inbound_t *in, ngx_uint_t *before)
+    ngx_http_idem_inbound_t *in, ngx_uint_t *before,
+    ngx_http_idem_fuzz_trace_t *tc)
 {
     u_char              *p;
+    u_char               fl[2];
     ngx_uint_t           n, tp;
     ngx_table_elt_t     *h;
     ngx_http_request_t  *r;
@@ -383,10 +466,27 @@ ngx_http_idem_fuzz_upstream(ngx_http_idem_fuzz_t *fz,
     if (tp) {
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_traceparent(&h->value));
         ngx_http_idem_fuzz_assert(h->value.len == 55
+                                  && ngx_memcmp(h->value.data, "00-", 3) == 0
                                   && ngx_memcmp(h->value.data + 3,
                                                 fz->ctx->ids.trace_id.data, 32)
                                      == 0);
+
+        /* nothing is exported here: the client's parent, or a new span */
+
+        ngx_http_idem_fuzz_assert(
+            tc->taken
+            ? ngx_memcmp(h->value.data + 36, tc->parent->data + 36, 16) == 0
+            : ngx_memcmp(h->value.data + 36, fz->ctx->trace.span_id, 16)
+              == 0);
+
+        fl[0] = "0123456789abcdef"[tc->flags >> 4];
+        fl[1] = "0123456789abcdef"[tc->flags & 15];
+
+        ngx_http_idem_fuzz_assert(ngx_memcmp(h->value.data + 53, fl, 2)
+                                  == 0);
     }
+
+    ngx_http_idem_fuzz_tracestate_upstream(fz, tc);
 
     h = ngx_http_idem_fuzz_find(r, "X-Deadline-Ms", &n);
     ngx_http_idem_fuzz_assert(n == (fz->ctx->deadline.set ? 1 : 0));
@@ -407,6 +507,170 @@ ngx_http_idem_fuzz_upstream(ngx_http_idem_fuzz_t *fz,
 
     ngx_http_idem_fuzz_find(r, "X-Call-Ids", &n);
     ngx_http_idem_fuzz_assert(n == before[11]);
+}
+
+
+/*
+ * W3C: a tracestate only beside the client's traceparent; its lines
+ * combined; valid, it passes on as sent up to 512 bytes, trimmed by whole
+ * members past that; invalid or only empty members, none.
+ */
+
+static void
+ngx_http_idem_fuzz_tracestate_upstream(ngx_http_idem_fuzz_t *fz,
+    ngx_http_idem_fuzz_trace_t *tc)
+{
+    u_char           *p;
+    size_t            len;
+    ngx_int_t         m, k;
+    ngx_str_t        *line;
+    ngx_uint_t        i, n;
+    ngx_table_elt_t  *h;
+
+    h = ngx_http_idem_fuzz_find(fz->request, "tracestate", &n);
+
+    if (!tc->taken || tc->states->nelts == 0) {
+        ngx_http_idem_fuzz_assert(n == 0);
+        return;
+    }
+
+    line = tc->states->elts;
+    len = tc->states->nelts - 1;
+
+    for (i = 0; i < tc->states->nelts; i++) {
+        len += line[i].len;
+    }
+
+    p = ngx_pnalloc(fz->pool, len + 1);
+    if (p == NULL) {
+        ngx_http_idem_fuzz_abort("no memory");
+    }
+
+    len = 0;
+
+    for (i = 0; i < tc->states->nelts; i++) {
+        if (i) {
+            p[len++] = ',';
+        }
+
+        ngx_memcpy(p + len, line[i].data, line[i].len);
+        len += line[i].len;
+    }
+
+    m = ngx_http_idem_fuzz_tracestate(p, len);
+
+    if (m <= 0) {
+        ngx_http_idem_fuzz_assert(n == 0);
+        return;
+    }
+
+    if (len <= 512) {
+        ngx_http_idem_fuzz_assert(n == 1 && h->value.len == len
+                                  && ngx_memcmp(h->value.data, p, len) == 0);
+        return;
+    }
+
+    /* a member may be longer than 512 bytes alone: then none is left */
+
+    ngx_http_idem_fuzz_assert(n <= 1);
+
+    if (n == 1) {
+        k = ngx_http_idem_fuzz_tracestate(h->value.data, h->value.len);
+
+        ngx_http_idem_fuzz_assert(h->value.len <= 512 && k >= 1 && k <= m);
+    }
+}
+
+
+/*
+ * A combined tracestate read as W3C Trace Context Level 2 says: its
+ * members, between commas, spaces and tabs around them not theirs, empty
+ * ones allowed; at most 32 of key=value, the key 1-256 of a-z 0-9 _ - * /
+ * @ opening with a-z or 0-9, the value 1-256 of 0x20-0x7e but "," and "="
+ * not ending in a space, no key twice.  The number of members, or -1.
+ */
+
+static ngx_int_t
+ngx_http_idem_fuzz_tracestate(u_char *v, size_t len)
+{
+    u_char      c;
+    size_t      i, j, start, end, eq, n;
+    size_t      key[32], keylen[32];
+
+    n = 0;
+    start = 0;
+
+    for (i = 0; i <= len; i++) {
+
+        if (i < len && v[i] != ',') {
+            continue;
+        }
+
+        end = i;
+
+        while (start < end && (v[start] == ' ' || v[start] == '\t')) {
+            start++;
+        }
+
+        while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t')) {
+            end--;
+        }
+
+        if (start < end) {
+            if (n == 32) {
+                return -1;
+            }
+
+            for (eq = start; eq < end && v[eq] != '='; eq++) {
+                /* void */
+            }
+
+            if (eq == end || eq == start || eq - start > 256
+                || end - eq - 1 < 1 || end - eq - 1 > 256
+                || v[end - 1] == ' ')
+            {
+                return -1;
+            }
+
+            c = v[start];
+
+            if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) {
+                return -1;
+            }
+
+            for (j = start; j < eq; j++) {
+                c = v[j];
+
+                if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
+                      || ngx_strchr("_-*/@", c) != NULL) || c == '\0')
+                {
+                    return -1;
+                }
+            }
+
+            for (j = eq + 1; j < end; j++) {
+                if (v[j] < 0x20 || v[j] > 0x7e || v[j] == '=') {
+                    return -1;
+                }
+            }
+
+            for (j = 0; j < n; j++) {
+                if (keylen[j] == eq - start
+                    && ngx_memcmp(v + key[j], v + start, keylen[j]) == 0)
+                {
+                    return -1;
+                }
+            }
+
+            key[n] = start;
+            keylen[n] = eq - start;
+            n++;
+        }
+
+        start = i + 1;
+    }
+
+    return (ngx_int_t) n;
 }
 
 

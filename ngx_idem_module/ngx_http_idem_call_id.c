@@ -1,12 +1,14 @@
 
 /*
  * Call ids and trace ids: validation of what the client sent, generation of
- * what it did not send, and the W3C traceparent it may carry instead.
+ * what it did not send, and the W3C traceparent it may carry instead (read
+ * by ngx_http_idem_trace.c).
  */
 
 
 #include "ngx_http_idem_call_id.h"
 #include "ngx_http_idem_problem.h"
+#include "ngx_http_idem_trace.h"
 #include "ngx_http_idem_util.h"
 
 #include <uuid/uuid.h>
@@ -22,11 +24,15 @@ static void ngx_http_idem_call_id_problem(ngx_http_request_t *r,
     char *reason);
 static ngx_int_t ngx_http_idem_call_id_digest(ngx_http_request_t *r,
     ngx_http_idem_inbound_t *in, ngx_str_t *id);
+static ngx_int_t ngx_http_idem_resolve_trace(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
+    ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem);
 static ngx_int_t ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
     ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem);
-static u_char *ngx_http_idem_traceparent_trace_id(ngx_str_t *value);
-static ngx_int_t ngx_http_idem_lower_hex(u_char *p, size_t len);
+static ngx_uint_t ngx_http_idem_traceparent(ngx_http_request_t *r,
+    ngx_http_idem_inbound_t *in, ngx_http_idem_ctx_t *ctx,
+    ngx_str_t *trace_id);
 static u_char *ngx_http_idem_bad_byte(ngx_str_t *value);
 static u_char *ngx_http_idem_sf_param(u_char *p, u_char *last);
 static u_char *ngx_http_idem_sf_bare_item(u_char *p, u_char *last);
@@ -115,7 +121,7 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
         }
 
         if (rc == NGX_DECLINED) {
-            if (ngx_http_idem_resolve_trace_id(r, ilcf, in, ctx, NULL)
+            if (ngx_http_idem_resolve_trace(r, ilcf, in, ctx, NULL)
                 == NGX_ERROR)
             {
                 return NGX_ERROR;
@@ -125,7 +131,28 @@ ngx_http_idem_resolve_ids(ngx_http_request_t *r,
         }
     }
 
-    return ngx_http_idem_resolve_trace_id(r, ilcf, in, ctx, problem);
+    return ngx_http_idem_resolve_trace(r, ilcf, in, ctx, problem);
+}
+
+
+/* the trace id, then the trace context that goes with it */
+
+static ngx_int_t
+ngx_http_idem_resolve_trace(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
+    ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem)
+{
+    ngx_int_t  rc;
+
+    rc = ngx_http_idem_resolve_trace_id(r, ilcf, in, ctx, problem);
+
+    if (rc == NGX_ERROR
+        || ngx_http_idem_trace_start(r, ilcf, in, ctx) != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return rc;
 }
 
 
@@ -134,7 +161,6 @@ ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_http_idem_inbound_t *in,
     ngx_http_idem_ctx_t *ctx, ngx_http_idem_problem_t *problem)
 {
-    u_char                   *p;
     ngx_int_t                 rc;
     ngx_http_idem_problem_t   ignored;
 
@@ -144,6 +170,11 @@ ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
                                     NULL, problem ? problem : &ignored);
         if (rc == NGX_OK) {
             ctx->ids.trace_id = in->trace_id->value;
+
+            /* a traceparent of the same trace still gives its context */
+
+            (void) ngx_http_idem_traceparent(r, in, ctx, &ctx->ids.trace_id);
+
             return NGX_OK;
         }
 
@@ -164,23 +195,59 @@ ngx_http_idem_resolve_trace_id(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
-    /* a repeated traceparent is invalid (W3C Trace Context), so ignored */
-
-    if (in->traceparent_count == 1) {
-        p = ngx_http_idem_traceparent_trace_id(&in->traceparent->value);
-
-        if (p != NULL) {
-            ctx->ids.trace_id.data = p;
-            ctx->ids.trace_id.len = NGX_HTTP_IDEM_TRACE_ID_LEN;
-            return NGX_OK;
-        }
-
-        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                       "idem: ignoring invalid traceparent \"%V\"",
-                       &in->traceparent->value);
+    if (ngx_http_idem_traceparent(r, in, ctx, NULL)) {
+        return NGX_OK;
     }
 
     return ngx_http_idem_generate_trace_id(r->pool, &ctx->ids.trace_id);
+}
+
+
+/*
+ * The client's traceparent, when valid and of the trace "trace_id" (NULL:
+ * any, and the trace id is taken from it): its context becomes the call's.
+ */
+
+static ngx_uint_t
+ngx_http_idem_traceparent(ngx_http_request_t *r, ngx_http_idem_inbound_t *in,
+    ngx_http_idem_ctx_t *ctx, ngx_str_t *trace_id)
+{
+    ngx_http_idem_traceparent_t  tp;
+
+    /* a repeated traceparent is invalid (W3C Trace Context), so ignored */
+
+    if (in->traceparent_count != 1) {
+        return 0;
+    }
+
+    if (ngx_http_idem_traceparent_parse(&in->traceparent->value, &tp)
+        != NGX_OK)
+    {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem: ignoring invalid traceparent \"%V\"",
+                       &in->traceparent->value);
+        return 0;
+    }
+
+    if (trace_id != NULL
+        && (trace_id->len != tp.trace_id.len
+            || ngx_memcmp(trace_id->data, tp.trace_id.data, tp.trace_id.len)
+               != 0))
+    {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem: ignoring traceparent \"%V\" of another trace "
+                       "than the trace id header's",
+                       &in->traceparent->value);
+        return 0;
+    }
+
+    if (trace_id == NULL) {
+        ctx->ids.trace_id = tp.trace_id;
+    }
+
+    ngx_http_idem_trace_take(r, ctx, &tp);
+
+    return 1;
 }
 
 
@@ -363,60 +430,6 @@ ngx_http_idem_call_id_digest(ngx_http_request_t *r,
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem call id: \"%V\" is not a valid id, its digest "
                    "\"%V\" stands for it", &in->call_id->value, id);
-
-    return NGX_OK;
-}
-
-
-/* "00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>" (W3C) */
-
-static u_char *
-ngx_http_idem_traceparent_trace_id(ngx_str_t *value)
-{
-    u_char  *p;
-
-    p = value->data;
-
-    if (value->len < NGX_HTTP_IDEM_TRACEPARENT_LEN
-        || ngx_http_idem_lower_hex(p, 2) != NGX_OK
-        || (p[0] == 'f' && p[1] == 'f')
-        || p[2] != '-' || p[35] != '-' || p[52] != '-'
-        || ngx_http_idem_lower_hex(p + 3, 32) != NGX_OK
-        || ngx_http_idem_lower_hex(p + 36, 16) != NGX_OK
-        || ngx_http_idem_lower_hex(p + 53, 2) != NGX_OK)
-    {
-        return NULL;
-    }
-
-    /* version 00 has an exact length; later ones may append fields */
-
-    if (value->len != NGX_HTTP_IDEM_TRACEPARENT_LEN
-        && ((p[0] == '0' && p[1] == '0')
-            || p[NGX_HTTP_IDEM_TRACEPARENT_LEN] != '-'))
-    {
-        return NULL;
-    }
-
-    if (ngx_strncmp(p + 3, "00000000000000000000000000000000", 32) == 0
-        || ngx_strncmp(p + 36, "0000000000000000", 16) == 0)
-    {
-        return NULL;
-    }
-
-    return p + 3;
-}
-
-
-static ngx_int_t
-ngx_http_idem_lower_hex(u_char *p, size_t len)
-{
-    while (len--) {
-        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) {
-            return NGX_DECLINED;
-        }
-
-        p++;
-    }
 
     return NGX_OK;
 }

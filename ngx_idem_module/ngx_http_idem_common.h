@@ -55,6 +55,13 @@ typedef struct ngx_http_idem_resend_limit_s  ngx_http_idem_resend_limit_t;
 #define NGX_HTTP_IDEM_TRACE_ID_LEN       32
 #define NGX_HTTP_IDEM_SPAN_ID_LEN        16
 #define NGX_HTTP_IDEM_TRACEPARENT_LEN    55
+
+/* W3C tracestate: members and bytes passed on at most */
+#define NGX_HTTP_IDEM_TRACESTATE_MEMBERS 32
+#define NGX_HTTP_IDEM_TRACESTATE_LEN     512
+
+/* idem_otel_sample counts in millionths: this is "1", every call */
+#define NGX_HTTP_IDEM_SAMPLE_ALL         1000000
 #define NGX_HTTP_IDEM_MAX_ID_LEN         255
 
 /* idem_dedupe_wait_max: default */
@@ -195,6 +202,7 @@ struct ngx_http_idem_main_conf_s {
     ngx_http_idem_header_t    source_header;
     ngx_http_idem_header_t    attempt_header;
     ngx_http_idem_header_t    traceparent_header;
+    ngx_http_idem_header_t    tracestate_header;
     ngx_http_idem_header_t    grpc_timeout_header;
 
     ngx_http_idem_store_conf_t  store;      /* addr.data NULL: none */
@@ -256,6 +264,9 @@ struct ngx_http_idem_loc_conf_s {
     ngx_http_complex_value_t *call_id_from;
     ngx_str_t                 call_id_from_src;   /* as written */
     ngx_http_idem_json_conf_t  *call_id_json;
+
+    /* idem_otel_sample: calls marked sampled, in millionths */
+    ngx_uint_t                otel_sample;
 
     ngx_msec_t                deadline;     /* 0: no route budget */
     ngx_http_idem_header_t    deadline_header;  /* name.len 0: off */
@@ -386,6 +397,29 @@ typedef struct {
     unsigned                  settled:1;    /* ids checked and injected */
     unsigned                  call_id_refused:1;  /* the client's, invalid */
 } ngx_http_idem_ids_ctx_t;
+
+
+/*
+ * trace.c: the W3C trace context (the client's traceparent taken by
+ * call_id.c, its tracestate, the sampling decision); headers.c: each
+ * attempt's span id.  The span exporter sets "export" before the ids are
+ * injected (ngx_http_idem_trace.h).
+ */
+typedef struct {
+    ngx_str_t                 parent_id;    /* the client's span, len 0:
+                                               none */
+    ngx_str_t                 tracestate;   /* the client's, valid and
+                                               combined; len 0: none */
+    u_char                    span_id[NGX_HTTP_IDEM_SPAN_ID_LEN];
+                                            /* the current attempt's */
+    ngx_uint_t                flags;        /* trace-flags sent upstream */
+
+    unsigned                  client:1;     /* the client's traceparent
+                                               was taken */
+    unsigned                  sampled:1;
+    unsigned                  export:1;     /* the call's spans are
+                                               exported: never set here */
+} ngx_http_idem_trace_ctx_t;
 
 
 /*
@@ -569,6 +603,7 @@ struct ngx_http_idem_ctx_s {
     ngx_chain_t              *problem_body;
 
     ngx_http_idem_ids_ctx_t       ids;
+    ngx_http_idem_trace_ctx_t     trace;
     ngx_http_idem_deadline_ctx_t  deadline;
     ngx_http_idem_upstream_ctx_t  upstream;
     ngx_http_idem_grpc_ctx_t      grpc;
@@ -585,11 +620,13 @@ typedef struct {
     ngx_table_elt_t          *call_id;
     ngx_table_elt_t          *trace_id;
     ngx_table_elt_t          *traceparent;
+    ngx_table_elt_t          *tracestate;   /* the first line */
     ngx_table_elt_t          *deadline;
     ngx_table_elt_t          *grpc_timeout;
     ngx_uint_t                call_id_count;
     ngx_uint_t                trace_id_count;
     ngx_uint_t                traceparent_count;
+    ngx_uint_t                tracestate_count;
     ngx_uint_t                deadline_count;
     ngx_uint_t                grpc_timeout_count;
     ngx_uint_t                owned_count;  /* copies of headers we write */

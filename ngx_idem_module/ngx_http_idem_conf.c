@@ -32,6 +32,7 @@ ngx_http_idem_create_main_conf(ngx_conf_t *cf)
      *     imcf->source_header = { ... };
      *     imcf->attempt_header = { ... };
      *     imcf->traceparent_header = { ... };
+     *     imcf->tracestate_header = { ... };
      *     imcf->store = { ... };
      *     imcf->used = 0;
      *     imcf->metrics_zone = NULL;
@@ -125,6 +126,13 @@ ngx_http_idem_init_main_conf(ngx_conf_t *cf, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    ngx_str_set(&name, "tracestate");
+    if (ngx_http_idem_header_init(cf->pool, &imcf->tracestate_header, &name)
+        != NGX_OK)
+    {
+        return NGX_CONF_ERROR;
+    }
+
     return NGX_CONF_OK;
 }
 
@@ -190,6 +198,7 @@ ngx_http_idem_create_loc_conf(ngx_conf_t *cf)
 
     ilcf->call_id_from = NGX_CONF_UNSET_PTR;
     ilcf->call_id_json = NGX_CONF_UNSET_PTR;
+    ilcf->otel_sample = NGX_CONF_UNSET_UINT;
 
     ilcf->deadline = NGX_CONF_UNSET_MSEC;
     ilcf->idempotent = NGX_CONF_UNSET;
@@ -277,6 +286,8 @@ ngx_http_idem_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     if (ngx_http_idem_source_merge(cf, conf, prev) != NGX_CONF_OK) {
         return NGX_CONF_ERROR;
     }
+
+    ngx_conf_merge_uint_value(conf->otel_sample, prev->otel_sample, 0);
 
     ngx_conf_merge_msec_value(conf->deadline, prev->deadline, 0);
 

@@ -9,6 +9,7 @@
 #include "ngx_http_idem_headers.h"
 #include "ngx_http_idem_call_id_source.h"
 #include "ngx_http_idem_deadline.h"
+#include "ngx_http_idem_trace.h"
 #include "ngx_http_idem_util.h"
 
 
@@ -133,6 +134,7 @@ ngx_http_idem_owned(ngx_http_idem_main_conf_t *imcf,
     if (ngx_http_idem_header_is(h, &imcf->source_header)
         || ngx_http_idem_header_is(h, &imcf->attempt_header)
         || ngx_http_idem_header_is(h, &imcf->traceparent_header)
+        || ngx_http_idem_header_is(h, &imcf->tracestate_header)
         || ngx_http_idem_header_is(h, &imcf->grpc_timeout_header)
         || (ilcf->deadline_header.name.len
             && ngx_http_idem_header_is(h, &ilcf->deadline_header)))
@@ -197,6 +199,13 @@ ngx_http_idem_scan_request(ngx_http_request_t *r,
         if (ngx_http_idem_header_is(h, &imcf->traceparent_header)) {
             in->traceparent = h;
             in->traceparent_count++;
+
+        } else if (ngx_http_idem_header_is(h, &imcf->tracestate_header)) {
+            if (in->tracestate == NULL) {
+                in->tracestate = h;
+            }
+
+            in->tracestate_count++;
 
         } else if (ngx_http_idem_header_is(h,
                                            &imcf->grpc_timeout_header))
@@ -361,6 +370,16 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
             if (ctx->ids.traceparent_h == NULL) {
                 return NGX_ERROR;
             }
+
+            /* the client's tracestate, valid and combined, as it came */
+
+            if (ctx->trace.tracestate.len
+                && ngx_http_idem_push(list, &imcf->tracestate_header,
+                                      &ctx->trace.tracestate)
+                   == NULL)
+            {
+                return NGX_ERROR;
+            }
         }
     }
 
@@ -371,19 +390,23 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
 
 
 /*
- * The values of one attempt: its number, a new span id, the budget left,
- * and for gRPC upstreams a grpc-timeout as well.  ctx->upstream.attempt is the
- * attempt about to start, 0 before the upstream is involved.
+ * The values of one attempt: its number, a new span id and the traceparent
+ * with the parent its upstream gets (ngx_http_idem_trace.c), the budget
+ * left, and for gRPC upstreams a grpc-timeout as well.
+ * ctx->upstream.attempt is the attempt about to start, 0 before the
+ * upstream is involved.
  */
 
 ngx_int_t
 ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, ngx_uint_t grpc)
 {
-    u_char                     *p;
+    u_char                     *p, *parent;
     ngx_msec_int_t              left;
     ngx_table_elt_t            *h;
     ngx_http_idem_main_conf_t  *imcf;
+
+    static u_char               hex[] = "0123456789abcdef";
 
     h = ctx->ids.attempt_h;
 
@@ -407,13 +430,27 @@ ngx_http_idem_set_attempt_headers(ngx_http_request_t *r,
     h = ctx->ids.traceparent_h;
 
     if (h != NULL) {
+        ngx_http_idem_random_hex(ctx->trace.span_id,
+                                 NGX_HTTP_IDEM_SPAN_ID_LEN);
+
+        parent = ngx_http_idem_trace_upstream_parent(r, ctx,
+                                                     ctx->trace.span_id);
+
+        /* version 00 (W3C: the highest one known), the call's flags */
+
         p = ngx_cpymem(h->value.data, "00-", 3);
         p = ngx_cpymem(p, ctx->ids.trace_id.data, NGX_HTTP_IDEM_TRACE_ID_LEN);
         *p++ = '-';
-        ngx_http_idem_random_hex(p, NGX_HTTP_IDEM_SPAN_ID_LEN);
-        p += NGX_HTTP_IDEM_SPAN_ID_LEN;
-        p = ngx_cpymem(p, "-01", 3);
+        p = ngx_cpymem(p, parent, NGX_HTTP_IDEM_SPAN_ID_LEN);
+        *p++ = '-';
+        *p++ = hex[(ctx->trace.flags >> 4) & 0xf];
+        *p++ = hex[ctx->trace.flags & 0xf];
         h->value.len = p - h->value.data;
+
+        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem attempt span \"%*s\", traceparent \"%V\"",
+                       (size_t) NGX_HTTP_IDEM_SPAN_ID_LEN, ctx->trace.span_id,
+                       &h->value);
     }
 
     if (!ctx->deadline.set) {

@@ -21,6 +21,7 @@
 #include "ngx_http_idem_store.h"
 #include "ngx_http_idem_storm.h"
 #include "ngx_http_idem_stream.h"
+#include "ngx_http_idem_trace.h"
 #include "ngx_http_idem_upstream.h"
 #include "ngx_http_idem_variables.h"
 
@@ -106,6 +107,13 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       ngx_http_idem_set_header,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_idem_loc_conf_t, trace_id_header),
+      NULL },
+
+    { ngx_string("idem_otel_sample"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_trace_set_sample,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_idem_loc_conf_t, otel_sample),
       NULL },
 
     { ngx_string("idem_call_id_from"),

@@ -424,9 +424,10 @@ ngx_http_idem_attempt_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
                    ctx->deadline.set ? (ngx_int_t) ngx_http_idem_remaining(ctx)
                                      : (ngx_int_t) -1);
 
+    /* the attempt's own span, whichever parent its upstream got */
+
     if (ctx->ids.traceparent_h != NULL) {
-        ngx_memcpy(a->span_id, ctx->ids.traceparent_h->value.data + 36,
-                   NGX_HTTP_IDEM_SPAN_ID_LEN);
+        ngx_memcpy(a->span_id, ctx->trace.span_id, NGX_HTTP_IDEM_SPAN_ID_LEN);
     }
 
     /*

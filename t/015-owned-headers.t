@@ -119,7 +119,7 @@ X_Call_Id_Source: client
 --- response_body_like chomp
 \AHTTP_CONNECTION=close
 HTTP_HOST=localhost
-HTTP_TRACEPARENT=00-[0-9a-f]{32}-[0-9a-f]{16}-01
+HTTP_TRACEPARENT=00-[0-9a-f]{32}-[0-9a-f]{16}-00
 HTTP_X_CALL_ATTEMPT=1
 HTTP_X_CALL_ID=[0-9a-f-]{36}
 HTTP_X_CALL_ID_SOURCE=gateway
@@ -146,7 +146,7 @@ X-Request-Id: forged
 --- response_body_like chomp
 \AHTTP_CONNECTION=close
 HTTP_HOST=localhost
-HTTP_TRACEPARENT=00-[0-9a-f]{32}-[0-9a-f]{16}-01
+HTTP_TRACEPARENT=00-[0-9a-f]{32}-[0-9a-f]{16}-00
 HTTP_X_CALL_ATTEMPT=1
 HTTP_X_CALL_ID_SOURCE=client
 HTTP_X_REQUEST_ID=r-5

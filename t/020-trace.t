@@ -9,7 +9,7 @@ run_tests();
 
 __DATA__
 
-=== TEST 1: a client trace id is kept, and a 32-hex one becomes a traceparent
+=== TEST 1: a client trace id is kept, and a 32-hex one becomes a traceparent, not sampled
 --- config
     location /t {
         idem on;
@@ -25,7 +25,7 @@ X-Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736
 --- response_headers
 X-Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736
 --- response_body_like chomp
-^trace=4bf92f3577b34da6a3ce929d0e0e4736 tp=00-4bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-01$
+^trace=4bf92f3577b34da6a3ce929d0e0e4736 tp=00-4bf92f3577b34da6a3ce929d0e0e4736-[0-9a-f]{16}-00$
 --- no_error_log
 [error]
 
@@ -52,7 +52,7 @@ X-Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736
 
 
 
-=== TEST 3: no trace id: 32 lowercase hex are generated, sent upstream and back
+=== TEST 3: no trace id: 32 lowercase hex are generated, sent upstream and back, not sampled
 --- config
     location /t {
         idem on;
@@ -67,13 +67,13 @@ GET /t
 --- raw_response_headers_like chomp
 (?i)X-Seen-Trace: ([0-9a-f]{32})\r\n.*X-Trace-Id: \1\r\n
 --- response_body_like chomp
-^tp=00-[0-9a-f]{32}-[0-9a-f]{16}-01$
+^tp=00-[0-9a-f]{32}-[0-9a-f]{16}-00$
 --- no_error_log
 [error]
 
 
 
-=== TEST 4: the trace id is taken from a valid traceparent; the span is new
+=== TEST 4: the trace id is taken from a valid traceparent; its parent and flags pass on
 --- config
     location /t {
         idem on;
@@ -89,13 +89,13 @@ traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00
 --- response_headers
 X-Trace-Id: 0af7651916cd43dd8448eb211c80319c
 --- response_body_like chomp
-^trace=0af7651916cd43dd8448eb211c80319c tp=00-0af7651916cd43dd8448eb211c80319c-(?!b7ad6b7169203331)[0-9a-f]{16}-01$
+^trace=0af7651916cd43dd8448eb211c80319c tp=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00$
 --- no_error_log
 [error]
 
 
 
-=== TEST 5: the client's traceparent is never forwarded as it was
+=== TEST 5: the client's traceparent reaches the upstream once, as the module writes it
 --- config
     location /t {
         idem on;
@@ -109,13 +109,13 @@ GET /t
 --- more_headers
 Traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
 --- response_body_like chomp
-\A(?s)(?:(?!(?i)traceparent).)*traceparent: 00-0af7651916cd43dd8448eb211c80319c-(?!b7ad6b7169203331)[0-9a-f]{16}-01\r\n(?:(?!(?i)traceparent).)*\z
+\A(?s)(?:(?!(?i)traceparent).)*traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n(?:(?!(?i)traceparent).)*\z
 --- no_error_log
 [error]
 
 
 
-=== TEST 6: X-Trace-Id wins over traceparent
+=== TEST 6: X-Trace-Id wins over a traceparent of another trace: its parent and flags are not taken
 --- config
     location /t {
         idem on;
@@ -130,7 +130,7 @@ GET /t
 X-Trace-Id: 11111111111111111111111111111111
 traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
 --- response_body_like chomp
-^trace=11111111111111111111111111111111 tp=00-11111111111111111111111111111111-[0-9a-f]{16}-01$
+^trace=11111111111111111111111111111111 tp=00-11111111111111111111111111111111-(?!b7ad6b7169203331)[0-9a-f]{16}-00$
 --- no_error_log
 [error]
 
@@ -159,27 +159,27 @@ traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
  "traceparent: 00-0af7651916cd43dd8448eb211c8031zz-b7ad6b7169203331-01",
  "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"]
 --- response_body_like eval
-[("^trace=(?!0af7651916cd43dd8448eb211c80319c)(?!0{32})([0-9a-f]{32}) tp=00-\\1-[0-9a-f]{16}-01\$") x 10]
+[("^trace=(?!0af7651916cd43dd8448eb211c80319c)(?!0{32})([0-9a-f]{32}) tp=00-\\1-(?!b7ad6b7169203331)[0-9a-f]{16}-00\$") x 10]
 --- no_error_log
 [error]
 
 
 
-=== TEST 8: a later traceparent version with extra fields is accepted
+=== TEST 8: a later traceparent version with extra fields is accepted, sent on as version 00
 --- config
     location /t {
         idem on;
         proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
     }
     location /back {
-        echo "trace=$http_x_trace_id";
+        echo "trace=$http_x_trace_id tp=$http_traceparent";
     }
 --- request
 GET /t
 --- more_headers
 traceparent: 01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-future
 --- response_body
-trace=0af7651916cd43dd8448eb211c80319c
+trace=0af7651916cd43dd8448eb211c80319c tp=00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
 --- no_error_log
 [error]
 

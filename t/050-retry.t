@@ -29,7 +29,7 @@ X-Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736
 --- response_headers
 X-Call-Id: r1-ok
 --- response_body_like chomp
-\An=1 attempt=1 deadline=- tp=00-4bf92f3577b34da6a3ce929d0e0e4736-([0-9a-f]{16})-01 method=GET body=\nn=2 attempt=2 deadline=- tp=00-4bf92f3577b34da6a3ce929d0e0e4736-(?!\1)([0-9a-f]{16})-01 method=GET body=\nn=3 attempt=3 deadline=- tp=00-4bf92f3577b34da6a3ce929d0e0e4736-(?!\1)(?!\2)[0-9a-f]{16}-01 method=GET body=\n\z
+\An=1 attempt=1 deadline=- tp=00-4bf92f3577b34da6a3ce929d0e0e4736-([0-9a-f]{16})-00 method=GET body=\nn=2 attempt=2 deadline=- tp=00-4bf92f3577b34da6a3ce929d0e0e4736-(?!\1)([0-9a-f]{16})-00 method=GET body=\nn=3 attempt=3 deadline=- tp=00-4bf92f3577b34da6a3ce929d0e0e4736-(?!\1)(?!\2)[0-9a-f]{16}-00 method=GET body=\n\z
 --- no_error_log
 [error]
 
@@ -57,7 +57,7 @@ X-Call-Id: r2-once
 --- error_code eval
 [503, 200]
 --- response_body_like eval
-["^failing 1\n\$", "^n=1 attempt=1 deadline=- tp=00-[0-9a-f]{32}-[0-9a-f]{16}-01 method=GET body=\n"]
+["^failing 1\n\$", "^n=1 attempt=1 deadline=- tp=00-[0-9a-f]{32}-[0-9a-f]{16}-00 method=GET body=\n"]
 --- no_error_log
 [error]
 
@@ -106,7 +106,7 @@ pay=1
 --- more_headers
 X-Call-Id: r4-unsent
 --- response_body_like chomp
-^n=1 attempt=2 deadline=- tp=00-[0-9a-f]{32}-[0-9a-f]{16}-01 method=POST body=pay=1\n$
+^n=1 attempt=2 deadline=- tp=00-[0-9a-f]{32}-[0-9a-f]{16}-00 method=POST body=pay=1\n$
 --- error_log
 connect() failed (111: Connection refused)
 --- no_error_log

@@ -41,8 +41,8 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
  'Idempotent-Replayed: true' . "\n" . 'X-Call-Id: dd-1',
  '']
 --- response_body_like eval
-['\An=1 attempt=1 deadline=- tp=00-[0-9a-f]{32}-[0-9a-f]{16}-01 method=POST body=order=1\n\z',
- '\An=1 attempt=1 deadline=- tp=00-[0-9a-f]{32}-[0-9a-f]{16}-01 method=POST body=order=1\n\z',
+['\An=1 attempt=1 deadline=- tp=00-[0-9a-f]{32}-[0-9a-f]{16}-00 method=POST body=order=1\n\z',
+ '\An=1 attempt=1 deadline=- tp=00-[0-9a-f]{32}-[0-9a-f]{16}-00 method=POST body=order=1\n\z',
  '\An=1 [^\n]*\n\z']
 --- no_error_log
 [error]

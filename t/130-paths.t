@@ -357,7 +357,7 @@ GET /t
 ["X-Call-Id: mirror-10\r\nX-Call-Attempt: 5", ""]
 --- response_body_like eval
 ['\An=[12] attempt=1 ',
- '\An=1 attempt=1 deadline=- tp=00-([0-9a-f]{32})-[0-9a-f]{16}-01 method=GET body=\nn=2 attempt=1 deadline=- tp=00-\1-[0-9a-f]{16}-01 method=GET body=\n\z']
+ '\An=1 attempt=1 deadline=- tp=00-([0-9a-f]{32})-[0-9a-f]{16}-00 method=GET body=\nn=2 attempt=1 deadline=- tp=00-\1-[0-9a-f]{16}-00 method=GET body=\n\z']
 --- no_error_log
 [error]
 
