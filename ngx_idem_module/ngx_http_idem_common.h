@@ -188,6 +188,20 @@ typedef struct {
 } ngx_http_idem_header_t;
 
 
+/* idem_otel_*: where spans are exported (otel.c) */
+typedef struct {
+    ngx_str_t                 url;          /* len 0: no export */
+    ngx_addr_t               *addr;         /* resolved at configuration */
+    ngx_str_t                 host;         /* the Host header's value */
+    ngx_str_t                 path;
+    ngx_str_t                 service_name;
+    size_t                    buffer;       /* queued bytes per worker */
+    ngx_uint_t                batch;        /* spans per request at most */
+    ngx_msec_t                flush;        /* a span waits this at most */
+    ngx_msec_t                timeout;      /* one export's exchange */
+} ngx_http_idem_otel_conf_t;
+
+
 struct ngx_http_idem_main_conf_s {
     ngx_str_t                 node_id;
 
@@ -211,6 +225,8 @@ struct ngx_http_idem_main_conf_s {
 
     /* the counters' zone (idem_metrics), NULL: nothing is counted */
     ngx_shm_zone_t           *metrics_zone;
+
+    ngx_http_idem_otel_conf_t  otel;
 };
 
 
@@ -351,6 +367,7 @@ typedef struct {
     ngx_uint_t                sent;
     ngx_uint_t                no_retry;     /* why none followed, or 0 */
     ngx_int_t                 grpc_status;  /* the upstream's, or -1 */
+    ngx_str_t                *peer;         /* its peer's name, or NULL */
     u_char                    span_id[NGX_HTTP_IDEM_SPAN_ID_LEN];
 } ngx_http_idem_attempt_t;
 
@@ -542,6 +559,22 @@ typedef struct {
 } ngx_http_idem_resend_ctx_t;
 
 
+/*
+ * otel.c: the call's spans, decided as its ids are settled (handler.c),
+ * queued as it ends; the client's span from its traceparent
+ */
+typedef struct {
+    u_char                    span_id[NGX_HTTP_IDEM_SPAN_ID_LEN];  /* ours */
+    u_char                    parent[NGX_HTTP_IDEM_SPAN_ID_LEN];
+    ngx_str_t                 route;        /* the location's name */
+    ngx_str_t                 path;         /* r->uri then */
+    ngx_uint_t                flags;        /* the client's trace-flags */
+
+    unsigned                  export:1;     /* the call's spans are sent */
+    unsigned                  parent_set:1; /* a valid client traceparent */
+} ngx_http_idem_trace_ctx_t;
+
+
 /* answer.c: an owner's answer, kept for duplicates, or one replayed */
 typedef struct {
     ngx_buf_t                *capture;      /* "status\nheaders\n\nbody" */
@@ -574,6 +607,7 @@ struct ngx_http_idem_ctx_s {
     ngx_http_idem_answer_ctx_t    answer;
     ngx_http_idem_source_ctx_t    source;
     ngx_http_idem_resend_ctx_t    resend;
+    ngx_http_idem_trace_ctx_t     trace;
 };
 
 
@@ -649,6 +683,8 @@ typedef struct {
     ngx_atomic_t              resolved_forced_applied;
     ngx_atomic_t              resolved_forced_not_applied;
     ngx_atomic_t              resolve_force_refused;
+    ngx_atomic_t              otel_spans_sent;
+    ngx_atomic_t              otel_spans_dropped;
 } ngx_http_idem_counters_t;
 
 
