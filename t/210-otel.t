@@ -97,7 +97,7 @@ sub metric_is {
 }
 
 # No repeat_each(2): the blocks count spans and calls exactly.  A master
-# process: TEST 9 reloads.
+# process: TEST 10 reloads.
 
 master_on();
 no_long_string();
@@ -325,7 +325,56 @@ idem_otel_spans_total\{result="sent"\} 4
 
 
 
-=== TEST 5: the collector down: every call answered at once, every span dropped and counted
+=== TEST 5: gRPC: a Trailers-Only UNAVAILABLE retried: the tree whole, grpc-status on each attempt
+--- http_config
+    idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_PORT/v1/traces;
+    idem_otel_flush 50ms;
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 http2;
+        location / {
+            idem on;
+            idem_idempotent on;
+            idem_retry 3 backoff=10ms;
+            grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_2;
+        }
+    }
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_2 http2;
+        location /g/svc/Flaky {
+            proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/grpc/14/1;
+        }
+    }
+--- config
+    location /g/ {
+        grpc_pass grpc://127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+my ($t, $c) = (IdemOtel::hexid(32), IdemOtel::hexid(16));
+my $id = 'otel-grpc-' . IdemOtel::hexid(8);
+my ($code) = main::call('/g/svc/Flaky', $id, main::tp($t, $c), '--data', 'x',
+                        '-H', 'Content-Type: application/grpc');
+Test::More::is($code, 200, 'the gRPC call is answered');
+Test::More::is(scalar IdemOtel::wait_spans($t, 3), 3, 'three spans came');
+my ($srv, @a) = main::tree_ok($t, $c, 2, $id, 'gRPC');
+Test::More::is("$srv->{name} $srv->{attributes}{'idem.state'}",
+               'POST / SUCCESS', 'the call: its route, a success');
+Test::More::is("$a[0]{attributes}{'rpc.grpc.status_code'} $a[0]{status} "
+               . "$a[1]{attributes}{'rpc.grpc.status_code'} $a[1]{status}",
+               '14 2 0 0', 'UNAVAILABLE, an error; then OK');
+main::metric_is('idem_otel_spans_total{result="sent"}', 3);
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="sent"\} 3
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: the collector down: every call answered at once, every span dropped and counted
 --- http_config
     idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_DOWN_PORT/v1/traces;
     idem_otel_flush 20ms;
@@ -360,7 +409,7 @@ failed (cannot connect)
 
 
 
-=== TEST 6: the collector paused (SIGSTOP): calls answered at once, batches time out and are counted
+=== TEST 7: the collector paused (SIGSTOP): calls answered at once, batches time out and are counted
 --- http_config
     idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_PORT/v1/traces;
     idem_otel_flush 20ms;
@@ -398,7 +447,7 @@ failed (timed out)
 
 
 
-=== TEST 7: a slow collector: calls answered at once; batches out past the timeout dropped, the next ones sent once it is quick again
+=== TEST 8: a slow collector: calls answered at once; batches out past the timeout dropped, the next ones sent once it is quick again
 --- http_config
     idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_PORT/v1/traces;
     idem_otel_flush 20ms;
@@ -441,7 +490,7 @@ failed (timed out)
 
 
 
-=== TEST 8: the queue is bounded: spans past idem_otel_buffer dropped and counted, nothing sent before its time
+=== TEST 9: the queue is bounded: spans past idem_otel_buffer dropped and counted, nothing sent before its time
 --- http_config
     idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_PORT/v1/traces;
     idem_otel_buffer 16k;
@@ -473,7 +522,7 @@ idem_otel_spans_total\{result="dropped"\} 2
 
 
 
-=== TEST 9: a reload while calls run: the old worker sends what it queued as it exits, all counted sent
+=== TEST 10: a reload while calls run: the old worker sends what it queued as it exits, all counted sent
 --- http_config
     idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_PORT/v1/traces;
     idem_otel_batch 100000;
