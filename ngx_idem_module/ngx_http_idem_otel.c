@@ -1172,14 +1172,12 @@ ngx_http_idem_otel_response(ngx_http_idem_otel_worker_t *w,
     }
 
     if (status < 200 || status > 299) {
-        w->response_len = ngx_min(w->response_len, 128);
+
+        /* its status line, for the warning */
+
         line.data = w->response;
-        line.len = ngx_strlchr(w->response, w->response + w->response_len,
-                               '\r')
-                   ? (size_t) (ngx_strlchr(w->response,
-                                           w->response + w->response_len,
-                                           '\r') - w->response)
-                   : w->response_len;
+        eol = ngx_strlchr(w->response, w->response + w->response_len, '\r');
+        line.len = ngx_min((size_t) ((eol ? eol : last) - w->response), 128);
 
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                       "idem otel: the collector at \"%V\" answered \"%V\": "

@@ -97,7 +97,7 @@ sub metric_is {
 }
 
 # No repeat_each(2): the blocks count spans and calls exactly.  A master
-# process: TEST 10 reloads.
+# process: TEST 11 reloads.
 
 master_on();
 no_long_string();
@@ -490,7 +490,42 @@ failed (timed out)
 
 
 
-=== TEST 9: the queue is bounded: spans past idem_otel_buffer dropped and counted, nothing sent before its time
+=== TEST 9: a collector that answers 503: each batch dropped and counted, its status line in a warning
+--- http_config
+    idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_RAND_PORT_1/v1/traces;
+    idem_otel_flush 20ms;
+    idem_otel_batch 2;
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+        location / {
+            return 503;
+        }
+    }
+--- config
+    location /pay {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+my $t = IdemOtel::hexid(32);
+main::call('/pay', "otel-503-$_", main::tp($t, IdemOtel::hexid(16))) for 1 .. 3;
+main::metric_is('idem_otel_spans_total{result="dropped"}', 6);
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="sent"\} 0
+idem_otel_spans_total\{result="dropped"\} 6
+--- error_log
+answered "HTTP/1.1 503 Service Temporarily Unavailable": 2 spans dropped
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: the queue is bounded: spans past idem_otel_buffer dropped and counted, nothing sent before its time
 --- http_config
     idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_PORT/v1/traces;
     idem_otel_buffer 16k;
@@ -522,7 +557,7 @@ idem_otel_spans_total\{result="dropped"\} 2
 
 
 
-=== TEST 10: a reload while calls run: the old worker sends what it queued as it exits, all counted sent
+=== TEST 11: a reload while calls run: the old worker sends what it queued as it exits, all counted sent
 --- http_config
     idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_PORT/v1/traces;
     idem_otel_batch 100000;
