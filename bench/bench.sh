@@ -17,6 +17,9 @@
 #            call, from the same wrk script (the baseline of record)
 #   idem     idem on; idem_deadline 3s
 #   record   idem + idem_record on                  (a new call id per call)
+#   otel     record, each call's spans exported (idem_otel_endpoint: the
+#            backend answers the collector's POSTs, 200 and discarded),
+#            the client's traceparent sampled        (a new call id per call)
 #   dedupe   idem + idem_dedupe on, scope off        (a new call id per call)
 #   dedupelim dedupe + idem_resend_limit (rate and concurrent, by client
 #            address): a new id is never looked up in the limit's zone, so
@@ -65,7 +68,7 @@
 #                         between a connection's calls; 0: none
 #   BENCH_PIN=1           0: leave every process to the scheduler
 #   BENCH_VARIANTS="plain hdrs hdrsid idem record dedupe dedupelim durable
-#                  peer"  (dedupe4k and webhook only when named here)
+#                  peer"  (dedupe4k, webhook and otel only when named here)
 #   NGINX_BIN=/usr/sbin/nginx
 
 set -euo pipefail
@@ -100,7 +103,7 @@ if [ "$rounds" -lt 1 ] || [ "$duration" -lt 1 ] || [ "$conns" -lt 1 ]; then
 fi
 for v in "${variants[@]}"; do
     case $v in plain|hdrs|hdrsid|idem|record|dedupe|dedupelim|durable|peer) ;;
-        dedupe4k|webhook) ;;
+        dedupe4k|webhook|otel) ;;
         *) die "unknown variant '$v' in BENCH_VARIANTS" ;; esac
 done
 
@@ -379,6 +382,10 @@ $(common_http "$run/gateway")
 
     log_format  paced  '\$request_time';
 
+    # otel's spans: the backend answers them and keeps nothing; only the
+    # calls that send a sampled traceparent (otel's) export any
+    idem_otel_endpoint  http://127.0.0.1:$backend_port/v1/traces;
+
     server {
         listen  127.0.0.1:$gateway_port;
 
@@ -410,6 +417,13 @@ $(common_http "$run/gateway")
         }
 
         location /record {
+            idem           on;
+            idem_deadline  3s;
+            idem_record    on;
+            proxy_pass     http://backend;
+        }
+
+        location /otel {
             idem           on;
             idem_deadline  3s;
             idem_record    on;
@@ -550,11 +564,15 @@ url_of() {
 }
 
 newid() {    # the variants that get a new call id on every call
-    case $1 in hdrsid|record|dedupe|dedupelim|durable|peer|dedupe4k|webhook)
-        return 0 ;;
+    case $1 in
+        hdrsid|record|otel|dedupe|dedupelim|durable|peer|dedupe4k|webhook)
+            return 0 ;;
     esac
     return 1
 }
+
+# otel's client span: a sampled trace, the same for every call
+otel_tp=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
 
 # every variant answers 200 "ok"; the module's hand a call id back; a
 # duplicate of a deduped call is a replay
@@ -562,6 +580,7 @@ for v in "${variants[@]}"; do
     url=$(url_of "$v")
     hdr=()
     newid "$v" && hdr=(-H "X-Call-Id: probe-$v")
+    [ "$v" = otel ] && hdr+=(-H "traceparent: $otel_tp")
     case $v in
         dedupe4k) hdr+=(--data-binary '{"id":"probe-dedupe4k"}') ;;
         webhook) hdr=(--data-binary '{"id":"probe-webhook"}') ;;
@@ -590,11 +609,13 @@ note "backend :$backend_port, redis :$redis_port, gateway :$gateway_port," \
 
 # ---------------------------------------------------------------- wrk
 
+
 mkdir -p "$run/wrk"
 wrk_run() {    # variant seconds outfile tag [pace]: pace, ms between calls
     local v=$1 args=() p url
     url=$(url_of "$v")
     newid "$v" && args=(-s "$root/bench/bench-newid.lua" -- "$4")
+    [ "$v" = otel ] && args+=("$otel_tp")
     case $v in
         dedupe4k) args=(-s "$root/bench/bench-webhook.lua" -- "$4" header) ;;
         webhook) args=(-s "$root/bench/bench-webhook.lua" -- "$4" body) ;;
@@ -835,6 +856,8 @@ alerts=$(cat "$run/gateway/error.log" "$run/peer/error.log" 2>/dev/null \
         "$(ratio durable dedupe)" "$(cost dedupe durable)"
     printf '  %-15s %-6s %7s %7s\n' "webhook/dedupe4k" ">=0.91" \
         "$(ratio webhook dedupe4k)" "$(cost webhook dedupe4k)"
+    printf '  %-15s %-6s %7s %7s\n' "otel / record" "<=1.10" \
+        "$(ratio otel record)" "$(cost record otel)"
     if grep -q '^plain ' "$run/wrk/paced.txt" 2>/dev/null; then
         pp=$(awk '$1 == "plain" { print $4 }' "$run/wrk/paced.txt" | median)
         pr=$(awk '$1 == "record" { print $4 }' "$run/wrk/paced.txt" | median)

@@ -195,6 +195,20 @@ typedef struct {
 } ngx_http_idem_header_t;
 
 
+/* idem_otel_*: where spans are exported (otel.c) */
+typedef struct {
+    ngx_str_t                 url;          /* len 0: no export */
+    ngx_addr_t               *addr;         /* resolved at configuration */
+    ngx_str_t                 host;         /* the Host header's value */
+    ngx_str_t                 path;
+    ngx_str_t                 service_name;
+    size_t                    buffer;       /* queued bytes per worker */
+    ngx_uint_t                batch;        /* spans per request at most */
+    ngx_msec_t                flush;        /* a span waits this at most */
+    ngx_msec_t                timeout;      /* one export's exchange */
+} ngx_http_idem_otel_conf_t;
+
+
 struct ngx_http_idem_main_conf_s {
     ngx_str_t                 node_id;
 
@@ -219,6 +233,8 @@ struct ngx_http_idem_main_conf_s {
 
     /* the counters' zone (idem_metrics), NULL: nothing is counted */
     ngx_shm_zone_t           *metrics_zone;
+
+    ngx_http_idem_otel_conf_t  otel;
 };
 
 
@@ -362,6 +378,7 @@ typedef struct {
     ngx_uint_t                sent;
     ngx_uint_t                no_retry;     /* why none followed, or 0 */
     ngx_int_t                 grpc_status;  /* the upstream's, or -1 */
+    ngx_str_t                *peer;         /* its peer's name, or NULL */
     u_char                    span_id[NGX_HTTP_IDEM_SPAN_ID_LEN];
 } ngx_http_idem_attempt_t;
 
@@ -402,8 +419,8 @@ typedef struct {
 /*
  * trace.c: the W3C trace context (the client's traceparent taken by
  * call_id.c, its tracestate, the sampling decision); headers.c: each
- * attempt's span id.  The span exporter sets "export" before the ids are
- * injected (ngx_http_idem_trace.h).
+ * attempt's span id.  The span exporter (otel.c) sets "export" before
+ * the ids are injected (ngx_http_idem_trace.h).
  */
 typedef struct {
     ngx_str_t                 parent_id;    /* the client's span, len 0:
@@ -414,11 +431,16 @@ typedef struct {
                                             /* the current attempt's */
     ngx_uint_t                flags;        /* trace-flags sent upstream */
 
+    /* otel.c: the server span, where the call's spans are exported */
+    u_char                    server_span[NGX_HTTP_IDEM_SPAN_ID_LEN];
+    ngx_str_t                 route;        /* the location's name */
+    ngx_str_t                 path;         /* r->uri then */
+
     unsigned                  client:1;     /* the client's traceparent
                                                was taken */
     unsigned                  sampled:1;
     unsigned                  export:1;     /* the call's spans are
-                                               exported: never set here */
+                                               exported (otel.c) */
 } ngx_http_idem_trace_ctx_t;
 
 
@@ -689,6 +711,8 @@ typedef struct {
     ngx_atomic_t              resolved_forced_applied;
     ngx_atomic_t              resolved_forced_not_applied;
     ngx_atomic_t              resolve_force_refused;
+    ngx_atomic_t              otel_spans_sent;
+    ngx_atomic_t              otel_spans_dropped;
 } ngx_http_idem_counters_t;
 
 

@@ -11,6 +11,7 @@
 #include "ngx_http_idem_call_id_source.h"
 #include "ngx_http_idem_directive.h"
 #include "ngx_http_idem_headers.h"
+#include "ngx_http_idem_otel.h"
 #include "ngx_http_idem_record_parse.h"
 #include "ngx_http_idem_storm.h"
 
@@ -42,6 +43,8 @@ ngx_http_idem_create_main_conf(ngx_conf_t *cf)
     imcf->record_max_executions = NGX_CONF_UNSET_UINT;
     imcf->record_short = NGX_CONF_UNSET;
     imcf->dedupe_wait_max = NGX_CONF_UNSET_UINT;
+
+    ngx_http_idem_otel_create_conf(&imcf->otel);
 
     return imcf;
 }
@@ -133,7 +136,7 @@ ngx_http_idem_init_main_conf(ngx_conf_t *cf, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    return NGX_CONF_OK;
+    return ngx_http_idem_otel_init_conf(cf, imcf);
 }
 
 

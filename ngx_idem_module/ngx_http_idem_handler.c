@@ -15,6 +15,7 @@
 #include "ngx_http_idem_grpc.h"
 #include "ngx_http_idem_headers.h"
 #include "ngx_http_idem_metrics.h"
+#include "ngx_http_idem_otel.h"
 #include "ngx_http_idem_problem.h"
 #include "ngx_http_idem_record.h"
 #include "ngx_http_idem_resend_limit.h"
@@ -167,6 +168,10 @@ ngx_http_idem_settle(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
         return ngx_http_idem_send_problem(r, &problem, &ctx->ids.call_id);
     }
+
+    /* the client's span, read before its traceparent is dropped */
+
+    ngx_http_idem_otel_start(r, ctx, &in);
 
     if (ngx_http_idem_inject(r, ilcf, &in, ctx) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -423,6 +428,8 @@ ngx_http_idem_log_handler(ngx_http_request_t *r)
     rc = ngx_http_idem_record_finish(r, ctx);
 
     ngx_http_idem_observe_call(r, ctx);
+
+    ngx_http_idem_otel_end(r, ctx);
 
     /* an UNKNOWN execution, queued behind its final write (stream.c) */
 

@@ -244,6 +244,12 @@ static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
     ngx_http_idem_metric("idem_resends_refused_total", "",
         "Resends of known call ids refused by idem_resend_limit (429).",
         resends_refused),
+    ngx_http_idem_metric("idem_otel_spans_total", "result=\"sent\"",
+        "Spans exported to idem_otel_endpoint, or dropped (the worker's "
+        "queue full, the collector slow, away or refusing).",
+        otel_spans_sent),
+    ngx_http_idem_metric("idem_otel_spans_total", "result=\"dropped\"",
+        NULL, otel_spans_dropped),
     { NULL, NULL, NULL, 0 }
 };
 

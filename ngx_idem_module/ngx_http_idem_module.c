@@ -15,6 +15,7 @@
 #include "ngx_http_idem_filter.h"
 #include "ngx_http_idem_handler.h"
 #include "ngx_http_idem_metrics.h"
+#include "ngx_http_idem_otel.h"
 #include "ngx_http_idem_record.h"
 #include "ngx_http_idem_resend_limit.h"
 #include "ngx_http_idem_status.h"
@@ -403,6 +404,48 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       offsetof(ngx_http_idem_main_conf_t, node_id),
       NULL },
 
+    { ngx_string("idem_otel_endpoint"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_idem_otel_endpoint,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("idem_otel_service_name"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_idem_main_conf_t, otel.service_name),
+      NULL },
+
+    { ngx_string("idem_otel_buffer"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_idem_main_conf_t, otel.buffer),
+      NULL },
+
+    { ngx_string("idem_otel_batch"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_idem_main_conf_t, otel.batch),
+      NULL },
+
+    { ngx_string("idem_otel_flush"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_idem_main_conf_t, otel.flush),
+      NULL },
+
+    { ngx_string("idem_otel_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_idem_main_conf_t, otel.timeout),
+      NULL },
+
       ngx_null_command
 };
 
@@ -444,6 +487,12 @@ ngx_http_idem_init_process(ngx_cycle_t *cycle)
     ngx_http_idem_main_conf_t  *imcf;
 
     imcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_idem_module);
+
+    /* the worker's span exporter, when idem_otel_endpoint is set */
+
+    if (ngx_http_idem_otel_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     if (imcf == NULL || imcf->store.addr.data == NULL) {
         return NGX_OK;

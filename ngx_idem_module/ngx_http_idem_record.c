@@ -473,6 +473,7 @@ ngx_http_idem_attempt_end(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     a->duration = ngx_current_msec - a->start;
     a->sent = u->request_sent;
+    a->peer = pc->name;
     a->status = u->headers_in.status_n;
 
     if (ctx->grpc.on) {

@@ -836,3 +836,46 @@ GET /t
 "idem_resend_limit" is set in location "/t" where "idem" is off or neither "idem_dedupe" nor "idem_record" is on: it has no effect there
 --- no_error_log
 [error]
+
+
+
+=== TEST 76: idem_otel_endpoint over https: refused, with what to do instead
+--- http_config
+    idem_otel_endpoint https://127.0.0.1:4318/v1/traces;
+--- config
+    location /t { idem on; return 204; }
+--- must_die
+--- error_log
+"https://127.0.0.1:4318/v1/traces": https is not supported by idem_otel_endpoint; send to a collector on loopback or a private network over http://
+
+
+
+=== TEST 77: idem_otel_endpoint that is no http:// URL
+--- http_config
+    idem_otel_endpoint 127.0.0.1:4318;
+--- config
+    location /t { idem on; return 204; }
+--- must_die
+--- error_log
+invalid idem_otel_endpoint "127.0.0.1:4318": http://host[:port]/path expected
+
+
+
+=== TEST 78: idem_otel_buffer under 16k
+--- http_config
+    idem_otel_endpoint http://127.0.0.1:4318/v1/traces;
+    idem_otel_buffer 4k;
+--- config
+    location /t { idem on; return 204; }
+--- must_die
+--- error_log
+idem_otel_buffer must be at least 16k
+
+
+
+=== TEST 79: idem_otel_endpoint only in http{}
+--- config
+    location /t { idem_otel_endpoint http://127.0.0.1:4318/v1/traces; }
+--- must_die
+--- error_log
+"idem_otel_endpoint" directive is not allowed here

@@ -41,6 +41,10 @@ idem_resolutions_forced_total\{outcome="not_applied"\} 0
 # HELP idem_resends_refused_total Resends of known call ids refused by idem_resend_limit \(429\)\.
 # TYPE idem_resends_refused_total counter
 idem_resends_refused_total 0
+# HELP idem_otel_spans_total Spans exported to idem_otel_endpoint, or dropped \(the worker's queue full, the collector slow, away or refusing\)\.
+# TYPE idem_otel_spans_total counter
+idem_otel_spans_total\{result="sent"\} 0
+idem_otel_spans_total\{result="dropped"\} 0
 # HELP idem_call_duration_seconds .*
 # TYPE idem_call_duration_seconds histogram
 idem_call_duration_seconds_bucket\{state="SUCCESS",le="0\.00025"\} 0

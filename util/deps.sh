@@ -10,7 +10,9 @@
 #                       consumer of idem_unknown_stream
 #                       (util/unknown-consumer.py, t/171), chromium for the
 #                       timeline page in t/176, prometheus for promtool
-#                       (t/071: the metrics' format, the shipped rules)
+#                       (t/071: the metrics' format, the shipped rules),
+#                       protobuf-compiler and python3-protobuf for the
+#                       OTLP test collector (t/lib/otlp_collector.py, t/210)
 #   util/deps.sh --list [run]   prints the packages, installs nothing
 #
 # IDEM_REAL_TN=1 adds the perl modules that OpenResty's Test::Nginx needs
@@ -29,7 +31,8 @@ pkgs="nginx nginx-dev libhiredis-dev uuid-dev libssl-dev libpcre2-dev
 if [ "$1" != run ]; then
     pkgs="$pkgs libnginx-mod-http-echo perl libtest-base-perl
           libtest-longstring-perl libhttp-message-perl curl python3
-          python3-grpcio python3-redis chromium prometheus"
+          python3-grpcio python3-redis chromium prometheus
+          protobuf-compiler python3-protobuf"
 fi
 
 # nginx's own tests (make nginx-tests) load every dynamic module nginx -V

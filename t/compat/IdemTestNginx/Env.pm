@@ -102,7 +102,7 @@ sub setup {
                                      TEST_NGINX_BACKEND_PORT);
     my $port = $ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT}
                || pick(\%taken, 0, 1 .. 3, 75, 85, 90, 91, 100, 115, 120,
-                       150, 176, 180 .. 184);
+                       150, 176, 180 .. 184, 500, 501);
     my $redis = $ENV{TEST_NGINX_REDIS_PORT}
                 || pick(\%taken, 0, 200, 300 .. 305, 400 .. 405, 450, 500,
                         520 .. 525, 620 .. 625);
