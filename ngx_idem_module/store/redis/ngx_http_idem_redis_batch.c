@@ -17,15 +17,16 @@
  * connection is lost before its WAIT left is not durable.
  *
  * A connection takes one kind of durable claim only (replicas, timeout:
- * redis_node.c has one for each kind the routes ask for), and its WAIT
+ * redis_node.c has two for each kind the routes ask for), and its WAIT
  * asks for exactly those: a claim's answer never depends on the claims
  * of another kind, which neither share its WAIT nor queue behind theirs
  * (a WAIT for 2 replicas within 3 s held up every claim for 1 within
  * 500 ms behind it, on one connection, until their own timers ran out).
- * A claim may wait for one WAIT of its own kind in flight, at most its
- * timeout.  Its own timer (its timeout and the store's) ends its wait.
- * A claim whose request went meanwhile is cancelled (done): it is freed
- * with its batch.
+ * A kind's connections take turns: a claim goes on one with no WAIT in
+ * flight, and waits behind one only when each has one, behind the one
+ * that left first (the WAITs are numbered as they leave).  Its own timer
+ * (its timeout and the store's) ends its wait.  A claim whose request
+ * went meanwhile is cancelled (done): it is freed with its batch.
  */
 
 
@@ -44,6 +45,10 @@ static void ngx_http_idem_redis_batch_timeout(ngx_event_t *ev);
 static void ngx_http_idem_redis_batch_waited(redisAsyncContext *ac, void *r,
     void *privdata);
 static void ngx_http_idem_redis_batch_answer(ngx_queue_t *q, ngx_int_t acked);
+
+
+/* the WAITs sent, numbered: the one that left first returns first */
+static ngx_uint_t  ngx_http_idem_redis_batch_turns;
 
 
 static void
@@ -209,9 +214,10 @@ ngx_http_idem_redis_batch_flush(ngx_event_t *ev)
     argv[2] = (const char *) ms;
     lens[2] = ngx_sprintf(ms, "%M", node->wait) - ms;
 
-    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "idem redis: WAIT %ui %M on \"%V\" for %ui claims",
-                   node->replicas, node->wait, &node->name, count);
+    ngx_log_debug5(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: WAIT %ui %M on \"%V\" for %ui claims, "
+                   "connection #%ui", node->replicas, node->wait,
+                   &node->name, count, node->turn);
 
     if (ngx_http_idem_redis_node_command(node,
                                          ngx_http_idem_redis_batch_waited,
@@ -233,6 +239,10 @@ ngx_http_idem_redis_batch_flush(ngx_event_t *ev)
     b->nsent = b->nnext;
     b->nnext = 0;
     b->waiting = 1;
+
+    /* the kind's next claims go where no WAIT is, or behind the oldest */
+
+    b->turn = ++ngx_http_idem_redis_batch_turns;
 }
 
 
@@ -275,10 +285,10 @@ ngx_http_idem_redis_batch_waited(redisAsyncContext *ac, void *r,
         ngx_http_idem_redis_error_reply(rd, reply);
     }
 
-    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+    ngx_log_debug5(NGX_LOG_DEBUG_EVENT, rd->log, 0,
                    "idem redis: WAIT on \"%V\": %i replicas, for %ui claims, "
-                   "%ui for the next",
-                   &node->name, acked, b->nsent, b->nnext);
+                   "%ui for the next, connection #%ui",
+                   &node->name, acked, b->nsent, b->nnext, node->turn);
 
     b->nsent = 0;
 

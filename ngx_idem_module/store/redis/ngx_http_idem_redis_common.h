@@ -55,6 +55,12 @@
 /* connections of one worker: cluster masters, replicas, sentinels */
 #define NGX_HTTP_IDEM_REDIS_MAX_NODES        64
 
+/*
+ * A data node's connections for each kind of durable claim, taking turns:
+ * while a WAIT blocks one, the next claims go on another (redis_node.c)
+ */
+#define NGX_HTTP_IDEM_REDIS_DURABLE_TURNS    2
+
 
 typedef struct ngx_http_idem_redis_s          ngx_http_idem_redis_t;
 typedef struct ngx_http_idem_redis_node_s     ngx_http_idem_redis_node_t;
@@ -159,6 +165,7 @@ typedef struct {
     ngx_uint_t                       nnext;
     ngx_uint_t                       nsent;
     ngx_event_t                      flush;      /* posted: WAIT goes */
+    ngx_uint_t                       turn;       /* the WAIT's, in order */
     ngx_http_idem_redis_node_pt      lost;       /* its connection went */
     unsigned                         ready:1;    /* queues set up */
     unsigned                         waiting:1;  /* a WAIT in flight */
@@ -193,17 +200,19 @@ struct ngx_http_idem_redis_node_s {
     void                            *data;
 
     /*
-     * A data node's connections for durable claims only, one for each
-     * kind (replicas, timeout) the routes ask for: a WAIT blocks the
-     * connection it is sent on, and must hold up neither the other
-     * commands nor the claims of another kind.  They follow their node
-     * (address, connect, close).
+     * A data node's connections for durable claims only, a few (_TURNS)
+     * for each kind (replicas, timeout) the routes ask for, side by side
+     * in the list: a WAIT blocks the connection it is sent on, and must
+     * hold up neither the other commands, nor the claims of another
+     * kind, nor those of its kind that another of its connections can
+     * take.  They follow their node (address, connect, close).
      */
     ngx_http_idem_redis_node_t      *durable;    /* the first */
     ngx_http_idem_redis_node_t      *main;       /* durable's: its node */
     ngx_http_idem_redis_node_t      *next;       /* durable's: the next */
     ngx_uint_t                       replicas;   /* durable's: its kind */
     ngx_msec_t                       wait;
+    ngx_uint_t                       turn;       /* durable's: 0, 1 ... */
     ngx_http_idem_redis_batch_t      batch;      /* its claims' WAITs */
 
     /*

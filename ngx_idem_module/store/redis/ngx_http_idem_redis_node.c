@@ -41,14 +41,14 @@ static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
 
 /*
  * A connection of this worker's store; it lives as long as the process.
- * A data node gets a connection more for each kind of durable claim the
- * routes ask for.
+ * A data node gets NGX_HTTP_IDEM_REDIS_DURABLE_TURNS connections more for
+ * each kind of durable claim the routes ask for, which take turns.
  */
 
 ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
 {
-    ngx_uint_t                      i;
+    ngx_uint_t                      i, k, n;
     ngx_http_idem_redis_node_t     *node, *durable, **last;
     ngx_http_idem_store_durable_t  *kind;
 
@@ -71,7 +71,11 @@ ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
         kind = rd->conf->durable->elts;
         last = &node->durable;
 
-        for (i = 0; i < rd->conf->durable->nelts; i++) {
+        /* a kind's connections side by side, in turn order */
+
+        n = rd->conf->durable->nelts * NGX_HTTP_IDEM_REDIS_DURABLE_TURNS;
+
+        for (i = 0; i < n; i++) {
             durable = ngx_http_idem_redis_node_alloc(rd, role);
             if (durable == NULL) {
                 while (node->durable) {
@@ -84,9 +88,12 @@ ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
                 return NULL;
             }
 
+            k = i / NGX_HTTP_IDEM_REDIS_DURABLE_TURNS;
+
             durable->main = node;
-            durable->replicas = kind[i].replicas;
-            durable->wait = kind[i].wait;
+            durable->replicas = kind[k].replicas;
+            durable->wait = kind[k].wait;
+            durable->turn = i % NGX_HTTP_IDEM_REDIS_DURABLE_TURNS;
 
             *last = durable;
             last = &durable->next;
@@ -310,24 +317,57 @@ ngx_http_idem_redis_node_handshake(ngx_http_idem_redis_node_t *node)
 
 /*
  * The connection of a node for one kind of durable claim, NULL: none.
- * One that is not up connects when a claim is held on it (redis_op.c).
+ * The kind's connections take turns: a claim goes on the first that is
+ * up with no WAIT in flight, so that it runs at once and has a WAIT of
+ * its own; when every one that is up has a WAIT in flight, behind the
+ * WAIT that left first, which returns first; when none is up, on the
+ * first, which connects when a claim is held on it (redis_op.c).
  */
 
 ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_durable_node(ngx_http_idem_redis_t *rd,
     ngx_http_idem_redis_node_t *node, ngx_uint_t replicas, ngx_msec_t wait)
 {
-    ngx_http_idem_redis_node_t  *durable;
+    ngx_http_idem_redis_node_t  *durable, *first, *oldest;
 
     if (node == NULL) {
         return NULL;
     }
 
+    first = NULL;
+    oldest = NULL;
+
     for (durable = node->durable; durable; durable = durable->next) {
-        if (durable->replicas == replicas && durable->wait == wait) {
+        if (durable->replicas != replicas || durable->wait != wait) {
+            continue;
+        }
+
+        if (first == NULL) {
+            first = durable;
+        }
+
+        if (!ngx_http_idem_redis_node_takes(durable)) {
+            continue;
+        }
+
+        if (!durable->batch.waiting) {
             break;
         }
+
+        if (oldest == NULL || durable->batch.turn < oldest->batch.turn) {
+            oldest = durable;
+        }
     }
+
+    if (durable == NULL) {
+        durable = oldest ? oldest : first;
+    }
+
+    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: a durable claim for %ui replicas in %M ms "
+                   "on \"%V\" #%ui", replicas, wait,
+                   durable ? &durable->name : &node->name,
+                   durable ? durable->turn : 0);
 
     return durable;
 }
@@ -349,10 +389,10 @@ ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node)
     node->db = main->db;
     node->name = main->name;
 
-    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, node->rd->log, 0,
-                   "idem redis: a connection for durable claims to \"%V\", "
-                   "%ui replicas in %M ms", &node->name, node->replicas,
-                   node->wait);
+    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, node->rd->log, 0,
+                   "idem redis: a connection for durable claims to \"%V\" "
+                   "#%ui, %ui replicas in %M ms", &node->name, node->turn,
+                   node->replicas, node->wait);
 
     ngx_http_idem_redis_node_connect(node);
 }
