@@ -138,7 +138,8 @@ struct ngx_http_idem_store_op_s {
 
     /*
      * A cluster's: in rd->parked until the map is read again.  One whose
-     * node is not up: in node->held until it is.  A
+     * node is not up: in node->held until it is.  One sent on a durable
+     * claims' connection: in its node->flight until its reply.  A
      * durable claim made: in its connection's batch (redis_batch.c).
      */
     ngx_queue_t                      queue;
@@ -150,6 +151,7 @@ struct ngx_http_idem_store_op_s {
     unsigned                         mapped:1;   /* waited for a map once */
     unsigned                         held:1;     /* in node->held now */
     unsigned                         asking:1;   /* ASKING first, held */
+    unsigned                         flying:1;   /* in node->flight now */
 };
 
 
@@ -214,6 +216,13 @@ struct ngx_http_idem_redis_node_s {
     ngx_msec_t                       wait;
     ngx_uint_t                       turn;       /* durable's: 0, 1 ... */
     ngx_http_idem_redis_batch_t      batch;      /* its claims' WAITs */
+
+    /*
+     * A durable claims' connection's ops sent and not answered yet: what
+     * follows one of them (a claim's release when its answer did not
+     * come, the PUBLISH after it) goes on the same connection, behind it.
+     */
+    ngx_queue_t                      flight;
 
     /*
      * Ops sent while it was not up, in order, each under its own timeout
@@ -298,7 +307,7 @@ ngx_int_t ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
 void ngx_http_idem_redis_node_answered(ngx_http_idem_redis_node_t *node);
 ngx_http_idem_redis_node_t *ngx_http_idem_redis_durable_node(
     ngx_http_idem_redis_t *rd, ngx_http_idem_redis_node_t *node,
-    ngx_uint_t replicas, ngx_msec_t wait);
+    ngx_http_idem_store_op_t *op);
 void ngx_http_idem_redis_node_wake(ngx_http_idem_redis_node_t *node);
 
 /* ngx_http_idem_redis_batch.c */

@@ -19,6 +19,8 @@
 
 
 static void ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node);
+static ngx_http_idem_redis_node_t *ngx_http_idem_redis_durable_follow(
+    ngx_http_idem_redis_node_t *node, ngx_http_idem_store_op_t *op);
 static void ngx_http_idem_redis_node_free(ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_node_handshake(
     ngx_http_idem_redis_node_t *node);
@@ -134,6 +136,7 @@ ngx_http_idem_redis_node_alloc(ngx_http_idem_redis_t *rd, ngx_uint_t role)
     node->reconnect_ev.cancelable = 1;
 
     ngx_queue_init(&node->held);
+    ngx_queue_init(&node->flight);
 
     return node;
 }
@@ -316,17 +319,20 @@ ngx_http_idem_redis_node_handshake(ngx_http_idem_redis_node_t *node)
 
 
 /*
- * The connection of a node for one kind of durable claim, NULL: none.
- * The kind's connections take turns: a claim goes on the first that is
- * up with no WAIT in flight, so that it runs at once and has a WAIT of
- * its own; when every one that is up has a WAIT in flight, behind the
+ * The connection of a node for the op's kind of durable claim, NULL:
+ * none.  An op that follows one of the kind's ops not answered yet (its
+ * key; a PUBLISH's, the key it tells of) goes on that op's connection,
+ * where Redis runs it after that op: a release after its claim.  Else
+ * the kind's connections take turns: the op goes on the first that is
+ * up with no WAIT in flight, so that a claim runs at once and has a WAIT
+ * of its own; when every one that is up has a WAIT in flight, behind the
  * WAIT that left first, which returns first; when none is up, on the
- * first, which connects when a claim is held on it (redis_op.c).
+ * first, which connects when an op is held on it (redis_op.c).
  */
 
 ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_durable_node(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_redis_node_t *node, ngx_uint_t replicas, ngx_msec_t wait)
+    ngx_http_idem_redis_node_t *node, ngx_http_idem_store_op_t *op)
 {
     ngx_http_idem_redis_node_t  *durable, *first, *oldest;
 
@@ -334,11 +340,20 @@ ngx_http_idem_redis_durable_node(ngx_http_idem_redis_t *rd,
         return NULL;
     }
 
+    durable = ngx_http_idem_redis_durable_follow(node, op);
+
+    if (durable != NULL) {
+        ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                       "idem redis: a durable op follows one on \"%V\" #%ui",
+                       &durable->name, durable->turn);
+        return durable;
+    }
+
     first = NULL;
     oldest = NULL;
 
     for (durable = node->durable; durable; durable = durable->next) {
-        if (durable->replicas != replicas || durable->wait != wait) {
+        if (durable->replicas != op->replicas || durable->wait != op->wait) {
             continue;
         }
 
@@ -364,12 +379,67 @@ ngx_http_idem_redis_durable_node(ngx_http_idem_redis_t *rd,
     }
 
     ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "idem redis: a durable claim for %ui replicas in %M ms "
-                   "on \"%V\" #%ui", replicas, wait,
+                   "idem redis: a durable op for %ui replicas in %M ms "
+                   "on \"%V\" #%ui", op->replicas, op->wait,
                    durable ? &durable->name : &node->name,
                    durable ? durable->turn : 0);
 
     return durable;
+}
+
+
+/* the kind's connection with an op in flight for the op's key, or NULL */
+
+static ngx_http_idem_redis_node_t *
+ngx_http_idem_redis_durable_follow(ngx_http_idem_redis_node_t *node,
+    ngx_http_idem_store_op_t *op)
+{
+    size_t                       len;
+    ngx_uint_t                   k, f;
+    ngx_queue_t                 *q;
+    const char                  *key;
+    ngx_http_idem_store_op_t    *sent;
+    ngx_http_idem_redis_node_t  *durable;
+
+    if (op->argc == 3 && op->lens[0] == sizeof("PUBLISH") - 1
+        && ngx_strncasecmp((u_char *) op->argv[0], (u_char *) "PUBLISH",
+                           sizeof("PUBLISH") - 1) == 0)
+    {
+        k = 2;
+
+    } else {
+        k = ngx_http_idem_redis_op_key(op);
+
+        if (k == 0) {
+            return NULL;
+        }
+    }
+
+    key = op->argv[k];
+    len = op->lens[k];
+
+    for (durable = node->durable; durable; durable = durable->next) {
+        if (durable->replicas != op->replicas || durable->wait != op->wait) {
+            continue;
+        }
+
+        for (q = ngx_queue_head(&durable->flight);
+             q != ngx_queue_sentinel(&durable->flight);
+             q = ngx_queue_next(q))
+        {
+            sent = ngx_queue_data(q, ngx_http_idem_store_op_t, queue);
+
+            f = ngx_http_idem_redis_op_key(sent);
+
+            if (f != 0 && sent->lens[f] == len
+                && ngx_memcmp(sent->argv[f], key, len) == 0)
+            {
+                return durable;
+            }
+        }
+    }
+
+    return NULL;
 }
 
 
