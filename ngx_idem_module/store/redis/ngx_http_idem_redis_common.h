@@ -124,6 +124,7 @@ struct ngx_http_idem_store_op_s {
     const char                     **argv;
     size_t                          *lens;
     ngx_uint_t                       slot;
+    ngx_uint_t                       key;        /* its argument, 0: none */
     ngx_uint_t                       redirects;
     size_t                           size;       /* of the command */
 

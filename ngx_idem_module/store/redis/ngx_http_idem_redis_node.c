@@ -408,7 +408,7 @@ ngx_http_idem_redis_durable_follow(ngx_http_idem_redis_node_t *node,
         k = 2;
 
     } else {
-        k = ngx_http_idem_redis_op_key(op);
+        k = op->key;
 
         if (k == 0) {
             return NULL;
@@ -429,7 +429,7 @@ ngx_http_idem_redis_durable_follow(ngx_http_idem_redis_node_t *node,
         {
             sent = ngx_queue_data(q, ngx_http_idem_store_op_t, queue);
 
-            f = ngx_http_idem_redis_op_key(sent);
+            f = sent->key;
 
             if (f != 0 && sent->lens[f] == len
                 && ngx_memcmp(sent->argv[f], key, len) == 0)

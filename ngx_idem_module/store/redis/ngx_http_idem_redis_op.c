@@ -168,6 +168,8 @@ ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
 
     k = ngx_http_idem_redis_op_key(op);
 
+    op->key = k;
+
     if (k == 0 || rd->cluster == NULL) {
         op->slot = NGX_HTTP_IDEM_REDIS_ANY_SLOT;
 
