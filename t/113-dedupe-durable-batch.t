@@ -33,6 +33,9 @@
 #   clients that leave while their claims wait for a WAIT (HTTP/1.1, and
 #     HTTP/2 connections closed): no crash, each call once (the call runs
 #     on, as a dedupe owner's does when its client goes)
+#   a claim sent before a WAIT and answered while it is in flight (the
+#     master behind t/lib/RedisHoldProxy.pm, which holds its reply until
+#     the WAIT has left) is answered by that WAIT, not the next one
 
 use Test::Nginx::Socket 'no_plan';
 
@@ -49,13 +52,16 @@ use RedisSentinel ();
 use IdemBg qw(bg done);
 use IdemPaths qw(h2_url);
 use IdemWait ();
+use RedisHoldProxy ();
 
-our ($Master, $Replica);
+our ($Master, $Replica, $Proxy, $ProxyPid, $Hold);
 
 BEGIN {
     $Master = ($ENV{TEST_NGINX_REDIS_PORT} || 16379) + 460;
     $Replica = $Master + 1;
+    $Proxy = $Master + 2;
     $ENV{TEST_NGINX_BATCH_MASTER} = $Master;
+    $ENV{TEST_NGINX_HOLD_PROXY} = $Proxy;
 }
 
 sub signal {
@@ -172,12 +178,17 @@ sub ran_stored {
 END {
     local $?;
     IdemBg::stop_all();
+    RedisHoldProxy::stop($ProxyPid);
     signal($Replica, 'CONT');
     RedisSentinel::kill_node($_, 'KILL') for $Replica, $Master;
 }
 
 RedisSentinel::kill_node($_, 'KILL') for $Replica, $Master;
 RedisSentinel::start_redis($Master);
+
+# the master behind a proxy that can hold a reply back (TEST 10)
+$Hold = IdemPaths::scratch() . '/hold';
+$ProxyPid = RedisHoldProxy::start($Proxy, $Master, $Hold);
 
 our $Config = <<'CONF';
     location /w {
@@ -495,6 +506,46 @@ Test::More::is(IdemWait::log_count(qr/idem redis: WAIT 2 500 on /), 0,
                'no WAIT mixes the two routes\' needs');
 --- request
 GET /log/c1-10
+--- response_body_like eval
+'\An=1 [^\n]*\n\z'
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: a claim sent before its connection's WAIT and answered while that WAIT is in flight (the proxy holds its reply until the WAIT left) is answered by that WAIT, which counts its write: one WAIT for both claims, each forwarded once
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_HOLD_PROXY timeout=1s;
+--- config
+    location /p {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_durable replicas=1 timeout=10s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+main::fresh();
+# a first call: its WAIT shows the proxy which connection is the durable one
+main::bg('b10-0', 'b10-0', '/p', '--data', 'x=1');
+Test::More::is(main::status(main::done('b10-0')), 200, 'b10-0 forwarded');
+RedisHoldProxy::arm($main::Hold, '{b10-1}', '{b10-2}');
+main::send_claims(['/p', '--data', 'x=1'], $_) for 'b10-1', 'b10-2';
+for my $id ('b10-1', 'b10-2') {
+    Test::More::is(main::status(main::done($id)), 200, "$id forwarded");
+    Test::More::is(main::runs($id), 1, "$id ran once");
+}
+Test::More::ok(!-e $main::Hold, 'the proxy held a reply until the WAIT');
+Test::More::is(IdemWait::log_count(qr/idem redis: WAIT 1 10000 on /), 2,
+               'two WAITs for three claims');
+Test::More::is(IdemWait::log_count(
+                   qr/idem redis: WAIT on "[^"]*": 1 replicas, for 2 claims/),
+               1, 'the second WAIT answered both later claims');
+--- request
+GET /log/b10-2
 --- response_body_like eval
 '\An=1 [^\n]*\n\z'
 --- no_error_log

@@ -7,8 +7,9 @@
  * every claim whose reply came while no WAIT of its connection is in
  * flight joins the next one, sent at the end of the event-loop turn (a
  * posted event), so that the claims answered in one read of Redis's
- * replies leave with one WAIT; a claim answered while a WAIT is in
- * flight waits for the one after it.
+ * replies leave with one WAIT.  A claim whose reply comes while a WAIT is
+ * in flight was sent before that WAIT (its reply would come after the
+ * WAIT's otherwise): the WAIT counts its write, and answers it too.
  *
  * The WAIT goes on the connection the claims were made on, never another:
  * WAIT counts the writes of its own connection only (a connection that
@@ -103,8 +104,21 @@ ngx_http_idem_redis_batch_add(ngx_http_idem_store_op_t *op,
 
     op->replicas = replicas;
 
-    ngx_queue_insert_tail(&b->next, &op->queue);
-    b->nnext++;
+    if (b->waiting) {
+
+        /*
+         * Answered while the WAIT is in flight: sent before it (Redis
+         * answers a connection's commands in order, and runs none behind
+         * a WAIT until it returns), so that WAIT counts its write
+         */
+
+        ngx_queue_insert_tail(&b->sent, &op->queue);
+        b->nsent++;
+
+    } else {
+        ngx_queue_insert_tail(&b->next, &op->queue);
+        b->nnext++;
+    }
 
     /*
      * The op lives on after this reply: the batch frees it.  Its own
@@ -118,10 +132,11 @@ ngx_http_idem_redis_batch_add(ngx_http_idem_store_op_t *op,
 
     ngx_add_timer(&op->timeout, rd->conf->timeout + op->wait);
 
-    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+    ngx_log_debug5(NGX_LOG_DEBUG_EVENT, rd->log, 0,
                    "idem redis: a durable claim for %ui replicas waits on "
-                   "\"%V\": %ui for the next WAIT, one in flight: %d",
-                   replicas, &node->name, b->nnext, (int) b->waiting);
+                   "\"%V\" #%ui: %ui for the WAIT %s", replicas, &node->name,
+                   node->turn, b->waiting ? b->nsent : b->nnext,
+                   b->waiting ? "in flight" : "next");
 
     if (!b->waiting && !b->flush.posted) {
         ngx_post_event(&b->flush, &ngx_posted_events);
