@@ -1353,7 +1353,7 @@ ngx_http_idem_redis_cluster_exit(ngx_http_idem_redis_t *rd)
 
 __attribute__((weak)) ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_durable_node(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_redis_node_t *node, ngx_uint_t replicas, ngx_msec_t wait)
+    ngx_http_idem_redis_node_t *node, ngx_http_idem_store_op_t *op)
 {
     return (node != NULL) ? node->durable : NULL;
 }

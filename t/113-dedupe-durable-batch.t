@@ -1,32 +1,41 @@
 # Group commit of durable claims (issue 36, part 1): the durable claims of
 # one connection share WAITs.  Each kind of durable claim (replicas,
-# timeout) has its connection of its own (issue 45, point 4): a WAIT
-# holds up only the claims of its kind.  A master on TEST_NGINX_REDIS_PORT + 460 and
+# timeout) has connections of its own (issue 45, point 4): a WAIT
+# holds up only the claims of its kind.  Two of them, taking turns (issue
+# 46): a claim made while a WAIT blocks one goes on the other at once,
+# with a WAIT of its own.  A master on TEST_NGINX_REDIS_PORT + 460 and
 # a replica on + 461, started here; the replica is stopped (SIGSTOP) to
 # hold a WAIT in flight, or to answer one short, and resumed (SIGCONT).
 #
-# The claims sent while a WAIT blocks the durable claims' connection run
-# in Redis once it returns, and their replies come back together: they
-# share the next WAIT (its debug line: "WAIT <n> <ms> on ... for <k>
-# claims").  The blocks wait for those lines, for the claims' own lines
-# ("claim of ... sent") and for the answers, never a fixed time.
+# The claims sent while a WAIT blocks each of the kind's connections go
+# behind the WAIT that left first, run in Redis once it returns, and
+# their replies come back together: they share the next WAIT there (its
+# debug line: "WAIT <n> <ms> on ... for <k> claims, connection #<t>").
+# The blocks wait for those lines, for the claims' own lines ("claim of
+# ... sent") and for the answers, never a fixed time.
 #
-#   a batch answered in full: every claim forwarded, once
+#   a claim made while a WAIT is in flight has its own WAIT, sent before
+#     the first returns, on the other connection; a batch answered in
+#     full: every claim forwarded, once
 #   a batch answered short: every claim 503 claim-not-durable, nothing
 #     forwarded, each released (the same ids run once afterwards)
 #   replicas=1 and replicas=2, one replica: each kind its own WAIT; the
 #     claim for 1 runs while the WAIT for 2 is in flight, the claim for 2
 #     is refused
-#   a claim sent while a WAIT of its kind is in flight waits for the next
-#     WAIT: the first is answered short, the second, after the replica is
-#     back, in full
+#   a claim sent while both connections of its kind have a WAIT in
+#     flight waits for the next WAIT of the first: the first two are
+#     answered short, the third, after the replica is back, in full
 #   a short claim's own WAIT answers it while a long WAIT of another kind
 #     is in flight; ten claims of each of two kinds at once: each kind
 #     answered by its own replicas and timeout
-#   the connection lost under a batch's WAIT: 503 to its claims, released
+#   the connections lost under their batches' WAITs: 503 to their claims,
+#     released
 #   clients that leave while their claims wait for a WAIT (HTTP/1.1, and
 #     HTTP/2 connections closed): no crash, each call once (the call runs
 #     on, as a dedupe owner's does when its client goes)
+#   a claim sent before a WAIT and answered while it is in flight (the
+#     master behind t/lib/RedisHoldProxy.pm, which holds its reply until
+#     the WAIT has left) is answered by that WAIT, not the next one
 
 use Test::Nginx::Socket 'no_plan';
 
@@ -44,13 +53,16 @@ use RedisSentinel ();
 use IdemBg qw(bg done);
 use IdemPaths qw(h2_url);
 use IdemWait ();
+use RedisHoldProxy ();
 
-our ($Master, $Replica);
+our ($Master, $Replica, $Proxy, $ProxyPid, $Hold);
 
 BEGIN {
     $Master = ($ENV{TEST_NGINX_REDIS_PORT} || 16379) + 460;
     $Replica = $Master + 1;
+    $Proxy = $Master + 2;
     $ENV{TEST_NGINX_BATCH_MASTER} = $Master;
+    $ENV{TEST_NGINX_HOLD_PROXY} = $Proxy;
 }
 
 sub signal {
@@ -80,9 +92,19 @@ sub seen {
                    $what);
 }
 
+# a WAIT sent; $t: on the kind's connection #$t (0 or 1) only
 sub wait_line {
-    my ($n, $ms, $k) = @_;
-    return qr/idem redis: WAIT $n $ms on "[^"]*" for $k claims/;
+    my ($n, $ms, $k, $t) = @_;
+    my $on = defined $t ? ", connection #$t" : '';
+    return qr/idem redis: WAIT $n $ms on "[^"]*" for $k claims\Q$on\E/;
+}
+
+# a claim for /w or /m sent while the first claim's WAIT is in flight:
+# it has a WAIT of its own on the other connection, sent at once
+sub second {
+    my ($ms, $id, $path) = @_;
+    send_claims([$path, '--data', 'x=1'], $id);
+    seen("$id has a WAIT of its own", wait_line(1, $ms, 1, 1));
 }
 
 sub claim_sent {
@@ -157,12 +179,17 @@ sub ran_stored {
 END {
     local $?;
     IdemBg::stop_all();
+    RedisHoldProxy::stop($ProxyPid);
     signal($Replica, 'CONT');
     RedisSentinel::kill_node($_, 'KILL') for $Replica, $Master;
 }
 
 RedisSentinel::kill_node($_, 'KILL') for $Replica, $Master;
 RedisSentinel::start_redis($Master);
+
+# the master behind a proxy that can hold a reply back (TEST 10)
+$Hold = IdemPaths::scratch() . '/hold';
+$ProxyPid = RedisHoldProxy::start($Proxy, $Master, $Hold);
 
 our $Config = <<'CONF';
     location /w {
@@ -229,20 +256,23 @@ run_tests();
 
 __DATA__
 
-=== TEST 1: a batch answered in full: the three claims made while a WAIT was in flight share the next one, each call forwarded once
+=== TEST 1: a claim made while a WAIT of its kind is in flight runs on the other connection, whose WAIT leaves before the first returns; two claims made while both WAIT share the next WAIT of the first; the replica back, each forwarded once
 --- init
 main::hold_first(10000, 'b1-0', 'b1-0', '/w', '--data', 'x=1');
-main::send_claims(['/w', '--data', 'x=1'], map { "b1-$_" } 1 .. 3);
+main::second(10000, 'b1-1', '/w');
+Test::More::is(IdemWait::log_count(qr/idem redis: WAIT on "[^"]*": /), 0,
+               '... while the first WAIT is in flight');
+main::send_claims(['/w', '--data', 'x=1'], map { "b1-$_" } 2 .. 3);
 main::signal($main::Replica, 'CONT');
 for my $i (0 .. 3) {
     my $r = main::done("b1-$i");
     Test::More::is(main::status($r), 200, "b1-$i forwarded");
     Test::More::is(main::runs("b1-$i"), 1, "b1-$i ran once");
 }
-Test::More::is(IdemWait::log_count(main::wait_line(1, 10000, 3)), 1,
-               'one WAIT for the three claims');
-Test::More::is(IdemWait::log_count(qr/idem redis: WAIT \d+ \d+ on /), 2,
-               'two WAITs for four claims');
+Test::More::is(IdemWait::log_count(main::wait_line(1, 10000, 2, 0)), 1,
+               'one WAIT for the two later claims, behind the first');
+Test::More::is(IdemWait::log_count(qr/idem redis: WAIT \d+ \d+ on /), 3,
+               'three WAITs for four claims');
 --- request
 GET /log/b1-2
 --- response_body_like eval
@@ -254,14 +284,15 @@ GET /log/b1-2
 
 === TEST 2: a batch answered short: every claim 503 claim-not-durable, nothing forwarded, each released; the same ids run once with the replica back
 --- init
-main::hold_first(2000, 'b2-0', 'b2-0', '/s', '--data', 'x=1');
-main::send_claims(['/s', '--data', 'x=1'], map { "b2-$_" } 1 .. 3);
+main::hold_first(4000, 'b2-0', 'b2-0', '/m', '--data', 'x=1');
+main::second(4000, 'b2-1', '/m');
+main::send_claims(['/m', '--data', 'x=1'], map { "b2-$_" } 2 .. 3);
 main::refused("b2-$_", main::done("b2-$_")) for 0 .. 3;
-Test::More::is(IdemWait::log_count(main::wait_line(1, 2000, 3)), 1,
-               'the three later claims shared one WAIT');
+Test::More::is(IdemWait::log_count(main::wait_line(1, 4000, 2)), 1,
+               'the two later claims shared one WAIT');
 main::seen('that WAIT was answered short',
-           qr/idem redis: WAIT on "[^"]*": 0 replicas, for 3 claims/);
-main::once_again('/s', map { "b2-$_" } 0 .. 3);
+           qr/idem redis: WAIT on "[^"]*": 0 replicas, for 2 claims/);
+main::once_again('/m', map { "b2-$_" } 0 .. 3);
 --- request
 GET /log/b2-3
 --- response_body_like eval
@@ -296,26 +327,30 @@ GET /log/b3-one
 
 
 
-=== TEST 4: a claim sent while a WAIT of its kind is in flight waits for the next WAIT: that WAIT is answered short (its claim refused), the next one in full once the replica is back (its claim runs)
+=== TEST 4: a claim sent while both connections of its kind WAIT waits behind the first WAIT and for the next one there: the first two WAITs answered short (claims refused), the next in full once the replica is back (it runs)
 --- init
 main::hold_first(4000, 'b4-a', 'b4-a', '/m', '--data', 'x=1');
-main::send_claims(['/m', '--data', 'x=1'], 'b4-b');
+main::second(4000, 'b4-b', '/m');
+main::send_claims(['/m', '--data', 'x=1'], 'b4-c');
 Test::More::is(IdemWait::log_count(
                    qr/idem redis: WAIT on "[^"]*": 0 replicas, for 1 claims/),
-               0, 'sent while the first WAIT was in flight');
-my $a = main::done('b4-a');
-Test::More::is(main::status($a), 503, 'the first WAIT was answered short');
-Test::More::is(main::problem($a), 'claim-not-durable', 'claim-not-durable');
-main::seen('the second claim waits for the next WAIT',
-           main::wait_line(1, 4000, 1), 2);
+               0, 'sent while both WAITs were in flight');
+for my $id ('b4-a', 'b4-b') {
+    my $r = main::done($id);
+    Test::More::is(main::status($r), 503, "$id: its WAIT was answered short");
+    Test::More::is(main::problem($r), 'claim-not-durable', 'claim-not-durable');
+}
+main::seen('the third claim waits for the next WAIT of the first connection',
+           main::wait_line(1, 4000, 1, 0), 2);
 main::signal($main::Replica, 'CONT');
-my $b = main::done('b4-b');
-Test::More::is(main::status($b), 200,
-               'the second claim is answered by the next WAIT: forwarded');
+my $c = main::done('b4-c');
+Test::More::is(main::status($c), 200,
+               'the third claim is answered by the next WAIT: forwarded');
 Test::More::is(main::runs('b4-a'), 0, 'the first not forwarded');
-Test::More::is(main::runs('b4-b'), 1, 'the second ran once');
+Test::More::is(main::runs('b4-b'), 0, 'the second not forwarded');
+Test::More::is(main::runs('b4-c'), 1, 'the third ran once');
 --- request
-GET /log/b4-b
+GET /log/b4-c
 --- response_body_like eval
 '\An=1 [^\n]*\n\z'
 --- no_error_log
@@ -348,19 +383,17 @@ GET /log/b5-long
 
 
 
-=== TEST 6: the durable claims' connection lost under a batch's WAIT (its loss logged as an error): its two claims 503 claim-not-durable, released; sent again, each runs once, also when they come before the connection is made again (held for it, never dropped as not connected: issue 45)
+=== TEST 6: the durable claims' connections lost under their WAITs (logged as an error): their two claims 503 claim-not-durable, released; sent again, each runs once, also before the connections are made again (held: issue 45)
 --- init
 main::hold_first(4000, 'b6-0', 'b6-0', '/m', '--data', 'x=1');
-main::send_claims(['/m', '--data', 'x=1'], 'b6-1', 'b6-2');
-Test::More::is(main::status(main::done('b6-0')), 503, 'the first refused');
-main::seen('both in the next WAIT', main::wait_line(1, 4000, 2));
-# the connection blocked in WAIT: only it goes
-my ($id) = RedisSentinel::cli($main::Master, 'client', 'list')
-           =~ /^id=(\d+) [^\n]*cmd=wait/m;
-Test::More::ok($id, 'the WAIT\'s connection found');
-RedisSentinel::cli($main::Master, 'client', 'kill', 'id', $id);
-main::refused("b6-$_", main::done("b6-$_")) for 1, 2;
-main::once_again('/w', 'b6-1', 'b6-2');
+main::second(4000, 'b6-1', '/m');
+# the connections blocked in WAIT: only they go
+my @ids = RedisSentinel::cli($main::Master, 'client', 'list')
+          =~ /^id=(\d+) [^\n]*cmd=wait/mg;
+Test::More::is(scalar @ids, 2, 'the WAITs\' connections found');
+RedisSentinel::cli($main::Master, 'client', 'kill', 'id', $_) for @ids;
+main::refused("b6-$_", main::done("b6-$_")) for 0, 1;
+main::once_again('/w', 'b6-0', 'b6-1');
 --- request
 GET /log/b6-1
 --- response_body_like eval
@@ -474,6 +507,46 @@ Test::More::is(IdemWait::log_count(qr/idem redis: WAIT 2 500 on /), 0,
                'no WAIT mixes the two routes\' needs');
 --- request
 GET /log/c1-10
+--- response_body_like eval
+'\An=1 [^\n]*\n\z'
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: a claim sent before its connection's WAIT and answered while that WAIT is in flight (the proxy holds its reply until the WAIT left) is answered by that WAIT, which counts its write: one WAIT for both claims, each forwarded once
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_HOLD_PROXY timeout=1s;
+--- config
+    location /p {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_durable replicas=1 timeout=10s;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+main::fresh();
+# a first call: its WAIT shows the proxy which connection is the durable one
+main::bg('b10-0', 'b10-0', '/p', '--data', 'x=1');
+Test::More::is(main::status(main::done('b10-0')), 200, 'b10-0 forwarded');
+RedisHoldProxy::arm($main::Hold, '{b10-1}', '{b10-2}');
+main::send_claims(['/p', '--data', 'x=1'], $_) for 'b10-1', 'b10-2';
+for my $id ('b10-1', 'b10-2') {
+    Test::More::is(main::status(main::done($id)), 200, "$id forwarded");
+    Test::More::is(main::runs($id), 1, "$id ran once");
+}
+Test::More::ok(!-e $main::Hold, 'the proxy held a reply until the WAIT');
+Test::More::is(IdemWait::log_count(qr/idem redis: WAIT 1 10000 on /), 2,
+               'two WAITs for three claims');
+Test::More::is(IdemWait::log_count(
+                   qr/idem redis: WAIT on "[^"]*": 1 replicas, for 2 claims/),
+               1, 'the second WAIT answered both later claims');
+--- request
+GET /log/b10-2
 --- response_body_like eval
 '\An=1 [^\n]*\n\z'
 --- no_error_log

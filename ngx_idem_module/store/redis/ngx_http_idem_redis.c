@@ -380,9 +380,10 @@ ngx_http_idem_redis_pending_handler(ngx_event_t *ev)
 {
     ngx_http_idem_redis_t *rd = ev->data;
 
-    ngx_uint_t        i;
-    ngx_msec_t        limit;
-    ngx_core_conf_t  *ccf;
+    ngx_uint_t                   i;
+    ngx_msec_t                   limit;
+    ngx_core_conf_t             *ccf;
+    ngx_http_idem_redis_node_t  *durable;
 
     if (rd->stats.pending == 0 || rd->closing) {
         return;
@@ -438,7 +439,11 @@ ngx_http_idem_redis_pending_handler(ngx_event_t *ev)
 
     for (i = 0; i < rd->nnodes; i++) {
         ngx_http_idem_redis_op_held_free(rd->nodes[i], 1);
-        ngx_http_idem_redis_op_held_free(rd->nodes[i]->durable, 1);
+
+        for (durable = rd->nodes[i]->durable; durable; durable = durable->next)
+        {
+            ngx_http_idem_redis_op_held_free(durable, 1);
+        }
     }
 }
 

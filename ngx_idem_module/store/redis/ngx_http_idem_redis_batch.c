@@ -7,8 +7,9 @@
  * every claim whose reply came while no WAIT of its connection is in
  * flight joins the next one, sent at the end of the event-loop turn (a
  * posted event), so that the claims answered in one read of Redis's
- * replies leave with one WAIT; a claim answered while a WAIT is in
- * flight waits for the one after it.
+ * replies leave with one WAIT.  A claim whose reply comes while a WAIT is
+ * in flight was sent before that WAIT (its reply would come after the
+ * WAIT's otherwise): the WAIT counts its write, and answers it too.
  *
  * The WAIT goes on the connection the claims were made on, never another:
  * WAIT counts the writes of its own connection only (a connection that
@@ -17,15 +18,16 @@
  * connection is lost before its WAIT left is not durable.
  *
  * A connection takes one kind of durable claim only (replicas, timeout:
- * redis_node.c has one for each kind the routes ask for), and its WAIT
+ * redis_node.c has two for each kind the routes ask for), and its WAIT
  * asks for exactly those: a claim's answer never depends on the claims
  * of another kind, which neither share its WAIT nor queue behind theirs
  * (a WAIT for 2 replicas within 3 s held up every claim for 1 within
  * 500 ms behind it, on one connection, until their own timers ran out).
- * A claim may wait for one WAIT of its own kind in flight, at most its
- * timeout.  Its own timer (its timeout and the store's) ends its wait.
- * A claim whose request went meanwhile is cancelled (done): it is freed
- * with its batch.
+ * A kind's connections take turns: a claim goes on one with no WAIT in
+ * flight, and waits behind one only when each has one, behind the one
+ * that left first (the WAITs are numbered as they leave).  Its own timer
+ * (its timeout and the store's) ends its wait.  A claim whose request
+ * went meanwhile is cancelled (done): it is freed with its batch.
  */
 
 
@@ -44,6 +46,10 @@ static void ngx_http_idem_redis_batch_timeout(ngx_event_t *ev);
 static void ngx_http_idem_redis_batch_waited(redisAsyncContext *ac, void *r,
     void *privdata);
 static void ngx_http_idem_redis_batch_answer(ngx_queue_t *q, ngx_int_t acked);
+
+
+/* the WAITs sent, numbered: the one that left first returns first */
+static ngx_uint_t  ngx_http_idem_redis_batch_turns;
 
 
 static void
@@ -98,8 +104,21 @@ ngx_http_idem_redis_batch_add(ngx_http_idem_store_op_t *op,
 
     op->replicas = replicas;
 
-    ngx_queue_insert_tail(&b->next, &op->queue);
-    b->nnext++;
+    if (b->waiting) {
+
+        /*
+         * Answered while the WAIT is in flight: sent before it (Redis
+         * answers a connection's commands in order, and runs none behind
+         * a WAIT until it returns), so that WAIT counts its write
+         */
+
+        ngx_queue_insert_tail(&b->sent, &op->queue);
+        b->nsent++;
+
+    } else {
+        ngx_queue_insert_tail(&b->next, &op->queue);
+        b->nnext++;
+    }
 
     /*
      * The op lives on after this reply: the batch frees it.  Its own
@@ -113,10 +132,11 @@ ngx_http_idem_redis_batch_add(ngx_http_idem_store_op_t *op,
 
     ngx_add_timer(&op->timeout, rd->conf->timeout + op->wait);
 
-    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+    ngx_log_debug5(NGX_LOG_DEBUG_EVENT, rd->log, 0,
                    "idem redis: a durable claim for %ui replicas waits on "
-                   "\"%V\": %ui for the next WAIT, one in flight: %d",
-                   replicas, &node->name, b->nnext, (int) b->waiting);
+                   "\"%V\" #%ui: %ui for the WAIT %s", replicas, &node->name,
+                   node->turn, b->waiting ? b->nsent : b->nnext,
+                   b->waiting ? "in flight" : "next");
 
     if (!b->waiting && !b->flush.posted) {
         ngx_post_event(&b->flush, &ngx_posted_events);
@@ -209,9 +229,10 @@ ngx_http_idem_redis_batch_flush(ngx_event_t *ev)
     argv[2] = (const char *) ms;
     lens[2] = ngx_sprintf(ms, "%M", node->wait) - ms;
 
-    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "idem redis: WAIT %ui %M on \"%V\" for %ui claims",
-                   node->replicas, node->wait, &node->name, count);
+    ngx_log_debug5(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: WAIT %ui %M on \"%V\" for %ui claims, "
+                   "connection #%ui", node->replicas, node->wait,
+                   &node->name, count, node->turn);
 
     if (ngx_http_idem_redis_node_command(node,
                                          ngx_http_idem_redis_batch_waited,
@@ -233,6 +254,10 @@ ngx_http_idem_redis_batch_flush(ngx_event_t *ev)
     b->nsent = b->nnext;
     b->nnext = 0;
     b->waiting = 1;
+
+    /* the kind's next claims go where no WAIT is, or behind the oldest */
+
+    b->turn = ++ngx_http_idem_redis_batch_turns;
 }
 
 
@@ -275,10 +300,10 @@ ngx_http_idem_redis_batch_waited(redisAsyncContext *ac, void *r,
         ngx_http_idem_redis_error_reply(rd, reply);
     }
 
-    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+    ngx_log_debug5(NGX_LOG_DEBUG_EVENT, rd->log, 0,
                    "idem redis: WAIT on \"%V\": %i replicas, for %ui claims, "
-                   "%ui for the next",
-                   &node->name, acked, b->nsent, b->nnext);
+                   "%ui for the next, connection #%ui",
+                   &node->name, acked, b->nsent, b->nnext, node->turn);
 
     b->nsent = 0;
 

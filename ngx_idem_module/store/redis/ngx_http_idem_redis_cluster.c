@@ -305,8 +305,7 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
     /* a durable claim goes on that node's connection for its kind */
 
     if (op->wait) {
-        node = ngx_http_idem_redis_durable_node(rd, node, op->replicas,
-                                                op->wait);
+        node = ngx_http_idem_redis_durable_node(rd, node, op);
 
         if (node == NULL) {
             return NGX_ERROR;

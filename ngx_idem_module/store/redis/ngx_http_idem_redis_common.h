@@ -55,6 +55,12 @@
 /* connections of one worker: cluster masters, replicas, sentinels */
 #define NGX_HTTP_IDEM_REDIS_MAX_NODES        64
 
+/*
+ * A data node's connections for each kind of durable claim, taking turns:
+ * while a WAIT blocks one, the next claims go on another (redis_node.c)
+ */
+#define NGX_HTTP_IDEM_REDIS_DURABLE_TURNS    2
+
 
 typedef struct ngx_http_idem_redis_s          ngx_http_idem_redis_t;
 typedef struct ngx_http_idem_redis_node_s     ngx_http_idem_redis_node_t;
@@ -118,6 +124,7 @@ struct ngx_http_idem_store_op_s {
     const char                     **argv;
     size_t                          *lens;
     ngx_uint_t                       slot;
+    ngx_uint_t                       key;        /* its argument, 0: none */
     ngx_uint_t                       redirects;
     size_t                           size;       /* of the command */
 
@@ -132,7 +139,8 @@ struct ngx_http_idem_store_op_s {
 
     /*
      * A cluster's: in rd->parked until the map is read again.  One whose
-     * node is not up: in node->held until it is.  A
+     * node is not up: in node->held until it is.  One sent on a durable
+     * claims' connection: in its node->flight until its reply.  A
      * durable claim made: in its connection's batch (redis_batch.c).
      */
     ngx_queue_t                      queue;
@@ -148,6 +156,7 @@ struct ngx_http_idem_store_op_s {
                                                     handler, NGX_DECLINED,
                                                     neither logged nor
                                                     counted */
+    unsigned                         flying:1;   /* in node->flight now */
 };
 
 
@@ -163,6 +172,7 @@ typedef struct {
     ngx_uint_t                       nnext;
     ngx_uint_t                       nsent;
     ngx_event_t                      flush;      /* posted: WAIT goes */
+    ngx_uint_t                       turn;       /* the WAIT's, in order */
     ngx_http_idem_redis_node_pt      lost;       /* its connection went */
     unsigned                         ready:1;    /* queues set up */
     unsigned                         waiting:1;  /* a WAIT in flight */
@@ -197,18 +207,27 @@ struct ngx_http_idem_redis_node_s {
     void                            *data;
 
     /*
-     * A data node's connections for durable claims only, one for each
-     * kind (replicas, timeout) the routes ask for: a WAIT blocks the
-     * connection it is sent on, and must hold up neither the other
-     * commands nor the claims of another kind.  They follow their node
-     * (address, connect, close).
+     * A data node's connections for durable claims only, a few (_TURNS)
+     * for each kind (replicas, timeout) the routes ask for, side by side
+     * in the list: a WAIT blocks the connection it is sent on, and must
+     * hold up neither the other commands, nor the claims of another
+     * kind, nor those of its kind that another of its connections can
+     * take.  They follow their node (address, connect, close).
      */
     ngx_http_idem_redis_node_t      *durable;    /* the first */
     ngx_http_idem_redis_node_t      *main;       /* durable's: its node */
     ngx_http_idem_redis_node_t      *next;       /* durable's: the next */
     ngx_uint_t                       replicas;   /* durable's: its kind */
     ngx_msec_t                       wait;
+    ngx_uint_t                       turn;       /* durable's: 0, 1 ... */
     ngx_http_idem_redis_batch_t      batch;      /* its claims' WAITs */
+
+    /*
+     * A durable claims' connection's ops sent and not answered yet: what
+     * follows one of them (a claim's release when its answer did not
+     * come, the PUBLISH after it) goes on the same connection, behind it.
+     */
+    ngx_queue_t                      flight;
 
     /*
      * Ops sent while it was not up, in order, each under its own timeout
@@ -295,7 +314,7 @@ ngx_int_t ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
 void ngx_http_idem_redis_node_answered(ngx_http_idem_redis_node_t *node);
 ngx_http_idem_redis_node_t *ngx_http_idem_redis_durable_node(
     ngx_http_idem_redis_t *rd, ngx_http_idem_redis_node_t *node,
-    ngx_uint_t replicas, ngx_msec_t wait);
+    ngx_http_idem_store_op_t *op);
 void ngx_http_idem_redis_node_wake(ngx_http_idem_redis_node_t *node);
 
 /* ngx_http_idem_redis_batch.c */

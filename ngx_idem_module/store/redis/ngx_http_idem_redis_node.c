@@ -19,6 +19,8 @@
 
 
 static void ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node);
+static ngx_http_idem_redis_node_t *ngx_http_idem_redis_durable_follow(
+    ngx_http_idem_redis_node_t *node, ngx_http_idem_store_op_t *op);
 static void ngx_http_idem_redis_node_free(ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_node_handshake(
     ngx_http_idem_redis_node_t *node);
@@ -41,14 +43,14 @@ static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
 
 /*
  * A connection of this worker's store; it lives as long as the process.
- * A data node gets a connection more for each kind of durable claim the
- * routes ask for.
+ * A data node gets NGX_HTTP_IDEM_REDIS_DURABLE_TURNS connections more for
+ * each kind of durable claim the routes ask for, which take turns.
  */
 
 ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
 {
-    ngx_uint_t                      i;
+    ngx_uint_t                      i, k, n;
     ngx_http_idem_redis_node_t     *node, *durable, **last;
     ngx_http_idem_store_durable_t  *kind;
 
@@ -71,7 +73,11 @@ ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
         kind = rd->conf->durable->elts;
         last = &node->durable;
 
-        for (i = 0; i < rd->conf->durable->nelts; i++) {
+        /* a kind's connections side by side, in turn order */
+
+        n = rd->conf->durable->nelts * NGX_HTTP_IDEM_REDIS_DURABLE_TURNS;
+
+        for (i = 0; i < n; i++) {
             durable = ngx_http_idem_redis_node_alloc(rd, role);
             if (durable == NULL) {
                 while (node->durable) {
@@ -84,9 +90,12 @@ ngx_http_idem_redis_node_create(ngx_http_idem_redis_t *rd, ngx_uint_t role)
                 return NULL;
             }
 
+            k = i / NGX_HTTP_IDEM_REDIS_DURABLE_TURNS;
+
             durable->main = node;
-            durable->replicas = kind[i].replicas;
-            durable->wait = kind[i].wait;
+            durable->replicas = kind[k].replicas;
+            durable->wait = kind[k].wait;
+            durable->turn = i % NGX_HTTP_IDEM_REDIS_DURABLE_TURNS;
 
             *last = durable;
             last = &durable->next;
@@ -127,6 +136,7 @@ ngx_http_idem_redis_node_alloc(ngx_http_idem_redis_t *rd, ngx_uint_t role)
     node->reconnect_ev.cancelable = 1;
 
     ngx_queue_init(&node->held);
+    ngx_queue_init(&node->flight);
 
     return node;
 }
@@ -309,27 +319,127 @@ ngx_http_idem_redis_node_handshake(ngx_http_idem_redis_node_t *node)
 
 
 /*
- * The connection of a node for one kind of durable claim, NULL: none.
- * One that is not up connects when a claim is held on it (redis_op.c).
+ * The connection of a node for the op's kind of durable claim, NULL:
+ * none.  An op that follows one of the kind's ops not answered yet (its
+ * key; a PUBLISH's, the key it tells of) goes on that op's connection,
+ * where Redis runs it after that op: a release after its claim.  Else
+ * the kind's connections take turns: the op goes on the first that is
+ * up with no WAIT in flight, so that a claim runs at once and has a WAIT
+ * of its own; when every one that is up has a WAIT in flight, behind the
+ * WAIT that left first, which returns first; when none is up, on the
+ * first, which connects when an op is held on it (redis_op.c).
  */
 
 ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_durable_node(ngx_http_idem_redis_t *rd,
-    ngx_http_idem_redis_node_t *node, ngx_uint_t replicas, ngx_msec_t wait)
+    ngx_http_idem_redis_node_t *node, ngx_http_idem_store_op_t *op)
 {
-    ngx_http_idem_redis_node_t  *durable;
+    ngx_http_idem_redis_node_t  *durable, *first, *oldest;
 
     if (node == NULL) {
         return NULL;
     }
 
+    durable = ngx_http_idem_redis_durable_follow(node, op);
+
+    if (durable != NULL) {
+        ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                       "idem redis: a durable op follows one on \"%V\" #%ui",
+                       &durable->name, durable->turn);
+        return durable;
+    }
+
+    first = NULL;
+    oldest = NULL;
+
     for (durable = node->durable; durable; durable = durable->next) {
-        if (durable->replicas == replicas && durable->wait == wait) {
+        if (durable->replicas != op->replicas || durable->wait != op->wait) {
+            continue;
+        }
+
+        if (first == NULL) {
+            first = durable;
+        }
+
+        if (!ngx_http_idem_redis_node_takes(durable)) {
+            continue;
+        }
+
+        if (!durable->batch.waiting) {
             break;
+        }
+
+        if (oldest == NULL || durable->batch.turn < oldest->batch.turn) {
+            oldest = durable;
         }
     }
 
+    if (durable == NULL) {
+        durable = oldest ? oldest : first;
+    }
+
+    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: a durable op for %ui replicas in %M ms "
+                   "on \"%V\" #%ui", op->replicas, op->wait,
+                   durable ? &durable->name : &node->name,
+                   durable ? durable->turn : 0);
+
     return durable;
+}
+
+
+/* the kind's connection with an op in flight for the op's key, or NULL */
+
+static ngx_http_idem_redis_node_t *
+ngx_http_idem_redis_durable_follow(ngx_http_idem_redis_node_t *node,
+    ngx_http_idem_store_op_t *op)
+{
+    size_t                       len;
+    ngx_uint_t                   k, f;
+    ngx_queue_t                 *q;
+    const char                  *key;
+    ngx_http_idem_store_op_t    *sent;
+    ngx_http_idem_redis_node_t  *durable;
+
+    if (op->argc == 3 && op->lens[0] == sizeof("PUBLISH") - 1
+        && ngx_strncasecmp((u_char *) op->argv[0], (u_char *) "PUBLISH",
+                           sizeof("PUBLISH") - 1) == 0)
+    {
+        k = 2;
+
+    } else {
+        k = op->key;
+
+        if (k == 0) {
+            return NULL;
+        }
+    }
+
+    key = op->argv[k];
+    len = op->lens[k];
+
+    for (durable = node->durable; durable; durable = durable->next) {
+        if (durable->replicas != op->replicas || durable->wait != op->wait) {
+            continue;
+        }
+
+        for (q = ngx_queue_head(&durable->flight);
+             q != ngx_queue_sentinel(&durable->flight);
+             q = ngx_queue_next(q))
+        {
+            sent = ngx_queue_data(q, ngx_http_idem_store_op_t, queue);
+
+            f = sent->key;
+
+            if (f != 0 && sent->lens[f] == len
+                && ngx_memcmp(sent->argv[f], key, len) == 0)
+            {
+                return durable;
+            }
+        }
+    }
+
+    return NULL;
 }
 
 
@@ -349,10 +459,10 @@ ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node)
     node->db = main->db;
     node->name = main->name;
 
-    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, node->rd->log, 0,
-                   "idem redis: a connection for durable claims to \"%V\", "
-                   "%ui replicas in %M ms", &node->name, node->replicas,
-                   node->wait);
+    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, node->rd->log, 0,
+                   "idem redis: a connection for durable claims to \"%V\" "
+                   "#%ui, %ui replicas in %M ms", &node->name, node->turn,
+                   node->replicas, node->wait);
 
     ngx_http_idem_redis_node_connect(node);
 }

@@ -168,6 +168,8 @@ ngx_http_idem_redis_op_command(ngx_http_idem_redis_t *rd,
 
     k = ngx_http_idem_redis_op_key(op);
 
+    op->key = k;
+
     if (k == 0 || rd->cluster == NULL) {
         op->slot = NGX_HTTP_IDEM_REDIS_ANY_SLOT;
 
@@ -225,8 +227,7 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
         node = rd->node;
 
         if (op->wait) {
-            node = ngx_http_idem_redis_durable_node(rd, node,
-                                                    op->replicas, op->wait);
+            node = ngx_http_idem_redis_durable_node(rd, node, op);
         }
 
         if (ngx_http_idem_redis_accept(rd, node, 1) != NGX_OK) {
@@ -253,8 +254,7 @@ ngx_http_idem_redis_op_send(ngx_http_idem_redis_t *rd,
     }
 
     if (op->wait) {
-        node = ngx_http_idem_redis_durable_node(rd, node, op->replicas,
-                                                op->wait);
+        node = ngx_http_idem_redis_durable_node(rd, node, op);
     }
 
     /* no node for the slot counts as one that is down */
@@ -423,6 +423,11 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
     rd = node->rd;
 
     ngx_http_idem_redis_pending_done(rd);
+
+    if (op->flying) {
+        ngx_queue_remove(&op->queue);
+        op->flying = 0;
+    }
 
     if (reply != NULL
         && reply->type == REDIS_REPLY_ERROR
@@ -962,6 +967,13 @@ ngx_http_idem_redis_op_send_to(ngx_http_idem_redis_node_t *node,
             != NGX_OK)
         {
             return ngx_http_idem_redis_drop(rd, &rd->down);
+        }
+
+        /* what follows it on a durable claims' connection finds it */
+
+        if (node->main != NULL) {
+            ngx_queue_insert_tail(&node->flight, &op->queue);
+            op->flying = 1;
         }
 
         return NGX_OK;
