@@ -595,7 +595,7 @@ ngx_http_idem_status_send(ngx_http_request_t *r,
 static void
 ngx_http_idem_status_resolve(ngx_http_request_t *r)
 {
-    u_char                            err[128];
+    u_char                            err[128], *p;
     ngx_int_t                         rc;
     ngx_str_t                         body, detail;
     ngx_pool_cleanup_t               *cln;
@@ -633,9 +633,19 @@ ngx_http_idem_status_resolve(ngx_http_request_t *r)
         return;
     }
 
-    /* the page's form, or JSON (whatever else it says it is) */
+    /*
+     * The page's form, or JSON: whatever else the body says it is, and
+     * a JSON object said to be a form too (curl -d sends any body so)
+     */
 
-    sctx->form = (r->headers_in.content_type != NULL
+    for (p = body.data; p < body.data + body.len; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
+            break;
+        }
+    }
+
+    sctx->form = (!(p < body.data + body.len && *p == '{')
+                  && r->headers_in.content_type != NULL
                   && r->headers_in.content_type->value.len
                      >= sizeof("application/x-www-form-urlencoded") - 1
                   && ngx_strncasecmp(r->headers_in.content_type->value.data,
@@ -1080,6 +1090,14 @@ ngx_http_idem_status_see_other(ngx_http_request_t *r,
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "idem status: form resolution: see \"%V\"", &h->value);
+
+    ngx_str_set(&body, "no-store");
+
+    if (ngx_http_idem_add_response_header(r, "Cache-Control", &body)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     ngx_str_set(&body, "Resolved: see the call's page.\n");
 
