@@ -974,8 +974,16 @@ ngx_http_idem_calls_page(ngx_http_idem_calls_t *list, ngx_str_t *out)
             *p++ = '?';
         }
 
-        p = ngx_cpymem(p, " attempts, last <code>",
-                       sizeof(" attempts, last <code>") - 1);
+        if (f[NGX_HTTP_IDEM_LIST_ATTEMPTS].len == 1
+            && f[NGX_HTTP_IDEM_LIST_ATTEMPTS].data[0] == '1')
+        {
+            p = ngx_cpymem(p, " attempt, last <code>",
+                           sizeof(" attempt, last <code>") - 1);
+
+        } else {
+            p = ngx_cpymem(p, " attempts, last <code>",
+                           sizeof(" attempts, last <code>") - 1);
+        }
         p = ngx_http_idem_calls_html(p, &f[NGX_HTTP_IDEM_LIST_LAST_OUTCOME]);
         p = ngx_cpymem(p, "</code></span><span>answered ",
                        sizeof("</code></span><span>answered ") - 1);

@@ -121,7 +121,7 @@ main::flush();
 --- response_headers_like eval
 ["", "Content-Type: text/html; charset=utf-8\nVary: Accept\nCache-Control: no-store\nContent-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; form-action 'self'"]
 --- response_body_like eval
-["", qr{^(?!.*<script)(?!.*width:\d+px)(?!.*Older calls)<!DOCTYPE html>.*<meta name="viewport" content="width=device-width">.*<h1>Calls that need a person</h1>.*1 on this page.*<li class="call"><div class="top"><a class="id" href="/_idem/calls/ul-2"><code>ul-2</code></a><span class="age">\d+ s ago</span></div>\n<p class="req"><code>POST /pay</code></p>\n<p class="meta"><span>node <code>gw-list</code></span><span class="attempts">1 attempts, last <code>timeout</code></span><span>answered 504</span></p></li>\n</ol>\n</body>}s]
+["", qr{^(?!.*<script)(?!.*width:\d+px)(?!.*Older calls)<!DOCTYPE html>.*<meta name="viewport" content="width=device-width">.*<h1>Calls that need a person</h1>.*1 on this page.*<li class="call"><div class="top"><a class="id" href="/_idem/calls/ul-2"><code>ul-2</code></a><span class="age">\d+ s ago</span></div>\n<p class="req"><code>POST /pay</code></p>\n<p class="meta"><span>node <code>gw-list</code></span><span class="attempts">1 attempt, last <code>timeout</code></span><span>answered 504</span></p></li>\n</ol>\n</body>}s]
 --- no_error_log
 [alert]
 [crit]
