@@ -488,6 +488,7 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc,
     ngx_http_idem_status_ctx_t *sctx = data;
 
     ngx_str_t                  body;
+    ngx_uint_t                 flags;
     ngx_connection_t          *c;
     ngx_http_request_t        *r;
     ngx_http_idem_loc_conf_t  *ilcf;
@@ -498,6 +499,14 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc,
     sctx->op = NULL;
 
     ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    /* the form where it is taken, the list where there is one */
+
+    flags = ilcf->status_resolve ? NGX_HTTP_IDEM_TIMELINE_FORM : 0;
+
+    if (ilcf->unknown_stream.len && ilcf->status_id == NULL) {
+        flags |= NGX_HTTP_IDEM_TIMELINE_LIST;
+    }
 
     if (rc == NGX_ERROR) {
         rc = ngx_http_idem_status_send(r, sctx, NGX_HTTP_SERVICE_UNAVAILABLE,
@@ -510,7 +519,7 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc,
         rc = sctx->html
              ? ngx_http_idem_timeline_page(r, &sctx->id, record->now,
                                            record->fields, record->nfields,
-                                           ilcf->status_resolve, &body)
+                                           flags, &body)
              : ngx_http_idem_record_json(r, &sctx->id, record->now,
                                          record->fields, record->nfields,
                                          &body);

@@ -337,7 +337,7 @@ ngx_http_idem_accept_q(u_char *p, u_char *last)
 
 ngx_int_t
 ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
-    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_uint_t resolve,
+    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_uint_t flags,
     ngx_str_t *out)
 {
     u_char                          *p, *last;
@@ -449,6 +449,16 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
     p = ngx_http_idem_timeline_head(out->data, id, &rec.state,
                                     ngx_http_idem_state_meaning(&rec.state));
 
+    /* the list beside it (calls_list.c): "./" drops the id */
+
+    if (flags & NGX_HTTP_IDEM_TIMELINE_LIST) {
+        p = ngx_cpymem(p, "<p class=\"nav\"><a href=\"./\">"
+                       "&larr; Calls that need a person</a></p>\n",
+                       sizeof("<p class=\"nav\"><a href=\"./\">"
+                              "&larr; Calls that need a person</a></p>\n")
+                       - 1);
+    }
+
     p = ngx_cpymem(p, "<dl>\n<dt>Trace id</dt><dd><code>",
                    sizeof("<dl>\n<dt>Trace id</dt><dd><code>") - 1);
     p = ngx_http_idem_html(p, &rec.info[4]);
@@ -533,7 +543,7 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
 
     /* an UNKNOWN call, where the location takes resolutions: the form */
 
-    if (resolve
+    if ((flags & NGX_HTTP_IDEM_TIMELINE_FORM)
         && ngx_strcmp(ngx_http_idem_state_class(&rec.state), "UNKNOWN") == 0)
     {
         p = ngx_cpymem(p, ngx_http_idem_timeline_form.data,

@@ -1348,7 +1348,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 
 
 
-=== TEST 32: the form only where it can be taken: not on a location without resolve=on, nor on a call that is not UNKNOWN
+=== TEST 32: the form only where it can be taken: not on a location without resolve=on, nor on a call that is not UNKNOWN; no link to a list where there is none
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config
@@ -1382,7 +1382,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 --- response_body_like eval
 ["", "", '^(?!.*<form)(?!.*<button).*<h1 class="state s-UNKNOWN">UNKNOWN</h1>',
  '^(?!.*<form).*<h1 class="state s-SUCCESS">SUCCESS</h1>',
- '<h1 class="state s-UNKNOWN">UNKNOWN</h1>.*<form method="post" class="resolve">']
+ '^(?!.*class="nav")(?=.*<h1 class="state s-UNKNOWN">UNKNOWN</h1>).*<form method="post" class="resolve">']
 --- no_error_log
 [alert]
 [emerg]

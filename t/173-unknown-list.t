@@ -95,7 +95,7 @@ main::flush();
 
 
 
-=== TEST 2: a page for a browser: the call, a link to its page, readable at phone width, no script
+=== TEST 2: a page for a browser: the call, a link to its page, readable at phone width, no script; the call's page links back to the list
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
     idem_node_id gw-list;
@@ -113,15 +113,17 @@ main::flush();
 --- init
 main::flush();
 --- request eval
-["POST /pay\nx=1", "GET /_idem/calls/"]
+["POST /pay\nx=1", "GET /_idem/calls/", "GET /_idem/calls/ul-2"]
 --- more_headers eval
-["X-Call-Id: ul-2", "Accept: text/html,application/xhtml+xml,*/*;q=0.8"]
+["X-Call-Id: ul-2", "Accept: text/html,application/xhtml+xml,*/*;q=0.8",
+ "Accept: text/html"]
 --- error_code eval
-[504, 200]
+[504, 200, 200]
 --- response_headers_like eval
-["", "Content-Type: text/html; charset=utf-8\nVary: Accept\nCache-Control: no-store\nContent-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; form-action 'self'"]
+["", "Content-Type: text/html; charset=utf-8\nVary: Accept\nCache-Control: no-store\nContent-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; form-action 'self'", ""]
 --- response_body_like eval
-["", qr{^(?!.*<script)(?!.*width:\d+px)(?!.*Older calls)<!DOCTYPE html>.*<meta name="viewport" content="width=device-width">.*<h1>Calls that need a person</h1>.*1 on this page.*<li class="call"><div class="top"><a class="id" href="/_idem/calls/ul-2"><code>ul-2</code></a><span class="age">\d+ s ago</span></div>\n<p class="req"><code>POST /pay</code></p>\n<p class="meta"><span>node <code>gw-list</code></span><span class="attempts">1 attempt, last <code>timeout</code></span><span>answered 504</span></p></li>\n</ol>\n</body>}s]
+["", qr{^(?!.*<script)(?!.*width:\d+px)(?!.*Older calls)<!DOCTYPE html>.*<meta name="viewport" content="width=device-width">.*<h1>Calls that need a person</h1>.*1 on this page.*<li class="call"><div class="top"><a class="id" href="/_idem/calls/ul-2"><code>ul-2</code></a><span class="age">\d+ s ago</span></div>\n<p class="req"><code>POST /pay</code></p>\n<p class="meta"><span>node <code>gw-list</code></span><span class="attempts">1 attempt, last <code>timeout</code></span><span>answered 504</span></p></li>\n</ol>\n</body>}s,
+ qr{<h1 class="state s-UNKNOWN">UNKNOWN</h1>\n<p class="means">[^<]*</p>\n<p class="nav"><a href="\./">&larr; Calls that need a person</a></p>\n<dl>}]
 --- no_error_log
 [alert]
 [crit]
