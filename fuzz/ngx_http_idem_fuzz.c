@@ -19,6 +19,7 @@
 #include "ngx_http_idem_redis_common.h"
 #include "ngx_http_idem_trace.h"
 #include "ngx_http_idem_util.h"
+#include "ngx_http_idem_calls_list.h"
 
 
 #define NGX_HTTP_IDEM_FUZZ_JSON_DEPTH  32
@@ -1149,6 +1150,26 @@ __attribute__((weak)) void
 ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op)
 {
     ngx_http_idem_fuzz_unreached("ngx_http_idem_store_cancel");
+}
+
+
+__attribute__((weak)) ngx_http_idem_store_op_t *
+ngx_http_idem_store_read_stream(ngx_str_t *stream, ngx_str_t *before,
+    ngx_uint_t count, ngx_http_idem_store_entries_pt handler, void *data)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_store_read_stream");
+    return NULL;
+}
+
+
+/* the list of UNKNOWN calls (calls_list.c): no target asks for it */
+
+__attribute__((weak)) ngx_int_t
+ngx_http_idem_calls_list(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_uint_t html)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_calls_list");
+    return NGX_ERROR;
 }
 
 

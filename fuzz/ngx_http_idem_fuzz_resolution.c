@@ -7,6 +7,10 @@
  * a space), pointing into the body; "force" set only by a member of that
  * name whose value is the literal true; what it refuses says why.
  *
+ * The same bytes as the page's form, ngx_http_idem_resolution_parse_form()
+ * (percent-decoded in place, in a copy): the same rules for what it
+ * accepts; "force" only where the body says force=true.
+ *
  * Input: the body, as the client sent it.
  */
 
@@ -26,7 +30,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     u_char                       err[128];
     ngx_int_t                    rc;
-    ngx_str_t                    body;
+    ngx_str_t                    body, form;
     ngx_http_idem_fuzz_t         fz;
     ngx_http_idem_fuzz_input_t   input;
     ngx_http_idem_resolution_t   res;
@@ -44,6 +48,43 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     ngx_memcpy(body.data, input.pos, body.len);
+
+    /* as a form: decoded in place, so in a copy of its own */
+
+    form.len = body.len;
+    form.data = ngx_pnalloc(fz.pool, form.len ? form.len : 1);
+    if (form.data == NULL) {
+        ngx_http_idem_fuzz_abort("no memory");
+    }
+
+    ngx_memcpy(form.data, body.data, body.len);
+
+    err[0] = '\0';
+
+    rc = ngx_http_idem_resolution_parse_form(&form, &res, err, sizeof(err));
+
+    ngx_http_idem_fuzz_assert(rc == NGX_OK || rc == NGX_DECLINED);
+
+    if (rc == NGX_DECLINED) {
+        ngx_http_idem_fuzz_assert(err[0] != '\0');
+
+    } else {
+        ngx_http_idem_fuzz_assert(
+            (res.applied && res.outcome.len == 7
+             && ngx_strncmp(res.outcome.data, "applied", 7) == 0)
+            || (!res.applied && res.outcome.len == 11
+                && ngx_strncmp(res.outcome.data, "not_applied", 11) == 0));
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_plain(&res.receipt));
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_plain(&res.by));
+        ngx_http_idem_fuzz_assert(
+            (res.receipt.len == 1 && res.receipt.data[0] == '-')
+            || ngx_http_idem_fuzz_within(&res.receipt, &form));
+        ngx_http_idem_fuzz_assert(
+            (res.by.len == 1 && res.by.data[0] == '-')
+            || ngx_http_idem_fuzz_within(&res.by, &form));
+        ngx_http_idem_fuzz_assert(res.force == 0
+                                  || ngx_http_idem_fuzz_has(&body, "force="));
+    }
 
     err[0] = '\0';
 

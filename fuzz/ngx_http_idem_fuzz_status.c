@@ -15,7 +15,9 @@
  * byte (255: two bytes of length follow) and its bytes: Redis's time
  * (unix ms, in decimal; none or not a number: the store did not answer;
  * alone: no record), then the record's fields and values, in turns.  The
- * store's decoding of a real reply is the redis_reply target's.
+ * store's decoding of a real reply is the redis_reply target's.  A URI
+ * whose last segment is empty asks for the list of UNKNOWN calls
+ * (calls_list.c, not in this target): it must go there, and only there.
  */
 
 
@@ -43,7 +45,22 @@ static ngx_http_idem_store_op_t      *ngx_http_idem_fuzz_op;
 static ngx_str_t                      ngx_http_idem_fuzz_read_key;
 
 
+static ngx_uint_t                     ngx_http_idem_fuzz_listed;
+
+
 static ngx_uint_t ngx_http_idem_fuzz_canary(ngx_str_t *page);
+
+
+/* the list of UNKNOWN calls: only that it was asked for */
+
+ngx_int_t
+ngx_http_idem_calls_list(ngx_http_request_t *r,
+    ngx_http_idem_loc_conf_t *ilcf, ngx_uint_t html)
+{
+    ngx_http_idem_fuzz_listed++;
+
+    return NGX_HTTP_NO_CONTENT;
+}
 
 
 int
@@ -67,6 +84,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ngx_http_idem_fuzz_handler = NULL;
     ngx_http_idem_fuzz_data = NULL;
     ngx_http_idem_fuzz_op = NULL;
+    ngx_http_idem_fuzz_listed = 0;
 
     max = ngx_http_idem_fuzz_byte(&input);
     fz.imcf->record_max_executions = max ? max
@@ -98,6 +116,17 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     id.data = p;
     id.len = uri.data + uri.len - p;
 
+    if (id.len == 0) {
+        rc = ngx_http_idem_status_handler(fz.request);
+
+        ngx_http_idem_fuzz_assert(rc == NGX_HTTP_NO_CONTENT
+                                  && ngx_http_idem_fuzz_listed == 1
+                                  && ngx_http_idem_fuzz_handler == NULL);
+
+        ngx_http_idem_fuzz_done(&fz);
+        return 0;
+    }
+
     content.data = ngx_pnalloc(fz.pool, id.len);
     if (content.data == NULL) {
         ngx_http_idem_fuzz_abort("no memory");
@@ -112,6 +141,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     valid = ngx_http_idem_fuzz_id_valid(&id, fz.ilcf->call_id_max_length);
 
     rc = ngx_http_idem_status_handler(fz.request);
+
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_listed == 0);
 
     if (sf == 2 && rc == NGX_DONE) {
 

@@ -106,7 +106,19 @@ static ngx_http_idem_problem_def_t  ngx_http_idem_problems[] = {
     /* a forced resolution of an execution that has a final write */
 
     { NGX_HTTP_CONFLICT, "resolution-force-refused", "Force refused",
-      ngx_http_idem_counter(resolve_force_refused) }
+      ngx_http_idem_counter(resolve_force_refused) },
+
+    /* a resolution posted from another site's page (CSRF, status.c) */
+
+    { NGX_HTTP_FORBIDDEN, "resolution-cross-site", "Cross-site resolution",
+      -1 },
+
+    /* the list of UNKNOWN calls (calls_list.c): not a call */
+
+    { NGX_HTTP_NOT_FOUND, "no-unknown-stream", "No list of UNKNOWN calls",
+      -1 },
+
+    { NGX_HTTP_BAD_REQUEST, "invalid-page", "Invalid page", -1 }
 };
 
 

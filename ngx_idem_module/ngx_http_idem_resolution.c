@@ -19,6 +19,8 @@ static u_char *ngx_http_idem_resolution_string(u_char *p, u_char *last,
 static u_char *ngx_http_idem_resolution_literal(u_char *p, u_char *last,
     ngx_str_t *s);
 static ngx_uint_t ngx_http_idem_resolution_value(ngx_str_t *s);
+static ngx_int_t ngx_http_idem_resolution_check(
+    ngx_http_idem_resolution_t *res, u_char *err, size_t errlen);
 
 
 ngx_int_t
@@ -148,6 +150,118 @@ ngx_http_idem_resolution_parse(ngx_str_t *body,
         return NGX_DECLINED;
     }
 
+    return ngx_http_idem_resolution_check(res, err, errlen);
+}
+
+
+ngx_int_t
+ngx_http_idem_resolution_parse_form(ngx_str_t *body,
+    ngx_http_idem_resolution_t *res, u_char *err, size_t errlen)
+{
+    u_char     *p, *last, *end, *eq, *dst, *src;
+    ngx_str_t   name, value, *member;
+
+    ngx_memzero(res, sizeof(ngx_http_idem_resolution_t));
+
+    p = body->data;
+    last = p + body->len;
+
+    while (p < last) {
+        end = ngx_strlchr(p, last, '&');
+        if (end == NULL) {
+            end = last;
+        }
+
+        if (end == p) {
+            p++;
+            continue;
+        }
+
+        eq = ngx_strlchr(p, end, '=');
+        if (eq == NULL) {
+            ngx_cpystrn(err, (u_char *) "a form field has no value",
+                        errlen);
+            return NGX_DECLINED;
+        }
+
+        name.data = p;
+        name.len = eq - p;
+
+        /* decoded in place: never longer than what it decodes */
+
+        src = eq + 1;
+        dst = eq + 1;
+        ngx_unescape_uri(&dst, &src, end - (eq + 1), 0);
+
+        value.data = eq + 1;
+        value.len = dst - value.data;
+
+        p = end + 1;
+
+        if (name.len == 5 && ngx_strncmp(name.data, "force", 5) == 0) {
+            if (!(value.len == 4 && ngx_strncmp(value.data, "true", 4) == 0))
+            {
+                ngx_cpystrn(err, (u_char *) "\"force\" takes true alone "
+                            "(left out: not forced)", errlen);
+                return NGX_DECLINED;
+            }
+
+            if (res->force) {
+                ngx_cpystrn(err, (u_char *) "a field is given twice",
+                            errlen);
+                return NGX_DECLINED;
+            }
+
+            res->force = 1;
+            continue;
+        }
+
+        if (name.len == 7 && ngx_strncmp(name.data, "outcome", 7) == 0) {
+            member = &res->outcome;
+
+        } else if (name.len == 7
+                   && ngx_strncmp(name.data, "receipt", 7) == 0)
+        {
+            member = &res->receipt;
+
+        } else if (name.len == 2 && ngx_strncmp(name.data, "by", 2) == 0) {
+            member = &res->by;
+
+        } else {
+            ngx_cpystrn(err, (u_char *) "a form field is none of "
+                        "\"outcome\", \"receipt\", \"by\", \"force\"",
+                        errlen);
+            return NGX_DECLINED;
+        }
+
+        if (member->data != NULL) {
+            ngx_cpystrn(err, (u_char *) "a field is given twice", errlen);
+            return NGX_DECLINED;
+        }
+
+        /* an empty field is one left empty: absent, but only once */
+
+        *member = value;
+    }
+
+    if (res->receipt.data != NULL && res->receipt.len == 0) {
+        res->receipt.data = NULL;
+    }
+
+    if (res->by.data != NULL && res->by.len == 0) {
+        res->by.data = NULL;
+    }
+
+    return ngx_http_idem_resolution_check(res, err, errlen);
+}
+
+
+/* the outcome, receipt and by, whatever the body's form */
+
+static ngx_int_t
+ngx_http_idem_resolution_check(ngx_http_idem_resolution_t *res, u_char *err,
+    size_t errlen)
+{
     if (res->outcome.len == 7
         && ngx_strncmp(res->outcome.data, "applied", 7) == 0)
     {

@@ -46,5 +46,15 @@ typedef struct {
 ngx_int_t ngx_http_idem_resolution_parse(ngx_str_t *body,
     ngx_http_idem_resolution_t *res, u_char *err, size_t errlen);
 
+/*
+ * The same, from a form (application/x-www-form-urlencoded, the timeline
+ * page's): outcome=applied|not_applied[&receipt=...][&by=...]
+ * [&force=true], names in any order, each once, nothing else; an empty
+ * receipt or by is left out (a form sends its empty fields); values
+ * percent-decoded in place, in body, then held to the same rules.
+ */
+ngx_int_t ngx_http_idem_resolution_parse_form(ngx_str_t *body,
+    ngx_http_idem_resolution_t *res, u_char *err, size_t errlen);
+
 
 #endif /* _NGX_HTTP_IDEM_RESOLUTION_H_INCLUDED_ */

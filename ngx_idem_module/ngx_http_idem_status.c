@@ -10,6 +10,7 @@
 
 #include "ngx_http_idem_status.h"
 #include "ngx_http_idem_call_id.h"
+#include "ngx_http_idem_calls_list.h"
 #include "ngx_http_idem_metrics.h"
 #include "ngx_http_idem_problem.h"
 #include "ngx_http_idem_record.h"
@@ -36,6 +37,9 @@ typedef struct {
     ngx_uint_t                  html;   /* a page (timeline.c), not JSON */
     ngx_uint_t                  applied;    /* a resolution's outcome */
     ngx_uint_t                  force;      /* ... forced by an operator */
+    ngx_uint_t                  form;       /* ... posted as a form */
+    ngx_str_t                   digest;     /* scope_digest given, or
+                                               empty */
 } ngx_http_idem_status_ctx_t;
 
 
@@ -53,9 +57,15 @@ static ngx_int_t ngx_http_idem_status_body(ngx_http_request_t *r,
 static void ngx_http_idem_status_resolved(void *data, ngx_int_t rc,
     ngx_str_t *state, ngx_http_idem_store_record_t *record);
 static ngx_int_t ngx_http_idem_status_refuse(ngx_http_request_t *r,
-    ngx_http_idem_problem_e id, ngx_str_t *detail);
+    ngx_http_idem_status_ctx_t *sctx, ngx_http_idem_problem_e id,
+    ngx_str_t *detail);
 static ngx_int_t ngx_http_idem_status_early(ngx_http_request_t *r,
-    ngx_str_t *left);
+    ngx_http_idem_status_ctx_t *sctx, ngx_str_t *left);
+static ngx_int_t ngx_http_idem_status_cross_site(ngx_http_request_t *r);
+static ngx_uint_t ngx_http_idem_status_same_origin(ngx_http_request_t *r,
+    ngx_str_t *origin);
+static ngx_int_t ngx_http_idem_status_see_other(ngx_http_request_t *r,
+    ngx_http_idem_status_ctx_t *sctx);
 static void ngx_http_idem_status_cleanup(void *data);
 static ngx_int_t ngx_http_idem_status_send(ngx_http_request_t *r,
     ngx_http_idem_status_ctx_t *sctx, ngx_uint_t status, ngx_str_t *body);
@@ -173,6 +183,14 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
         if (rc != NGX_OK) {
             return rc;
         }
+
+    } else {
+        /* a resolution from another site's page: refused, nothing read */
+
+        rc = ngx_http_idem_status_cross_site(r);
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
     }
 
     /* every answer from here is JSON, problem+json or a page: as said */
@@ -202,6 +220,13 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 
         id.data = p;
         id.len = r->uri.data + r->uri.len - p;
+    }
+
+    /* no id: the calls that need a person (calls_list.c) */
+
+    if (id.len == 0 && r->method != NGX_HTTP_POST) {
+        return ngx_http_idem_calls_list(r, ilcf,
+                                        ngx_http_idem_timeline_wanted(r));
     }
 
     if (id.len && id.data[0] == '"') {
@@ -238,6 +263,10 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
 
     rc = ngx_http_idem_status_digest(r, ilcf, &digest, &problem);
 
+    if (rc != NGX_OK) {
+        ngx_str_null(&digest);
+    }
+
     if (rc == NGX_OK) {
         rc = ngx_http_idem_record_key_digest(r, &digest, &id, &key);
 
@@ -262,6 +291,7 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
     }
 
     sctx->id = id;
+    sctx->digest = digest;
     sctx->html = ngx_http_idem_timeline_wanted(r);
 
     if (rc == NGX_ABORT) {
@@ -457,14 +487,26 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc,
 {
     ngx_http_idem_status_ctx_t *sctx = data;
 
-    ngx_str_t            body;
-    ngx_connection_t    *c;
-    ngx_http_request_t  *r;
+    ngx_str_t                  body;
+    ngx_uint_t                 flags;
+    ngx_connection_t          *c;
+    ngx_http_request_t        *r;
+    ngx_http_idem_loc_conf_t  *ilcf;
 
     r = sctx->request;
     c = r->connection;
 
     sctx->op = NULL;
+
+    ilcf = ngx_http_get_module_loc_conf(r, ngx_http_idem_module);
+
+    /* the form where it is taken, the list where there is one */
+
+    flags = ilcf->status_resolve ? NGX_HTTP_IDEM_TIMELINE_FORM : 0;
+
+    if (ilcf->unknown_stream.len && ilcf->status_id == NULL) {
+        flags |= NGX_HTTP_IDEM_TIMELINE_LIST;
+    }
 
     if (rc == NGX_ERROR) {
         rc = ngx_http_idem_status_send(r, sctx, NGX_HTTP_SERVICE_UNAVAILABLE,
@@ -477,7 +519,7 @@ ngx_http_idem_status_reply(void *data, ngx_int_t rc,
         rc = sctx->html
              ? ngx_http_idem_timeline_page(r, &sctx->id, record->now,
                                            record->fields, record->nfields,
-                                           &body)
+                                           flags, &body)
              : ngx_http_idem_record_json(r, &sctx->id, record->now,
                                          record->fields, record->nfields,
                                          &body);
@@ -562,7 +604,7 @@ ngx_http_idem_status_send(ngx_http_request_t *r,
 static void
 ngx_http_idem_status_resolve(ngx_http_request_t *r)
 {
-    u_char                            err[128];
+    u_char                            err[128], *p;
     ngx_int_t                         rc;
     ngx_str_t                         body, detail;
     ngx_pool_cleanup_t               *cln;
@@ -594,20 +636,43 @@ ngx_http_idem_status_resolve(ngx_http_request_t *r)
     if (rc == NGX_DECLINED) {
         ngx_str_set(&detail, "the body is more than 4096 bytes");
         ngx_http_finalize_request(r,
-                     ngx_http_idem_status_refuse(r,
+                     ngx_http_idem_status_refuse(r, sctx,
                                      NGX_HTTP_IDEM_P_INVALID_RESOLUTION,
                                      &detail));
         return;
     }
 
-    if (ngx_http_idem_resolution_parse(&body, &res, err, sizeof(err))
-        != NGX_OK)
-    {
+    /*
+     * The page's form, or JSON: whatever else the body says it is, and
+     * a JSON object said to be a form too (curl -d sends any body so)
+     */
+
+    for (p = body.data; p < body.data + body.len; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') {
+            break;
+        }
+    }
+
+    sctx->form = (!(p < body.data + body.len && *p == '{')
+                  && r->headers_in.content_type != NULL
+                  && r->headers_in.content_type->value.len
+                     >= sizeof("application/x-www-form-urlencoded") - 1
+                  && ngx_strncasecmp(r->headers_in.content_type->value.data,
+                                 (u_char *) "application/x-www-form-urlencoded",
+                                 sizeof("application/x-www-form-urlencoded")
+                                 - 1)
+                     == 0);
+
+    rc = sctx->form
+         ? ngx_http_idem_resolution_parse_form(&body, &res, err, sizeof(err))
+         : ngx_http_idem_resolution_parse(&body, &res, err, sizeof(err));
+
+    if (rc != NGX_OK) {
         detail.data = err;
         detail.len = ngx_strlen(err);
 
         ngx_http_finalize_request(r,
-                     ngx_http_idem_status_refuse(r,
+                     ngx_http_idem_status_refuse(r, sctx,
                                      NGX_HTTP_IDEM_P_INVALID_RESOLUTION,
                                      &detail));
         return;
@@ -742,6 +807,13 @@ ngx_http_idem_status_resolved(void *data, ngx_int_t rc, ngx_str_t *state,
                       sctx->applied ? "applied" : "not applied",
                       sctx->force ? ", forced" : "");
 
+        if (sctx->form) {
+            /* a browser goes on to the call's page, which a reload
+               never posts again */
+            rc = ngx_http_idem_status_see_other(r, sctx);
+            break;
+        }
+
         /* the record as it is now, as a read would show it */
 
         ngx_http_idem_status_reply(sctx, NGX_OK, record);
@@ -769,7 +841,7 @@ ngx_http_idem_status_resolved(void *data, ngx_int_t rc, ngx_str_t *state,
                          sctx->force ? NGX_HTTP_IDEM_FORCE_LAPSED : "");
         detail.len = p - detail.data;
 
-        rc = ngx_http_idem_status_refuse(r,
+        rc = ngx_http_idem_status_refuse(r, sctx,
                                          NGX_HTTP_IDEM_P_RESOLUTION_CONFLICT,
                                          &detail);
         break;
@@ -794,12 +866,13 @@ ngx_http_idem_status_resolved(void *data, ngx_int_t rc, ngx_str_t *state,
                          "without force", state);
         detail.len = p - detail.data;
 
-        rc = ngx_http_idem_status_refuse(r, NGX_HTTP_IDEM_P_FORCE_REFUSED,
+        rc = ngx_http_idem_status_refuse(r, sctx,
+                                         NGX_HTTP_IDEM_P_FORCE_REFUSED,
                                          &detail);
         break;
 
     case NGX_AGAIN:
-        rc = ngx_http_idem_status_early(r, state);
+        rc = ngx_http_idem_status_early(r, sctx, state);
         break;
 
     default:
@@ -814,10 +887,14 @@ ngx_http_idem_status_resolved(void *data, ngx_int_t rc, ngx_str_t *state,
 }
 
 
-/* 400 invalid-resolution, 409 resolution-conflict: problem+json */
+/*
+ * 400 invalid-resolution, 409 resolution-conflict: problem+json; a page
+ * for the page's form in a browser (its status, title and detail)
+ */
 
 static ngx_int_t
-ngx_http_idem_status_refuse(ngx_http_request_t *r, ngx_http_idem_problem_e id,
+ngx_http_idem_status_refuse(ngx_http_request_t *r,
+    ngx_http_idem_status_ctx_t *sctx, ngx_http_idem_problem_e id,
     ngx_str_t *detail)
 {
     ngx_http_idem_problem_t  problem;
@@ -830,7 +907,211 @@ ngx_http_idem_status_refuse(ngx_http_request_t *r, ngx_http_idem_problem_e id,
     ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                   "idem: resolution refused: %V", detail);
 
+    if (sctx->form && sctx->html) {
+        return ngx_http_idem_status_refused(r, sctx, &problem);
+    }
+
     return ngx_http_idem_send_problem(r, &problem, NULL);
+}
+
+
+/*
+ * CSRF: a resolution is a write, and a browser sends the operator's
+ * credentials (cookies, client certificates, an allow-listed address)
+ * with a form another site's page posts.  A POST that says it comes from
+ * another site is refused before its body is read: an Origin that is
+ * not this location's own, or Sec-Fetch-Site: cross-site.  A client that
+ * sends neither (curl, the example consumer) is no browser.  NGX_DECLINED:
+ * not refused.
+ */
+
+static ngx_int_t
+ngx_http_idem_status_cross_site(ngx_http_request_t *r)
+{
+    char                         *why;
+    ngx_str_t                     none = ngx_string("-");
+    ngx_uint_t                    origins;
+    ngx_table_elt_t              *h, *origin;
+    ngx_http_idem_problem_t       problem;
+    ngx_http_idem_header_iter_t   it;
+
+    why = NULL;
+    origin = NULL;
+    origins = 0;
+
+    for (h = ngx_http_idem_header_first(&it, &r->headers_in.headers);
+         h != NULL;
+         h = ngx_http_idem_header_next(&it))
+    {
+        if (h->key.len == sizeof("Origin") - 1
+            && ngx_strncasecmp(h->key.data, (u_char *) "Origin",
+                               sizeof("Origin") - 1)
+               == 0)
+        {
+            origin = h;
+            origins++;
+
+        } else if (h->key.len == sizeof("Sec-Fetch-Site") - 1
+                   && ngx_strncasecmp(h->key.data, (u_char *) "Sec-Fetch-Site",
+                                      sizeof("Sec-Fetch-Site") - 1)
+                      == 0
+                   && h->value.len == sizeof("cross-site") - 1
+                   && ngx_strncasecmp(h->value.data, (u_char *) "cross-site",
+                                      sizeof("cross-site") - 1)
+                      == 0)
+        {
+            why = "the request says it comes from another site "
+                  "(Sec-Fetch-Site: cross-site)";
+        }
+    }
+
+    if (why == NULL && origin != NULL
+        && (origins > 1
+            || !ngx_http_idem_status_same_origin(r, &origin->value)))
+    {
+        why = "its Origin is not this location's own (scheme, host and "
+              "port of the request)";
+    }
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem status: POST, origin \"%V\"%s",
+                   origin ? &origin->value : &none,
+                   why ? ": cross-site" : "");
+
+    if (why == NULL) {
+        return NGX_DECLINED;
+    }
+
+    /* nothing is read, nothing written: the body goes */
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        r->keepalive = 0;
+    }
+
+    ngx_http_idem_problem_set(r, &problem, NGX_HTTP_IDEM_P_CROSS_SITE, NULL,
+                              why);
+
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "idem: resolution refused: %V", &problem.detail);
+
+    return ngx_http_idem_send_problem(r, &problem, NULL);
+}
+
+
+/*
+ * Is "origin" (scheme://host[:port]) this request's own: its scheme (the
+ * connection's) and its Host, default ports left out on both sides?
+ */
+
+static ngx_uint_t
+ngx_http_idem_status_same_origin(ngx_http_request_t *r, ngx_str_t *origin)
+{
+    size_t      n;
+    ngx_str_t   scheme, host, port;
+
+#if (NGX_HTTP_SSL)
+    if (r->connection->ssl) {
+        ngx_str_set(&scheme, "https://");
+        ngx_str_set(&port, ":443");
+
+    } else
+#endif
+    {
+        ngx_str_set(&scheme, "http://");
+        ngx_str_set(&port, ":80");
+    }
+
+    if (r->headers_in.host == NULL
+        || origin->len < scheme.len
+        || ngx_strncasecmp(origin->data, scheme.data, scheme.len) != 0)
+    {
+        return 0;
+    }
+
+    host = r->headers_in.host->value;
+
+    if (host.len > port.len
+        && ngx_strncmp(host.data + host.len - port.len, port.data, port.len)
+           == 0)
+    {
+        host.len -= port.len;
+    }
+
+    n = origin->len - scheme.len;
+
+    if (n > port.len
+        && ngx_strncmp(origin->data + origin->len - port.len, port.data,
+                       port.len)
+           == 0)
+    {
+        n -= port.len;
+    }
+
+    return n == host.len
+           && ngx_strncasecmp(origin->data + scheme.len, host.data, n) == 0;
+}
+
+
+/*
+ * A form's resolution taken: 303 to the call's page (its scope digest
+ * kept), which a browser then reads with GET
+ */
+
+static ngx_int_t
+ngx_http_idem_status_see_other(ngx_http_request_t *r,
+    ngx_http_idem_status_ctx_t *sctx)
+{
+    u_char           *p, *q;
+    ngx_str_t         path, body;
+    ngx_table_elt_t  *h;
+
+    path = r->unparsed_uri;
+
+    q = ngx_strlchr(path.data, path.data + path.len, '?');
+    if (q != NULL) {
+        path.len = q - path.data;
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_pnalloc(r->pool, path.len + sizeof("?scope_digest=") - 1
+                             + sctx->digest.len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Location");
+    h->value.data = p;
+
+    p = ngx_cpymem(p, path.data, path.len);
+
+    if (sctx->digest.len) {
+        p = ngx_sprintf(p, "?scope_digest=%V", &sctx->digest);
+    }
+
+    h->value.len = p - h->value.data;
+
+    r->headers_out.location = h;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem status: form resolution: see \"%V\"", &h->value);
+
+    ngx_str_set(&body, "no-store");
+
+    if (ngx_http_idem_add_response_header(r, "Cache-Control", &body)
+        != NGX_OK)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_str_set(&body, "Resolved: see the call's page.\n");
+
+    return ngx_http_idem_send_response(r, NGX_HTTP_SEE_OTHER,
+                                       "text/plain; charset=utf-8", &body);
 }
 
 
@@ -844,7 +1125,8 @@ ngx_http_idem_status_refuse(ngx_http_request_t *r, ngx_http_idem_problem_e id,
  */
 
 static ngx_int_t
-ngx_http_idem_status_early(ngx_http_request_t *r, ngx_str_t *left)
+ngx_http_idem_status_early(ngx_http_request_t *r,
+    ngx_http_idem_status_ctx_t *sctx, ngx_str_t *left)
 {
     u_char      *p;
     ngx_int_t    ms;
@@ -894,6 +1176,7 @@ ngx_http_idem_status_early(ngx_http_request_t *r, ngx_str_t *left)
 
     detail.len = p - detail.data;
 
-    return ngx_http_idem_status_refuse(r, NGX_HTTP_IDEM_P_RESOLUTION_EARLY,
+    return ngx_http_idem_status_refuse(r, sctx,
+                                       NGX_HTTP_IDEM_P_RESOLUTION_EARLY,
                                        &detail);
 }

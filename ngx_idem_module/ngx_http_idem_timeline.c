@@ -91,7 +91,50 @@ static ngx_str_t  ngx_http_idem_timeline_style = ngx_string(
     ".legend span{display:inline-block;margin-right:1.2em}\n"
     ".legend i{display:inline-block;width:1.4em;height:.8em;"
     "margin-right:.3em;vertical-align:middle;position:static}\n"
+    ".wide{overflow-x:auto}\n"
+    "form.resolve{border:1px solid #e0c48f;background:#fff8ea;"
+    "border-radius:6px;padding:.8em 1em;margin:0 0 1.5em;max-width:40em}\n"
+    "form.resolve h2{margin:.2em 0 .4em;font-size:1.2em}\n"
+    "form.resolve label{display:block;margin:.5em 0}\n"
+    "form.resolve input[type=text]{display:block;width:100%;"
+    "box-sizing:border-box;font:inherit;padding:.35em;margin-top:.2em}\n"
+    "form.resolve button{font:inherit;font-weight:600;padding:.5em 1em;"
+    "margin:.4em .6em .2em 0;border-radius:4px;border:1px solid #888;"
+    "cursor:pointer}\n"
+    "button.applied{background:#1b7f2a;color:#fff;border-color:#1b7f2a}\n"
+    "button.not_applied{background:#fff;color:#c0261d;"
+    "border-color:#c0261d}\n"
+    "@media (max-width:40em){body{margin:1em}.state{font-size:2.4em}"
+    "form.resolve button{width:100%}}\n"
     "</style>\n");
+
+
+/*
+ * The service's word, from the page (idem_status resolve=on): posted to
+ * the page's own URL (its scope_digest kept), as a form, which the
+ * status endpoint takes as it takes JSON (status.c).  No script: a
+ * browser with JavaScript off resolves as well.
+ */
+
+static ngx_str_t  ngx_http_idem_timeline_form = ngx_string(
+    "<form method=\"post\" class=\"resolve\">\n"
+    "<h2>Resolve</h2>\n"
+    "<p>Ask the service whether this call took effect, then say what it "
+    "answered. Only its word settles the call: a resend then gets "
+    "409 <code>call-applied</code> (applied) or runs (not applied).</p>\n"
+    "<label>Receipt (the service's, if any)"
+    "<input type=\"text\" name=\"receipt\" maxlength=\"128\" "
+    "autocomplete=\"off\"></label>\n"
+    "<label>By (who decides)"
+    "<input type=\"text\" name=\"by\" maxlength=\"128\" "
+    "autocomplete=\"off\"></label>\n"
+    "<label><input type=\"checkbox\" name=\"force\" value=\"true\"> "
+    "Force: the gateway that ran it is known to be gone</label>\n"
+    "<button name=\"outcome\" value=\"applied\" class=\"applied\">"
+    "Applied: it took effect</button>"
+    "<button name=\"outcome\" value=\"not_applied\" "
+    "class=\"not_applied\">Not applied</button>\n"
+    "</form>\n");
 
 
 /*
@@ -294,7 +337,8 @@ ngx_http_idem_accept_q(u_char *p, u_char *last)
 
 ngx_int_t
 ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
-    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out)
+    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_uint_t flags,
+    ngx_str_t *out)
 {
     u_char                          *p, *last;
     size_t                           len;
@@ -328,6 +372,7 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
     /* the id and the state twice: the title and the page */
 
     len = NGX_HTTP_IDEM_TIMELINE_HEAD + ngx_http_idem_timeline_style.len
+          + ngx_http_idem_timeline_form.len
           + 6 * (2 * id->len + 2 * rec.state.len + rec.final_status.len)
           + sizeof("<dt>Receipt</dt><dd><code></code></dd>\n")
           + 6 * rec.receipt.len
@@ -403,6 +448,16 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
 
     p = ngx_http_idem_timeline_head(out->data, id, &rec.state,
                                     ngx_http_idem_state_meaning(&rec.state));
+
+    /* the list beside it (calls_list.c): "./" drops the id */
+
+    if (flags & NGX_HTTP_IDEM_TIMELINE_LIST) {
+        p = ngx_cpymem(p, "<p class=\"nav\"><a href=\"./\">"
+                       "&larr; Calls that need a person</a></p>\n",
+                       sizeof("<p class=\"nav\"><a href=\"./\">"
+                              "&larr; Calls that need a person</a></p>\n")
+                       - 1);
+    }
 
     p = ngx_cpymem(p, "<dl>\n<dt>Trace id</dt><dd><code>",
                    sizeof("<dl>\n<dt>Trace id</dt><dd><code>") - 1);
@@ -484,15 +539,26 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
         p = ngx_sprintf(p, " (the %ui newest shown)", rec.nexecs - from);
     }
 
-    p = ngx_sprintf(p, "</dd>\n</dl>\n"
-                    "<h2>Timeline</h2>\n"
+    p = ngx_cpymem(p, "</dd>\n</dl>\n", sizeof("</dd>\n</dl>\n") - 1);
+
+    /* an UNKNOWN call, where the location takes resolutions: the form */
+
+    if ((flags & NGX_HTTP_IDEM_TIMELINE_FORM)
+        && ngx_strcmp(ngx_http_idem_state_class(&rec.state), "UNKNOWN") == 0)
+    {
+        p = ngx_cpymem(p, ngx_http_idem_timeline_form.data,
+                       ngx_http_idem_timeline_form.len);
+    }
+
+    p = ngx_sprintf(p, "<h2>Timeline</h2>\n"
                     "<p class=\"legend\">"
                     "<span><i class=\"bar o-ok\"></i>answered</span>"
                     "<span><i class=\"bar o-http\"></i>error answer</span>"
                     "<span><i class=\"bar o-lost\"></i>sent, no answer</span>"
                     "<span><i class=\"bar o-connect ns\"></i>not sent</span>"
                     "</p>\n"
-                    "<table class=\"timeline\">\n<thead><tr>"
+                    "<div class=\"wide\"><table class=\"timeline\">\n"
+                    "<thead><tr>"
                     "<th>Execution</th><th>Attempt</th><th>Outcome</th>"
                     "<th>Sent</th><th>Status</th><th>Duration</th>"
                     "<th>Span id</th><th class=\"axis\">"
@@ -590,8 +656,9 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
         }
     }
 
-    p = ngx_cpymem(p, "</tbody>\n</table>\n</body>\n</html>\n",
-                   sizeof("</tbody>\n</table>\n</body>\n</html>\n") - 1);
+    p = ngx_cpymem(p, "</tbody>\n</table></div>\n</body>\n</html>\n",
+                   sizeof("</tbody>\n</table></div>\n</body>\n</html>\n")
+                   - 1);
 
     if (p > last) {
         ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
@@ -903,7 +970,10 @@ ngx_http_idem_timeline_headers(ngx_http_request_t *r, ngx_uint_t html)
         return NGX_OK;
     }
 
-    ngx_str_set(&value, "default-src 'none'; style-src 'unsafe-inline'");
+    /* a form posts to the gateway only (its resolutions) */
+
+    ngx_str_set(&value, "default-src 'none'; style-src 'unsafe-inline'; "
+                "form-action 'self'");
 
     return ngx_http_idem_add_response_header(r, "Content-Security-Policy",
                                              &value);

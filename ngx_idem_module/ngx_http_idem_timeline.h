@@ -11,9 +11,15 @@
 #include "ngx_http_idem_common.h"
 
 
+/* a page's parts beside the record (ngx_http_idem_timeline_page) */
+#define NGX_HTTP_IDEM_TIMELINE_FORM   1     /* resolve=on: the form */
+#define NGX_HTTP_IDEM_TIMELINE_LIST   2     /* a link to the list */
+
+
 ngx_uint_t ngx_http_idem_timeline_wanted(ngx_http_request_t *r);
 ngx_int_t ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
-    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_str_t *out);
+    uint64_t now, ngx_str_t *elts, ngx_uint_t n, ngx_uint_t flags,
+    ngx_str_t *out);
 ngx_int_t ngx_http_idem_timeline_answer(ngx_http_request_t *r, ngx_str_t *id,
     ngx_uint_t status, ngx_str_t *out);
 ngx_int_t ngx_http_idem_timeline_refused(ngx_http_request_t *r,

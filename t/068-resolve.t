@@ -1136,3 +1136,254 @@ Test::More::like(main::done('ownerf4'), qr{^HTTP/1.1 200 }, "the owner's 200");
  '^\{"state":"NOT_FOUND"\}']
 --- no_error_log
 [error]
+
+
+
+=== TEST 28: the page's form (issue 47): an UNKNOWN call's page on a resolve=on location carries it; posted (applied), 303 to the page, which says who resolved it; the resend gets 409 call-applied, never runs
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_call_id_missing reject;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /log/ {
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /pay\nx=1", "GET /calls/rs-28",
+ "POST /calls/rs-28\noutcome=applied&receipt=pay_28&by=ops%3Ajane",
+ "GET /calls/rs-28", "POST /pay\nx=1", "GET /log/rs-28"]
+--- more_headers eval
+["X-Call-Id: rs-28", "Accept: text/html",
+ "Accept: text/html\nContent-Type: application/x-www-form-urlencoded\nOrigin: http://localhost\nSec-Fetch-Site: same-origin",
+ "Accept: text/html", "X-Call-Id: rs-28", ""]
+--- error_code eval
+[504, 200, 303, 200, 409, 200]
+--- response_headers_like eval
+["", "Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; form-action 'self'",
+ "Location: http://localhost(:\\d+)?/calls/rs-28\nCache-Control: no-store", "", "", ""]
+--- response_body_like eval
+["",
+ '<form method="post" class="resolve">\n.*<input type="text" name="receipt" maxlength="128" autocomplete="off">.*<input type="text" name="by" maxlength="128" autocomplete="off">.*<input type="checkbox" name="force" value="true">.*<button name="outcome" value="applied" class="applied">.*<button name="outcome" value="not_applied" class="not_applied">.*</form>\n<h2>Timeline</h2>',
+ "^Resolved: see the call's page.\n\$",
+ '^(?!.*<form).*<h1 class="state s-SUCCESS">SUCCESS</h1>.*<dt>Resolved</dt><dd>#1: applied, by <code>ops:jane</code> at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC, receipt <code>pay_28</code></dd>',
+ '"type":"urn:ngx-idem:problem:call-applied",.*"receipt":"pay_28","by":"ops:jane"',
+ "^n=1 [^\n]*\n\$"]
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 29: ... not_applied with the form's empty fields (left out), under a scope's digest: the 303 keeps it; the resend runs
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_authorization;
+        idem_call_id_missing reject;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /ops/calls/ {
+        idem_dedupe_scope $http_authorization;
+        idem_status resolve=on scope_digest=on;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+my $d = Digest::SHA::sha256_hex('Bearer z');
+["POST /pay\nx=1", "POST /ops/calls/rs-29?scope_digest=$d\noutcome=not_applied&receipt=&by=",
+ "GET /ops/calls/rs-29?scope_digest=$d", "POST /pay\nx=1"]
+--- more_headers eval
+["X-Call-Id: rs-29\nAuthorization: Bearer z",
+ "Content-Type: application/x-www-form-urlencoded; charset=UTF-8", "",
+ "X-Call-Id: rs-29\nAuthorization: Bearer z"]
+--- error_code eval
+[504, 303, 200, 200]
+--- response_headers_like eval
+["", "Location: http://localhost(:\\d+)?/ops/calls/rs-29\\?scope_digest=" . Digest::SHA::sha256_hex('Bearer z'), "", ""]
+--- response_body_like eval
+["", "", '"state":"FAILED",.*"resolved":\{"execution":1,"outcome":"not_applied","at_ms":\d+,"receipt":null,"by":null\}',
+ "n=2 attempt=1"]
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 30: a form that is not a resolution: 400 invalid-resolution (problem+json; a page for a browser), nothing written; a form on a call that is not UNKNOWN: 409 resolution-conflict
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /ok {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /pay\nx=1", "POST /calls/rs-30\noutcome=maybe",
+ "POST /calls/rs-30\noutcome=applied&color=red",
+ "POST /calls/rs-30\noutcome=applied&outcome=not_applied",
+ "POST /calls/rs-30\noutcome=applied&force=on",
+ "POST /calls/rs-30\noutcome=applied&receipt=a%20b",
+ "POST /calls/rs-30\noutcome=applied&by",
+ "POST /calls/rs-30\noutcome=applied&receipt=%3Cb%3E",
+ "POST /calls/rs-30\nreceipt=r1",
+ "GET /calls/rs-30", "GET /ok", "POST /calls/rs-30ok\noutcome=applied"]
+--- more_headers eval
+["X-Call-Id: rs-30",
+ "Content-Type: application/x-www-form-urlencoded",
+ "Content-Type: application/x-www-form-urlencoded",
+ "Content-Type: application/x-www-form-urlencoded",
+ "Content-Type: application/x-www-form-urlencoded",
+ "Content-Type: application/x-www-form-urlencoded",
+ "Content-Type: application/x-www-form-urlencoded",
+ "Content-Type: application/x-www-form-urlencoded\nAccept: text/html",
+ "Content-Type: application/x-www-form-urlencoded",
+ "", "X-Call-Id: rs-30ok",
+ "Content-Type: application/x-www-form-urlencoded\nAccept: text/html"]
+--- error_code eval
+[504, 400, 400, 400, 400, 400, 400, 400, 400, 200, 200, 409]
+--- response_headers_like eval
+["", "Content-Type: application/problem\\+json", "", "", "", "", "",
+ "Content-Type: text/html; charset=utf-8", "", "", "",
+ "Content-Type: text/html; charset=utf-8"]
+--- response_body_like eval
+["",
+ '"type":"urn:ngx-idem:problem:invalid-resolution",.*"detail":"\\\\"outcome\\\\" must be \\\\"applied\\\\" or \\\\"not_applied\\\\""',
+ '"detail":"a form field is none of \\\\"outcome\\\\", \\\\"receipt\\\\", \\\\"by\\\\", \\\\"force\\\\""',
+ '"detail":"a field is given twice"',
+ '"detail":"\\\\"force\\\\" takes true alone',
+ '"detail":"\\\\"receipt\\\\" and \\\\"by\\\\" take 1 to 128',
+ '"detail":"a form field has no value"',
+ '<h1 class="state s-other">Invalid resolution</h1>.*<p class="means">&quot;receipt&quot; and &quot;by&quot; take 1 to 128',
+ '"detail":"\\\\"outcome\\\\" must be',
+ '^(?!.*"resolved")\{"call_id":"rs-30",.*"state":"UNKNOWN"',
+ "",
+ '<h1 class="state s-other">Not resolvable</h1>.*the call&#39;s latest execution is SUCCESS|<h1 class="state s-other">Not resolvable</h1>.*latest execution is SUCCESS, not UNKNOWN']
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 31: CSRF: a POST from another origin (form or JSON), one that says Sec-Fetch-Site: cross-site, or Origin null: 403 resolution-cross-site, nothing written; a GET with ?outcome= is a read; the location's own origin (default port or not) resolves
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /pay\nx=1",
+ "POST /calls/rs-31\noutcome=applied&by=evil",
+ "POST /calls/rs-31\n{\"outcome\":\"applied\"}",
+ "POST /calls/rs-31\noutcome=applied",
+ "POST /calls/rs-31\n{\"outcome\":\"applied\"}",
+ "POST /calls/rs-31\n{\"outcome\":\"applied\"}",
+ "POST /calls/rs-31\n{\"outcome\":\"applied\"}",
+ "GET /calls/rs-31?outcome=applied&by=evil",
+ "POST /calls/rs-31\n{\"outcome\":\"not_applied\",\"by\":\"ops\"}",
+ "GET /calls/rs-31"]
+--- more_headers eval
+["X-Call-Id: rs-31",
+ "Content-Type: application/x-www-form-urlencoded\nOrigin: http://evil.example\nAccept: text/html",
+ "Origin: http://localhost:1",
+ "Content-Type: application/x-www-form-urlencoded\nSec-Fetch-Site: cross-site",
+ "Origin: null",
+ "Origin: https://localhost",
+ "Origin: http://localhost\nOrigin: http://localhost",
+ "",
+ "Origin: http://LocalHost:80\nSec-Fetch-Site: same-origin",
+ ""]
+--- error_code eval
+[504, 403, 403, 403, 403, 403, 403, 200, 200, 200]
+--- response_headers_like eval
+["", "Content-Type: application/problem\\+json", "Content-Type: application/problem\\+json", "", "", "", "", "", "", ""]
+--- response_body_like eval
+["",
+ '^\{"type":"urn:ngx-idem:problem:resolution-cross-site","title":"Cross-site resolution","status":403,"detail":"its Origin is not this location\'s own \(scheme, host and port of the request\)"\}',
+ '"type":"urn:ngx-idem:problem:resolution-cross-site"',
+ '"detail":"the request says it comes from another site \(Sec-Fetch-Site: cross-site\)"',
+ '"type":"urn:ngx-idem:problem:resolution-cross-site"',
+ '"type":"urn:ngx-idem:problem:resolution-cross-site"',
+ '"type":"urn:ngx-idem:problem:resolution-cross-site"',
+ '^(?!.*"resolved")\{"call_id":"rs-31",.*"state":"UNKNOWN"',
+ '"state":"FAILED",.*"resolved":\{"execution":1,"outcome":"not_applied","at_ms":\d+,"receipt":null,"by":"ops"\}',
+ '"resolved":\{"execution":1,"outcome":"not_applied","at_ms":\d+,"receipt":null,"by":"ops"\}']
+--- no_error_log
+[alert]
+[emerg]
+
+
+
+=== TEST 32: the form only where it can be taken: not on a location without resolve=on, nor on a call that is not UNKNOWN; no link to a list where there is none
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /ok {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /ro/ {
+        idem_status;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /pay\nx=1", "GET /ok", "GET /ro/rs-32", "GET /calls/rs-32ok",
+ "GET /calls/rs-32"]
+--- more_headers eval
+["X-Call-Id: rs-32", "X-Call-Id: rs-32ok", "Accept: text/html",
+ "Accept: text/html", "Accept: text/html"]
+--- error_code eval
+[504, 200, 200, 200, 200]
+--- response_body_like eval
+["", "", '^(?!.*<form)(?!.*<button).*<h1 class="state s-UNKNOWN">UNKNOWN</h1>',
+ '^(?!.*<form).*<h1 class="state s-SUCCESS">SUCCESS</h1>',
+ '^(?!.*class="nav")(?=.*<h1 class="state s-UNKNOWN">UNKNOWN</h1>).*<form method="post" class="resolve">']
+--- no_error_log
+[alert]
+[emerg]

@@ -51,7 +51,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 --- error_code eval
 [502, 200]
 --- response_headers eval
-["", "Content-Type: text/html; charset=utf-8\nVary: Accept\nContent-Security-Policy: default-src 'none'; style-src 'unsafe-inline'\nCache-Control: no-store"]
+["", "Content-Type: text/html; charset=utf-8\nVary: Accept\nContent-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; form-action 'self'\nCache-Control: no-store"]
 --- response_body_like eval
 ["", qr{^<!DOCTYPE html>.*<title>UNKNOWN: call tl-1</title>.*<h1 class="state s-UNKNOWN">UNKNOWN</h1>\n<p class="means">It may have taken effect: ask again later, never resend it with a new id\.</p>.*<dt>Node</dt><dd><code>gw-page</code>.*<code>GET /t/&lt;script&gt;alert\(1\)&lt;/script&gt;&quot;&amp;'</code>(?:(?!<script).)*(?:<tr class="attempt">.*){3}</tbody>}s]
 --- no_error_log

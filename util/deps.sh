@@ -12,7 +12,12 @@
 #                       timeline page in t/176, prometheus for promtool
 #                       (t/071: the metrics' format, the shipped rules),
 #                       protobuf-compiler and python3-protobuf for the
-#                       OTLP test collector (t/lib/otlp_collector.py, t/210)
+#                       OTLP test collector (t/lib/otlp_collector.py, t/210);
+#                       then puppeteer-core, which drives that chromium in
+#                       t/177 (npm ci in t/browser, from its committed
+#                       package-lock.json, into t/browser/node_modules:
+#                       gitignored; puppeteer-core downloads no browser),
+#                       with node and npm from Debian where there are none
 #   util/deps.sh --list [run]   prints the packages, installs nothing
 #
 # IDEM_REAL_TN=1 adds the perl modules that OpenResty's Test::Nginx needs
@@ -33,7 +38,20 @@ if [ "$1" != run ]; then
           libtest-longstring-perl libhttp-message-perl curl python3
           python3-grpcio python3-redis chromium prometheus
           protobuf-compiler python3-protobuf"
+    # Debian's node and npm, unless a node with its own npm is there
+    command -v npm >/dev/null 2>&1 || pkgs="$pkgs nodejs npm"
 fi
+
+# t/177's puppeteer-core, once its lock file is newer than what npm put
+# in node_modules (npm ci installs exactly the lock file's versions)
+browser() {
+    [ "$1" = run ] && return 0
+    dir=$(cd "$(dirname "$0")/../t/browser" && pwd)
+    [ "$dir/node_modules/.package-lock.json" -nt "$dir/package-lock.json" ] \
+        && return 0
+    echo "npm ci in t/browser (puppeteer-core)"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+}
 
 # nginx's own tests (make nginx-tests) load every dynamic module nginx -V
 # names; these are not in the nginx package
@@ -75,7 +93,10 @@ for p in $pkgs; do
         || missing="$missing $p"
 done
 
-[ -z "$missing" ] && exit 0
+if [ -z "$missing" ]; then
+    browser "$1"
+    exit 0
+fi
 
 echo "installing:$missing"
 
@@ -91,3 +112,4 @@ $sudo sh -c 'printf "#!/bin/sh\nexit 101\n" > /usr/sbin/policy-rc.d \
 $sudo apt-get install -y -qq --no-install-recommends $missing \
     || { $sudo rm -f /usr/sbin/policy-rc.d; exit 1; }
 $sudo rm -f /usr/sbin/policy-rc.d
+browser "$1"

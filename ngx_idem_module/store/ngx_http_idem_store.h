@@ -218,6 +218,18 @@ typedef struct {
 } ngx_http_idem_store_entry_t;
 
 
+/*
+ * An entry of a stream as read back (ngx_http_idem_store_read_stream):
+ * its id ("<ms>-<n>") and its fields; the strings live during the
+ * handler only.
+ */
+typedef struct {
+    ngx_str_t                  id;
+    ngx_str_t                 *fields;         /* field, value, ... */
+    ngx_uint_t                 nfields;        /* strings, 2 a field */
+} ngx_http_idem_store_read_entry_t;
+
+
 typedef void (*ngx_http_idem_store_claim_pt)(void *data,
     ngx_http_idem_store_found_t *found);
 
@@ -238,6 +250,14 @@ typedef void (*ngx_http_idem_store_record_pt)(void *data, ngx_int_t rc,
  */
 typedef void (*ngx_http_idem_store_resolved_pt)(void *data, ngx_int_t rc,
     ngx_str_t *state, ngx_http_idem_store_record_t *record);
+
+
+/*
+ * rc: NGX_OK (n entries, newest first, none: the stream is empty or
+ * absent; now: Redis's clock, unix ms), NGX_ERROR (no answer)
+ */
+typedef void (*ngx_http_idem_store_entries_pt)(void *data, ngx_int_t rc,
+    uint64_t now, ngx_http_idem_store_read_entry_t *entries, ngx_uint_t n);
 
 
 /*
@@ -302,6 +322,15 @@ void ngx_http_idem_store_cancel(ngx_http_idem_store_op_t *op);
 ngx_http_idem_store_op_t *ngx_http_idem_store_resolve(ngx_str_t *key,
     ngx_http_idem_store_resolution_t *res,
     ngx_http_idem_store_resolved_pt handler, void *data);
+
+/*
+ * A page of a stream: its newest "count" entries older than the entry id
+ * "before" (empty: from the newest), one bounded read; the same contract
+ * as a read's.
+ */
+ngx_http_idem_store_op_t *ngx_http_idem_store_read_stream(ngx_str_t *stream,
+    ngx_str_t *before, ngx_uint_t count,
+    ngx_http_idem_store_entries_pt handler, void *data);
 
 /*
  * An entry appended to a stream, after the writes queued before it on the
