@@ -311,7 +311,7 @@ qr/STATE [0-9a-f-]{36} SUCCESS/
 
 
 
-=== TEST 12: unknown id: 404 NOT_FOUND; a bad id: 400; POST: 405; HEAD
+=== TEST 12: unknown id: 404 NOT_FOUND; a bad id: 400; POST: 405; HEAD; no id where no idem_unknown_stream is named: 404 no-unknown-stream (the list of UNKNOWN calls, t/173)
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config
@@ -322,11 +322,11 @@ qr/STATE [0-9a-f-]{36} SUCCESS/
 ["GET /calls/never-seen", "GET /calls/bad%20id", "POST /calls/x\nbody",
  "HEAD /calls/never-seen", "GET /calls/"]
 --- error_code eval
-[404, 400, 405, 404, 400]
+[404, 400, 405, 404, 404]
 --- response_body eval
 ["{\"state\":\"NOT_FOUND\"}\n",
  "{\"type\":\"urn:ngx-idem:problem:invalid-call-id\",\"title\":\"Invalid call id\",\"status\":400,\"detail\":\"the call id in the URI is not a valid call id\"}",
- qr/405 Not Allowed/, "", qr/invalid-call-id/]
+ qr/405 Not Allowed/, "", qr/no-unknown-stream/]
 --- no_error_log
 [error]
 
