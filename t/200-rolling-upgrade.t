@@ -45,13 +45,20 @@
 #     not run), this version answers as it says (409 call-applied, or
 #     released: run once).
 #
+# And 0.7.0 as packaged (5764a76, claims of plain commands: HSETNX of
+# "o", then the rest) beside this version with its defaults, whose dedupe
+# claims are short records (SET ... NX GET, t/101): 0.7.0's HSETNX takes
+# one through its upgrade script; 3-5 both ways (a duplicate here waits),
+# and a waiter here for an owner on 0.7.0.
+#
 # The backend counts each call id's executions (/log/ID): none ran twice.
 #
-# Plain Test::More: five nginx instances (0.6.0 of 1db18b0; this version
+# Plain Test::More: six nginx instances (0.6.0 of 1db18b0; this version
 # as the upgrade guide sets it, idem_record_short off; this version with
 # its defaults and a waiting route; 0.6.0 of 72fcf72 with its defaults
 # and idem_record_max_executions 2; this version with idem_record_short
-# off and the same cap) run by t/lib/IdemNginx.pm; the clients
+# off and the same cap; 0.7.0 with its defaults) run by
+# t/lib/IdemNginx.pm; the clients
 # and the backend's counter are t/lib/IdemGateway.pm's, the records read
 # with t/lib/IdemRecord.pm.  Skipped, with a message, where the
 # repository has no history to build the 0.6.0 builds from.
