@@ -224,6 +224,10 @@ def candidates(sha):
         return [resp(b'APPEND', key(i), pack(FINAL)),
                 resp(b'PUBLISH', b'idem:w:0', key(i))]
 
+    def final_setxx(i):
+        return [resp(b'SET', key(i), pack(claim_fields(True)) + pack(FINAL),
+                     b'XX', b'KEEPTTL', b'GET')]
+
     def plain07(i):
         return [resp(b'HSETNX', key(i), b'o', TOKEN),
                 resp(b'HSET', key(i), *claim_fields(True)[2:]),
@@ -253,6 +257,7 @@ def candidates(sha):
         'plain07+hset': (plain07, final_plain),
         'setget+append': (setget, final_append),
         'setget+append+pub': (setget, final_append_pub),
+        'setget+setxx': (setget, final_setxx),
     }
 
 
