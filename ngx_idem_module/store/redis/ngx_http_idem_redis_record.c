@@ -135,7 +135,7 @@ static ngx_http_idem_store_op_t *ngx_http_idem_redis_write_read(
     ngx_uint_t argc,
     ngx_str_t *argv, ngx_http_idem_redis_reply_pt handler,
     ngx_uint_t max_executions, ngx_uint_t nfields,
-    ngx_http_idem_store_write_t *w);
+    ngx_http_idem_store_write_t *w, ngx_uint_t lazy);
 static void ngx_http_idem_redis_trimmed(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static ngx_int_t ngx_http_idem_redis_ms(ngx_str_t *value, uint64_t *ms);
@@ -299,7 +299,7 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
             known_op = ngx_http_idem_redis_write_read(i, argv,
                                             ngx_http_idem_redis_first_written,
                                             w->max_executions, (i - 2) / 2,
-                                            w);
+                                            w, 1);
             rc = (known_op != NULL) ? NGX_OK : NGX_ERROR;
 
         } else {
@@ -397,7 +397,7 @@ ngx_http_idem_redis_write_short(ngx_http_idem_store_write_t *w)
     rc = (ngx_http_idem_redis_write_read(6, argv,
                                          ngx_http_idem_redis_short_written,
                                          w->max_executions, w->nfields / 2,
-                                         NULL)
+                                         NULL, 1)
           != NULL) ? NGX_OK : NGX_ERROR;
 
     ngx_free(value);
@@ -409,6 +409,8 @@ ngx_http_idem_redis_write_short(ngx_http_idem_store_write_t *w)
 /*
  * The last write of the execution that owns the call's claim: HSET of its
  * fields, then PEXPIRE when the expiry must move, in the same round trip
+ * (at the end of this turn where waiters may wait for it, instead of
+ * within the moment other writes get to leave with it)
  * (the claim gave the record its expiry: a PEXPIRE lost keeps that one);
  * ngx_http_idem_store_write() adds the PUBLISH to its waiters after them.
  * Plain commands, not a script: a script costs Redis about 10 us of Lua
@@ -456,7 +458,8 @@ ngx_http_idem_redis_write_final(ngx_http_idem_store_write_t *w)
     op = ngx_http_idem_redis_write_read(argc, argv,
                                         ngx_http_idem_redis_final_written,
                                         w->first ? w->max_executions : 0,
-                                        w->nfields / 2, NULL);
+                                        w->nfields / 2, NULL,
+                                        w->wake.len == 0);
 
     if (argv != argv_buf) {
         ngx_free(argv);
@@ -579,7 +582,9 @@ ngx_http_idem_redis_write_append(ngx_http_idem_store_write_t *w)
                    "%ui fields, ttl %M, final %d", &w->key, w->nfields / 2,
                    w->ttl, (int) w->final);
 
-    ngx_http_idem_redis_lazy(1);
+    /* waiters may wait for it: it leaves at the end of this turn */
+
+    ngx_http_idem_redis_lazy(w->wake.len == 0);
 
     op = ngx_http_idem_redis_read(NULL, 3, argv,
                                   ngx_http_idem_redis_appended_short, NULL,
@@ -859,7 +864,7 @@ ngx_http_idem_redis_first_written(void *data, ngx_int_t rc, ngx_str_t *elts,
     ngx_str_set(&cmd[3], "1");
 
     (void) ngx_http_idem_redis_write_read(4, cmd, ngx_http_idem_redis_counted,
-                                          first->max_executions, 0, NULL);
+                                          first->max_executions, 0, NULL, 1);
 }
 
 
@@ -874,12 +879,12 @@ ngx_http_idem_redis_first_written(void *data, ngx_int_t rc, ngx_str_t *elts,
 static ngx_http_idem_store_op_t *
 ngx_http_idem_redis_write_read(ngx_uint_t argc, ngx_str_t *argv,
     ngx_http_idem_redis_reply_pt handler, ngx_uint_t max_executions,
-    ngx_uint_t nfields, ngx_http_idem_store_write_t *w)
+    ngx_uint_t nfields, ngx_http_idem_store_write_t *w, ngx_uint_t lazy)
 {
     ngx_http_idem_store_op_t     *op;
     ngx_http_idem_redis_first_t  *first;
 
-    ngx_http_idem_redis_lazy(1);
+    ngx_http_idem_redis_lazy(lazy);
 
     op = ngx_http_idem_redis_read(NULL, argc, argv, handler, NULL,
                                   sizeof(ngx_http_idem_redis_first_t));
