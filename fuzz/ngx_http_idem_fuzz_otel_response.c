@@ -264,7 +264,7 @@ ngx_http_idem_fuzz_otel_call(ngx_http_idem_otel_worker_t *w, size_t len,
 /*
  * The answer, read on its own: lines end with LF (a CR before it is
  * dropped), the status line first, the headers up to an empty line.
- * Transfer-Encoding is chunked when it names it (as otel.c reads it); a
+ * Transfer-Encoding is chunked when one names it (as otel.c reads it); a
  * Content-Length is digits between optional spaces and tabs, and
  * several must agree; "whole" is a body that ends exactly at the end.
  */
@@ -371,10 +371,13 @@ ngx_http_idem_fuzz_otel_header(ngx_str_t *name, ngx_str_t *value,
         && ngx_strncasecmp(name->data, (u_char *) "transfer-encoding", 17)
            == 0)
     {
-        ref->chunked = (ngx_strlcasestrn(value->data,
-                                         value->data + value->len,
-                                         (u_char *) "chunked", 7 - 1)
-                        != NULL);
+        if (ngx_strlcasestrn(value->data, value->data + value->len,
+                             (u_char *) "chunked", 7 - 1)
+            != NULL)
+        {
+            ref->chunked = 1;
+        }
+
         return;
     }
 
