@@ -56,7 +56,7 @@ NGINX       ?=
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 6
 FUZZ_TARGETS ?= call_id call_id_json deadline retry_after answer record status \
-                resolution redis_reply redis_cluster
+                resolution redis_reply redis_cluster otel_response
 FUZZ_BUILD   := $(BUILD)/fuzz
 FUZZ_NGINX   ?=
 FUZZ_COMMON  := fuzz/ngx_http_idem_fuzz.c

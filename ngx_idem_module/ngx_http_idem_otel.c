@@ -93,6 +93,8 @@ static void ngx_http_idem_otel_read_handler(ngx_event_t *rev);
 static void ngx_http_idem_otel_timeout_handler(ngx_event_t *ev);
 static ngx_int_t ngx_http_idem_otel_response(ngx_http_idem_otel_worker_t *w,
     ngx_uint_t closed, ngx_uint_t *keep);
+static ngx_int_t ngx_http_idem_otel_chunked(u_char *p, u_char *last,
+    u_char **end);
 static void ngx_http_idem_otel_fail(ngx_http_idem_otel_worker_t *w,
     char *why, ngx_err_t err);
 static void ngx_http_idem_otel_done(ngx_http_idem_otel_worker_t *w,
@@ -1045,9 +1047,9 @@ ngx_http_idem_otel_response(ngx_http_idem_otel_worker_t *w,
     ngx_uint_t closed, ngx_uint_t *keep)
 {
     u_char      *p, *last, *eol, *body;
-    off_t        length;
+    off_t        length, n;
     ngx_str_t    line;
-    ngx_uint_t   status, chunked, close;
+    ngx_uint_t   status, chunked, close, bad, connection;
 
     p = w->response;
     last = p + w->response_len;
@@ -1070,8 +1072,10 @@ ngx_http_idem_otel_response(ngx_http_idem_otel_worker_t *w,
     /* the headers: Content-Length, chunked, Connection: close */
 
     length = -1;
+    bad = 0;
     chunked = 0;
-    close = (p[7] == '0');
+    close = 0;
+    connection = 0;
     body = NULL;
 
     for ( ;; ) {
@@ -1102,31 +1106,63 @@ ngx_http_idem_otel_response(ngx_http_idem_otel_worker_t *w,
             line.data += 15;
             line.len -= 15;
 
-            while (line.len && line.data[0] == ' ') {
+            while (line.len && (line.data[0] == ' ' || line.data[0] == '\t'))
+            {
                 line.data++;
                 line.len--;
             }
 
-            length = ngx_atoof(line.data, line.len);
+            while (line.len && (line.data[line.len - 1] == ' '
+                                || line.data[line.len - 1] == '\t'))
+            {
+                line.len--;
+            }
+
+            /* not a number, or two that differ: no end known (RFC 9112) */
+
+            n = ngx_atoof(line.data, line.len);
+
+            if (n == NGX_ERROR || (length != -1 && n != length)) {
+                bad = 1;
+
+            } else {
+                length = n;
+            }
 
         } else if (line.len > 18
                    && ngx_strncasecmp(line.data,
                                       (u_char *) "transfer-encoding:", 18)
                       == 0)
         {
-            chunked = (ngx_strlcasestrn(line.data, line.data + line.len,
-                                        (u_char *) "chunked", 7 - 1)
-                       != NULL);
+            if (ngx_strlcasestrn(line.data, line.data + line.len,
+                                 (u_char *) "chunked", 7 - 1)
+                != NULL)
+            {
+                chunked = 1;
+            }
 
         } else if (line.len > 11
                    && ngx_strncasecmp(line.data, (u_char *) "connection:",
                                       11)
                       == 0)
         {
-            close = (ngx_strlcasestrn(line.data, line.data + line.len,
-                                      (u_char *) "close", 5 - 1)
-                     != NULL);
+            /* any of several says close */
+
+            connection = 1;
+
+            if (ngx_strlcasestrn(line.data, line.data + line.len,
+                                 (u_char *) "close", 5 - 1)
+                != NULL)
+            {
+                close = 1;
+            }
         }
+    }
+
+    /* HTTP/1.0: closed unless a Connection header says otherwise */
+
+    if (w->response[7] == '0' && !connection) {
+        close = 1;
     }
 
     if (status < 200 || status > 299) {
@@ -1149,10 +1185,30 @@ ngx_http_idem_otel_response(ngx_http_idem_otel_worker_t *w,
     /* its body: read whole, or the connection is not kept */
 
     if (chunked) {
-        if (last - body >= 5 && ngx_strncmp(last - 5, "0\r\n\r\n", 5) == 0) {
-            *keep = !close;
+
+        /*
+         * walked chunk by chunk: a chunk's data may end as the last chunk
+         * does; a body that is not chunked after a 2xx: not kept
+         */
+
+        switch (ngx_http_idem_otel_chunked(body, last, &eol)) {
+
+        case NGX_OK:
+            *keep = !close && eol == last;
             return NGX_OK;
+
+        case NGX_ERROR:
+            return NGX_OK;
+
+        default: /* NGX_AGAIN */
+            break;
         }
+
+    } else if (bad) {
+
+        /* the batch is in, the connection not kept */
+
+        return NGX_OK;
 
     } else if (length >= 0) {
         if (last - body >= length) {
@@ -1161,7 +1217,8 @@ ngx_http_idem_otel_response(ngx_http_idem_otel_worker_t *w,
         }
 
     } else if (status == 204 || closed) {
-        *keep = !close && status == 204;
+        /* a 204 has no body: bytes after it are no answer to keep */
+        *keep = !close && status == 204 && body == last;
         return NGX_OK;
     }
 
@@ -1184,6 +1241,108 @@ invalid:
 
     ngx_http_idem_otel_fail(w, "invalid answer", 0);
     return NGX_ERROR;
+}
+
+
+/*
+ * A chunked body from p: NGX_OK when its last chunk and trailer fields
+ * are in (*end: the byte after them), NGX_AGAIN while they are not,
+ * NGX_ERROR when it is not chunked (RFC 9112, 7.1)
+ */
+
+static ngx_int_t
+ngx_http_idem_otel_chunked(u_char *p, u_char *last, u_char **end)
+{
+    u_char      c, *eol;
+    off_t       size;
+    ngx_uint_t  digits;
+
+    for ( ;; ) {
+        size = 0;
+
+        for (digits = 0; p < last; p++, digits++) {
+            c = (u_char) (*p | 0x20);
+
+            if (*p >= '0' && *p <= '9') {
+                c = *p - '0';
+
+            } else if (c >= 'a' && c <= 'f') {
+                c = c - 'a' + 10;
+
+            } else {
+                break;
+            }
+
+            if (size > (NGX_MAX_OFF_T_VALUE - c) / 16) {
+                return NGX_ERROR;
+            }
+
+            size = size * 16 + c;
+        }
+
+        if (p == last) {
+            return NGX_AGAIN;
+        }
+
+        if (digits == 0) {
+            return NGX_ERROR;
+        }
+
+        /* chunk extensions: skipped */
+
+        if (*p == ';') {
+            while (p < last && *p != '\r') {
+                p++;
+            }
+        }
+
+        if (last - p < 2) {
+            return NGX_AGAIN;
+        }
+
+        if (p[0] != '\r' || p[1] != '\n') {
+            return NGX_ERROR;
+        }
+
+        p += 2;
+
+        if (size == 0) {
+            break;
+        }
+
+        if (last - p < size + 2) {
+            return NGX_AGAIN;
+        }
+
+        p += size;
+
+        if (p[0] != '\r' || p[1] != '\n') {
+            return NGX_ERROR;
+        }
+
+        p += 2;
+    }
+
+    /* the trailer fields, up to an empty line */
+
+    for ( ;; ) {
+        eol = ngx_strlchr(p, last, '\n');
+
+        if (eol == NULL) {
+            return NGX_AGAIN;
+        }
+
+        if (eol == p || eol[-1] != '\r') {
+            return NGX_ERROR;
+        }
+
+        if (eol == p + 1) {
+            *end = eol + 1;
+            return NGX_OK;
+        }
+
+        p = eol + 1;
+    }
 }
 
 
