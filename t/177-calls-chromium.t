@@ -94,12 +94,8 @@ $ng->start or BAIL_OUT('nginx did not start: ' . $ng->out);
 
 sub request {
     my ($req) = @_;
-    my $s;
-    for (1 .. 50) {
-        $s = IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port");
-        last if $s;
-        sleep 0.05;
-    }
+    my $s = wait_for("nginx on $port",
+        sub { IO::Socket::INET->new(PeerAddr => "127.0.0.1:$port") });
     die "no nginx on $port" unless $s;
     print $s $req;
     local $/;

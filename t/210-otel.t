@@ -615,7 +615,7 @@ idem_otel_spans_total\{result="dropped"\} 2
 --- config
     location /pay {
         idem on;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/300/1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
     }
     location /metrics {
         idem_metrics;
@@ -623,6 +623,7 @@ idem_otel_spans_total\{result="dropped"\} 2
 --- init
 my $t = IdemOtel::hexid(32);
 my $tag = IdemOtel::hexid(6);
+# the calls are held at the backend until the reload is under way
 for my $i (1 .. 20) {
     IdemBg::bg("r$i", "otel-reload-$tag-$i", '/pay', '-H',
                'traceparent: ' . main::tp($t, IdemOtel::hexid(16)));
@@ -633,6 +634,10 @@ Test::More::ok(IdemWait::wait_for('the 20 calls at the backend', sub {
 my $pid = do { local (@ARGV, $/) = (IdemPaths::servroot() . '/logs/nginx.pid'); <> };
 chomp $pid;
 kill 'HUP', $pid;
+Test::More::ok(IdemWait::wait_for('the reload under way',
+                   sub { IdemWait::log_count(qr/reconfiguring/) >= 1 }),
+               'nginx reconfigures while the calls are held');
+IdemWait::release("otel-reload-$tag-$_") for 1 .. 20;
 my @bad = grep { IdemBg::done("r$_") !~ m{^HTTP/1.1 200} } 1 .. 20;
 Test::More::is("@bad", '', 'the 20 calls answered 200 across the reload');
 Test::More::is(scalar IdemOtel::wait_spans($t, 40), 40,

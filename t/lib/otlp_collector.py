@@ -142,6 +142,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(200)
             return
 
+        # a slow collector, on purpose: the test that writes this file
+        # checks that nothing in the gateway waits for it
         delay = os.path.join(self.server.out, 'delay')
         if os.path.exists(delay):
             with open(delay) as f:

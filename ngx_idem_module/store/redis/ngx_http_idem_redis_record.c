@@ -111,6 +111,8 @@ static void ngx_http_idem_redis_record_read(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_resolved(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
+static ngx_int_t ngx_http_idem_redis_short_value(
+    ngx_http_idem_store_write_t *w, ngx_str_t *value);
 static ngx_int_t ngx_http_idem_redis_write_short(
     ngx_http_idem_store_write_t *w);
 static ngx_int_t ngx_http_idem_redis_write_final(
@@ -343,6 +345,46 @@ failed:
 
 
 /*
+ * A write's fields in a short record's form, "<field> <length> <value>\n"
+ * each (a field name has no space), which the scripts read
+ * (ngx_http_idem_redis_short.lua): a short write's value, or what an
+ * owner adds to its short claim.  Allocated: the caller frees it.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_short_value(ngx_http_idem_store_write_t *w,
+    ngx_str_t *value)
+{
+    u_char      *p;
+    size_t       len;
+    ngx_uint_t   i;
+
+    len = 0;
+
+    for (i = 0; i + 1 < w->nfields; i += 2) {
+        len += w->fields[i].len + sizeof("  \n") - 1 + NGX_SIZE_T_LEN
+               + w->fields[i + 1].len;
+    }
+
+    value->data = ngx_alloc(len, ngx_cycle->log);
+    if (value->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    p = value->data;
+
+    for (i = 0; i + 1 < w->nfields; i += 2) {
+        p = ngx_sprintf(p, "%V %uz %V\n", &w->fields[i],
+                        w->fields[i + 1].len, &w->fields[i + 1]);
+    }
+
+    value->len = p - value->data;
+
+    return NGX_OK;
+}
+
+
+/*
  * SET key value PX ttl NX: the execution's only write, which makes a
  * record of a call id used once, as most are, in one command and short:
  * its fields as "<field> <length> <value>\n" each (a field name has no
@@ -352,39 +394,21 @@ failed:
 static ngx_int_t
 ngx_http_idem_redis_write_short(ngx_http_idem_store_write_t *w)
 {
-    u_char      *value, *p, ttl[NGX_INT64_LEN];
-    size_t       len;
-    ngx_int_t    rc;
-    ngx_str_t    argv[6];
-    ngx_uint_t   i;
+    u_char      ttl[NGX_INT64_LEN];
+    ngx_int_t   rc;
+    ngx_str_t   argv[6];
 
     if (ngx_http_idem_redis_room(1) != NGX_OK) {
         return NGX_DECLINED;
     }
 
-    len = 0;
+    ngx_str_set(&argv[0], "SET");
+    argv[1] = w->key;
 
-    for (i = 0; i + 1 < w->nfields; i += 2) {
-        len += w->fields[i].len + sizeof("  \n") - 1 + NGX_SIZE_T_LEN
-               + w->fields[i + 1].len;
-    }
-
-    value = ngx_alloc(len, ngx_cycle->log);
-    if (value == NULL) {
+    if (ngx_http_idem_redis_short_value(w, &argv[2]) != NGX_OK) {
         return NGX_DECLINED;
     }
 
-    p = value;
-
-    for (i = 0; i + 1 < w->nfields; i += 2) {
-        p = ngx_sprintf(p, "%V %uz %V\n", &w->fields[i],
-                        w->fields[i + 1].len, &w->fields[i + 1]);
-    }
-
-    ngx_str_set(&argv[0], "SET");
-    argv[1] = w->key;
-    argv[2].data = value;
-    argv[2].len = p - value;
     ngx_str_set(&argv[3], "PX");
     argv[4].data = ttl;
     argv[4].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
@@ -400,7 +424,7 @@ ngx_http_idem_redis_write_short(ngx_http_idem_store_write_t *w)
                                          NULL, 1)
           != NULL) ? NGX_OK : NGX_ERROR;
 
-    ngx_free(value);
+    ngx_free(argv[2].data);
 
     return (rc == NGX_OK) ? NGX_OK : NGX_DECLINED;
 }
@@ -542,40 +566,21 @@ ngx_http_idem_redis_final_written(void *data, ngx_int_t rc, ngx_str_t *elts,
 static ngx_int_t
 ngx_http_idem_redis_write_append(ngx_http_idem_store_write_t *w)
 {
-    u_char                        *value, *p, ttl[NGX_INT64_LEN];
-    size_t                         len;
-    ngx_str_t                      argv[3], cmd[3];
-    ngx_uint_t                     i;
-    ngx_http_idem_store_op_t      *op;
-    ngx_http_idem_redis_first_t   *first;
+    u_char                        ttl[NGX_INT64_LEN];
+    ngx_str_t                     argv[3], cmd[3];
+    ngx_http_idem_store_op_t     *op;
+    ngx_http_idem_redis_first_t  *first;
 
     if (ngx_http_idem_redis_room(w->ttl ? 2 : 1) != NGX_OK) {
         return NGX_DECLINED;
     }
 
-    len = 0;
-
-    for (i = 0; i + 1 < w->nfields; i += 2) {
-        len += w->fields[i].len + sizeof("  \n") - 1 + NGX_SIZE_T_LEN
-               + w->fields[i + 1].len;
-    }
-
-    value = ngx_alloc(len, ngx_cycle->log);
-    if (value == NULL) {
-        return NGX_DECLINED;
-    }
-
-    p = value;
-
-    for (i = 0; i + 1 < w->nfields; i += 2) {
-        p = ngx_sprintf(p, "%V %uz %V\n", &w->fields[i],
-                        w->fields[i + 1].len, &w->fields[i + 1]);
-    }
-
     ngx_str_set(&argv[0], "APPEND");
     argv[1] = w->key;
-    argv[2].data = value;
-    argv[2].len = p - value;
+
+    if (ngx_http_idem_redis_short_value(w, &argv[2]) != NGX_OK) {
+        return NGX_DECLINED;
+    }
 
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                    "idem store: write \"%V\": added to the short record, "
@@ -592,7 +597,7 @@ ngx_http_idem_redis_write_append(ngx_http_idem_store_write_t *w)
 
     ngx_http_idem_redis_lazy(0);
 
-    ngx_free(value);
+    ngx_free(argv[2].data);
 
     if (op == NULL) {
         return NGX_DECLINED;
