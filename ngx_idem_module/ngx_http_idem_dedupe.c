@@ -644,10 +644,16 @@ ngx_http_idem_dedupe_reply(void *data, ngx_http_idem_store_found_t *found)
 
     if (found->verdict == NGX_HTTP_IDEM_STORE_IN_FLIGHT) {
 
-        /* when the owner's lease ends: a waiter asks again then */
+        /*
+         * when the owner's lease ends: a waiter asks again then.  The
+         * lease's rest was read on Redis's clock while the claim ran, so
+         * it counts from its answer, never before that read: counted from
+         * when the claim was sent (a slow turn, a connect), the waiter
+         * asked again before the lease had ended
+         */
 
         ctx->dedupe.lease_end = found->left
-                                ? ctx->dedupe.asked + found->left : 0;
+                                ? ngx_current_msec + found->left : 0;
 
         if (ngx_http_idem_dedupe_wait(r, ctx) == NGX_OK) {
             return;
