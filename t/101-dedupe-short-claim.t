@@ -7,16 +7,31 @@
 # turns into Redis's time.  Duplicates read the string where it is
 # (claim script) without making it a hash; a hash there by then takes the
 # owner's writes through the upgrade script (t/114 TEST 8).  With
-# idem_record_short off the claim is the script's hash, as before.  Each
-# block's --- init looks at what the block before it left.
+# idem_record_short off the claim is the script's hash, as before.  A
+# Redis that refuses SET with NX and GET (5 and 6) gets one notice, then
+# every claim by script.  Each block's --- init looks at what the block
+# before it left.
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use IdemRecord;
 use IdemWait;
 use Digest::SHA;
+use RedisHoldProxy ();
 
 # No repeat_each(2): each block reads the record of a fixed call id.
+
+# TEST 14-15: Redis behind a proxy that refuses SET with NX and GET, as
+# Redis 5 and 6 do
+our ($Refusing, $RefusingPid);
+BEGIN {
+    $Refusing = ($ENV{TEST_NGINX_REDIS_PORT} || 16379) + 490;
+    $ENV{TEST_NGINX_REFUSING_REDIS} = $Refusing;
+}
+$RefusingPid = RedisHoldProxy::start($Refusing, $ENV{TEST_NGINX_REDIS_PORT},
+                                     IdemPaths::scratch() . '/no-hold',
+                                     refuse_set_get => 1);
+END { local $?; RedisHoldProxy::stop($RefusingPid) }
 
 no_long_string();
 no_shuffle();
@@ -363,5 +378,59 @@ Test::More::is($r{"k:$r{o}"}, 'R', "the claim's answer kept");
     location /t { return 200; }
 --- request
 GET /t
+--- no_error_log
+[error]
+
+
+
+=== TEST 14: a Redis that refuses SET with NX and GET (5, 6): one notice, then every claim by script; the calls go on
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REFUSING_REDIS;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- init
+Test::More::ok(IdemWait::wait_for('nothing of sc-14',
+                   sub { main::type('idem:c:{sc-14a}') eq 'none'
+                         && main::type('idem:c:{sc-14b}') eq 'none' }),
+               'new ids');
+--- request eval
+["POST /d\npay", "POST /d\npay"]
+--- more_headers eval
+["X-Call-Id: sc-14a", "X-Call-Id: sc-14b"]
+--- error_code eval
+[200, 200]
+--- response_body_like eval
+["^n=1 ", "^n=1 "]
+--- no_error_log
+[error]
+
+
+
+=== TEST 15: ... (each claim the script's hash, the notice once; the same id again is replayed, the same nginx)
+--- init
+for my $id (qw(sc-14a sc-14b)) {
+    my %r = main::final_record("idem:c:{$id}");
+    Test::More::is(main::type("idem:c:{$id}"), 'hash', "$id: a hash");
+    Test::More::is($r{"k:$r{o}"}, 'R', "$id: the answer kept");
+}
+Test::More::is(IdemWait::log_count(qr/\[notice\].*Redis refused a short claim/),
+               1, 'one notice');
+Test::More::is(IdemWait::log_count(qr/claim of "idem:c:\{sc-14b\}" sent, .*by script/),
+               1, 'the next claim by script at once');
+--- request
+POST /d
+pay
+--- more_headers
+X-Call-Id: sc-14a
+--- error_code: 200
+--- response_headers
+Idempotent-Replayed: true
+--- response_body_like eval
+qr/^n=1 /
 --- no_error_log
 [error]

@@ -11,6 +11,10 @@ package RedisHoldProxy;
 #   RedisHoldProxy::arm($control, 'id-1', 'id-2');   # one hold, see below
 #   RedisHoldProxy::stop($pid);
 #
+# start(..., refuse_set_get => 1) answers a SET with both NX and GET as
+# Redis 5 and 6 do ("ERR syntax error", nothing set): Redis is sent a SET
+# it refuses in its place, so that the replies stay in order.
+#
 # Armed with two strings A and B, on the first connection that has sent a
 # WAIT before (a durable claims' one) and then sends a command naming A:
 # the replies of that connection wait until it sends a command naming B;
@@ -26,7 +30,7 @@ use POSIX ();
 use Time::HiRes qw(sleep);
 
 sub start {
-    my ($listen, $redis, $control) = @_;
+    my ($listen, $redis, $control, %opt) = @_;
 
     unlink $control;
 
@@ -41,7 +45,7 @@ sub start {
         return $pid;
     }
 
-    eval { serve($srv, $redis, $control) };
+    eval { serve($srv, $redis, $control, \%opt) };
     POSIX::_exit(0);
 }
 
@@ -102,8 +106,25 @@ sub reply {
     return $next - $pos;
 }
 
+# one command as hiredis sends it
+sub encode {
+    return join '', '*' . @_ . "\r\n",
+                    map { '$' . length($_) . "\r\n$_\r\n" } @_;
+}
+
+# what goes to Redis for a command nginx sent
+sub upstream {
+    my ($args, $opt) = @_;
+    if ($opt->{refuse_set_get} && uc($args->[0]) eq 'SET') {
+        my %o = map { uc($_) => 1 } @$args[3 .. $#$args];
+        return encode('SET', $args->[1], '', 'NX', 'XX')
+            if $o{NX} && $o{GET};
+    }
+    return encode(@$args);
+}
+
 sub serve {
-    my ($srv, $redis, $control) = @_;
+    my ($srv, $redis, $control, $opt) = @_;
 
     my $sel = IO::Select->new($srv);
     my %c;    # by fileno of either side
@@ -143,12 +164,14 @@ sub serve {
             }
 
             if ($fh == $conn->{cl}) {
-                syswrite($conn->{up}, $data);
                 $conn->{cin} .= $data;
+                my $up = '';
                 while (my ($args, $len) = command($conn->{cin})) {
                     substr($conn->{cin}, 0, $len) = '';
+                    $up .= upstream($args, $opt);
                     client_command($conn, $args, $control);
                 }
+                syswrite($conn->{up}, $up) if length $up;
             } else {
                 $conn->{sin} .= $data;
             }
