@@ -4,7 +4,11 @@
 # the client's span to the backend's parent, through a retry with backoff,
 # a dedupe replay, a 422, a 409 and a waiter; what is not exported; the
 # collector down, paused and slow (calls answered at once, drops counted);
-# the queue's bound; a reload (what the old workers queued is sent).
+# the queue's bound; a reload (what the old workers queued is sent); how
+# the exporter reads answers it did not expect (t/lib/RawHttpPeer.pm: a
+# chunk's data that ends as the last chunk does, a 204 with bytes after
+# it, two lengths, a second Connection header): when it keeps the
+# connection.
 #
 # Each block's --- init makes its calls once nginx runs its config, waits
 # for their spans at the collector and checks them; its request reads the
@@ -27,7 +31,35 @@ if (my $why = IdemOtel::missing()) {
 
 IdemOtel::start();
 
-END { local $?; IdemOtel::stop() }
+# TEST 12-16: a collector whose answers are the test's bytes
+use RawHttpPeer ();
+$ENV{TEST_NGINX_OTEL_RAW_PORT} ||= $ENV{TEST_NGINX_OTEL_PORT} + 2;
+our $RawDir = IdemPaths::scratch() . '/otel-raw';
+our $RawPid = RawHttpPeer::start($ENV{TEST_NGINX_OTEL_RAW_PORT}, $RawDir);
+
+END { local $?; IdemOtel::stop(); RawHttpPeer::stop($RawPid) }
+
+# Two calls, each a batch of its two spans, to the raw collector answering
+# @parts: both batches counted sent, on one connection if the answer lets
+# the exporter keep it ($kept), else on a connection each
+sub raw_ok {
+    my ($what, $kept, @parts) = @_;
+    RawHttpPeer::answer($RawDir, @parts);
+    my $c0 = RawHttpPeer::connections($RawDir);
+    my $r0 = RawHttpPeer::requests($RawDir);
+    my $t = IdemOtel::hexid(32);
+    for my $i (1, 2) {
+        call('/pay', "otel-raw-$i", tp($t, IdemOtel::hexid(16)));
+        metric_is('idem_otel_spans_total{result="sent"}', 2 * $i,
+                  "$what: batch $i counted sent");
+    }
+    my $c = RawHttpPeer::connections($RawDir) - $c0;
+    my $r = RawHttpPeer::requests($RawDir) - $r0;
+    Test::More::is($r, 2, "$what: two requests");
+    Test::More::is($c, $kept ? 1 : 2, $kept
+                   ? "$what: the connection kept for the second"
+                   : "$what: a connection each, the first not kept");
+}
 
 # one call, at once: its status and how long it took (curl's seconds)
 sub call {
@@ -647,6 +679,136 @@ main::metric_is('idem_otel_spans_total{result="sent"}', 40);
 GET /metrics
 --- response_body_like
 idem_otel_spans_total\{result="sent"\} 40
+idem_otel_spans_total\{result="dropped"\} 0
+--- no_error_log
+[error]
+
+
+=== TEST 12: the collector's answer: chunked, a chunk's data ending as the last chunk does, read in two parts: the body ends at the real last chunk, the connection kept
+--- http_config
+    idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_RAW_PORT/v1/traces;
+    idem_otel_flush 20ms;
+    idem_otel_batch 2;
+--- config
+    location /pay {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+main::raw_ok("chunked, in two parts", 1,
+    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nx0\r\n\r\n",
+    "0\r\n\r\n");
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="sent"\} 4
+idem_otel_spans_total\{result="dropped"\} 0
+--- no_error_log
+[error]
+
+
+
+=== TEST 13: the collector's answer: chunked listed after another coding counts as chunked: read to its last chunk, the connection kept
+--- http_config
+    idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_RAW_PORT/v1/traces;
+    idem_otel_flush 20ms;
+    idem_otel_batch 2;
+--- config
+    location /pay {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+main::raw_ok("gzip, chunked", 1,
+    "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n");
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="sent"\} 4
+idem_otel_spans_total\{result="dropped"\} 0
+--- no_error_log
+[error]
+
+
+
+=== TEST 14: the collector's answer: a 204 with bytes after it: the batch is in, the connection not kept
+--- http_config
+    idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_RAW_PORT/v1/traces;
+    idem_otel_flush 20ms;
+    idem_otel_batch 2;
+--- config
+    location /pay {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+main::raw_ok("204 and more", 0,
+    "HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\n\r\n");
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="sent"\} 4
+idem_otel_spans_total\{result="dropped"\} 0
+--- no_error_log
+[error]
+
+
+
+=== TEST 15: the collector's answer: two Content-Length headers that differ: no end known, the batch is in, the connection not kept
+--- http_config
+    idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_RAW_PORT/v1/traces;
+    idem_otel_flush 20ms;
+    idem_otel_batch 2;
+--- config
+    location /pay {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+main::raw_ok("two lengths", 0,
+    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}");
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="sent"\} 4
+idem_otel_spans_total\{result="dropped"\} 0
+--- no_error_log
+[error]
+
+
+
+=== TEST 16: the collector's answer: Connection: close, then a second Connection header without it: the connection not kept
+--- http_config
+    idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_RAW_PORT/v1/traces;
+    idem_otel_flush 20ms;
+    idem_otel_batch 2;
+--- config
+    location /pay {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+main::raw_ok("a second Connection", 0,
+    "HTTP/1.1 200 OK\r\nConnection: close\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n{}");
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="sent"\} 4
 idem_otel_spans_total\{result="dropped"\} 0
 --- no_error_log
 [error]
