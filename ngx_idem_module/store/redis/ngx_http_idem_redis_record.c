@@ -111,8 +111,8 @@ static void ngx_http_idem_redis_record_read(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_resolved(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
-static ngx_int_t ngx_http_idem_redis_short_value(
-    ngx_http_idem_store_write_t *w, ngx_str_t *value);
+static ngx_int_t ngx_http_idem_redis_short_value(ngx_str_t *fields,
+    ngx_uint_t nfields, ngx_str_t *value);
 static ngx_int_t ngx_http_idem_redis_write_short(
     ngx_http_idem_store_write_t *w);
 static ngx_int_t ngx_http_idem_redis_write_final(
@@ -345,14 +345,15 @@ failed:
 
 
 /*
- * A write's fields in a short record's form, "<field> <length> <value>\n"
- * each (a field name has no space), which the scripts read
- * (ngx_http_idem_redis_short.lua): a short write's value, or what an
- * owner adds to its short claim.  Allocated: the caller frees it.
+ * Fields (names and values in turn) in a short record's form,
+ * "<field> <length> <value>\n" each (a field name has no space), which
+ * the scripts read (ngx_http_idem_redis_short.lua): a short write's
+ * value, a short claim's, or what an owner adds to its short claim.
+ * Allocated: the caller frees it.
  */
 
 static ngx_int_t
-ngx_http_idem_redis_short_value(ngx_http_idem_store_write_t *w,
+ngx_http_idem_redis_short_value(ngx_str_t *fields, ngx_uint_t nfields,
     ngx_str_t *value)
 {
     u_char      *p;
@@ -361,9 +362,9 @@ ngx_http_idem_redis_short_value(ngx_http_idem_store_write_t *w,
 
     len = 0;
 
-    for (i = 0; i + 1 < w->nfields; i += 2) {
-        len += w->fields[i].len + sizeof("  \n") - 1 + NGX_SIZE_T_LEN
-               + w->fields[i + 1].len;
+    for (i = 0; i + 1 < nfields; i += 2) {
+        len += fields[i].len + sizeof("  \n") - 1 + NGX_SIZE_T_LEN
+               + fields[i + 1].len;
     }
 
     value->data = ngx_alloc(len, ngx_cycle->log);
@@ -373,9 +374,9 @@ ngx_http_idem_redis_short_value(ngx_http_idem_store_write_t *w,
 
     p = value->data;
 
-    for (i = 0; i + 1 < w->nfields; i += 2) {
-        p = ngx_sprintf(p, "%V %uz %V\n", &w->fields[i],
-                        w->fields[i + 1].len, &w->fields[i + 1]);
+    for (i = 0; i + 1 < nfields; i += 2) {
+        p = ngx_sprintf(p, "%V %uz %V\n", &fields[i], fields[i + 1].len,
+                        &fields[i + 1]);
     }
 
     value->len = p - value->data;
@@ -405,7 +406,9 @@ ngx_http_idem_redis_write_short(ngx_http_idem_store_write_t *w)
     ngx_str_set(&argv[0], "SET");
     argv[1] = w->key;
 
-    if (ngx_http_idem_redis_short_value(w, &argv[2]) != NGX_OK) {
+    if (ngx_http_idem_redis_short_value(w->fields, w->nfields, &argv[2])
+        != NGX_OK)
+    {
         return NGX_DECLINED;
     }
 
@@ -578,7 +581,9 @@ ngx_http_idem_redis_write_append(ngx_http_idem_store_write_t *w)
     ngx_str_set(&argv[0], "APPEND");
     argv[1] = w->key;
 
-    if (ngx_http_idem_redis_short_value(w, &argv[2]) != NGX_OK) {
+    if (ngx_http_idem_redis_short_value(w->fields, w->nfields, &argv[2])
+        != NGX_OK)
+    {
         return NGX_DECLINED;
     }
 
@@ -1088,50 +1093,65 @@ static ngx_http_idem_store_op_t *
 ngx_http_idem_redis_claim_short(ngx_http_idem_store_claim_t *claim,
     ngx_str_t *argv, size_t ext)
 {
-    u_char                    *value, *p, ttl[NGX_INT64_LEN],
+    u_char                    *names, ttl[NGX_INT64_LEN],
                                lease[2 * NGX_INT64_LEN + 2],
                                bound[2 * NGX_INT64_LEN + 2];
-    size_t                     len;
-    ngx_str_t                  l, b;
+    ngx_int_t                  rc;
+    ngx_str_t                  f[12], value;
+    ngx_uint_t                 i;
     ngx_http_idem_store_op_t  *op;
 
-    /* "+<ms> <ttl>": from the expiry this SET sets (record.lua's lease_at) */
+    /* "l:", "b:", "e:" and the owner's token */
 
-    l.data = lease;
-    l.len = ngx_sprintf(lease, "+%M %M", claim->lease, claim->ttl) - lease;
-
-    if (claim->bound) {
-        b.data = bound;
-        b.len = ngx_sprintf(bound, "+%M %M", claim->bound, claim->ttl)
-                - bound;
-
-    } else {
-        ngx_str_set(&b, "-");
-    }
-
-    len = 6 * (sizeof("l:  \n") - 1 + NGX_SIZE_T_LEN + claim->token.len)
-          + claim->token.len + claim->digest.len + l.len + b.len
-          + claim->arrival.len + 1;
-
-    value = ngx_alloc(len, ngx_cycle->log);
-    if (value == NULL) {
+    names = ngx_alloc(3 * (2 + claim->token.len), ngx_cycle->log);
+    if (names == NULL) {
         return NULL;
     }
 
+    for (i = 0; i < 3; i++) {
+        f[4 + 2 * i].data = names + i * (2 + claim->token.len);
+        f[4 + 2 * i].len = ngx_sprintf(f[4 + 2 * i].data, "%c:%V",
+                                       "lbe"[i], &claim->token)
+                           - f[4 + 2 * i].data;
+    }
+
+    ngx_str_set(&f[0], "o");
+    f[1] = claim->token;
+    ngx_str_set(&f[2], "d");
+    f[3] = claim->digest;
+
+    /* "+<ms> <ttl>": from the expiry this SET sets (record.lua's lease_at) */
+
+    f[5].data = lease;
+    f[5].len = ngx_sprintf(lease, "+%M %M", claim->lease, claim->ttl) - lease;
+
+    if (claim->bound) {
+        f[7].data = bound;
+        f[7].len = ngx_sprintf(bound, "+%M %M", claim->bound, claim->ttl)
+                   - bound;
+
+    } else {
+        ngx_str_set(&f[7], "-");
+    }
+
+    f[9] = claim->arrival;
+
     /* 'v': NGX_HTTP_IDEM_RECORD_VERSION, as this write makes the record */
 
-    p = ngx_sprintf(value, "o %uz %V\nd %uz %V\n",
-                    claim->token.len, &claim->token,
-                    claim->digest.len, &claim->digest);
-    p = ngx_sprintf(p, "l:%V %uz %V\nb:%V %uz %V\n",
-                    &claim->token, l.len, &l, &claim->token, b.len, &b);
-    p = ngx_sprintf(p, "e:%V %uz %V\nv 1 1\n",
-                    &claim->token, claim->arrival.len, &claim->arrival);
+    ngx_str_set(&f[10], "v");
+    ngx_str_set(&f[11], "1");
+
+    rc = ngx_http_idem_redis_short_value(f, 12, &value);
+
+    ngx_free(names);
+
+    if (rc != NGX_OK) {
+        return NULL;
+    }
 
     ngx_str_set(&argv[0], "SET");
     argv[1] = claim->key;
-    argv[2].data = value;
-    argv[2].len = p - value;
+    argv[2] = value;
     ngx_str_set(&argv[3], "PX");
     argv[4].data = ttl;
     argv[4].len = ngx_sprintf(ttl, "%M", claim->ttl) - ttl;
@@ -1142,7 +1162,7 @@ ngx_http_idem_redis_claim_short(ngx_http_idem_store_claim_t *claim,
                                   ngx_http_idem_redis_claim_verdict, NULL,
                                   ext);
 
-    ngx_free(value);
+    ngx_free(value.data);
 
     if (op != NULL) {
         op->errors = 1;
