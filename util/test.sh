@@ -75,7 +75,12 @@ echo "$redis_pid" > "$redis_dir/redis.pid"
 
 # the misbehaving backend of the retry tests (util/backend.pl)
 backend_dir=$root/t/servroot-backend-$TEST_NGINX_BACKEND_PORT
-old=$(cat "$backend_dir.pid" 2>/dev/null) && kill "$old" 2>/dev/null || true
+# a backend an earlier run left: only if that pid is still that backend
+# (pids are reused)
+old=$(cat "$backend_dir.pid" 2>/dev/null) \
+    && grep -qa "backend.pl.$TEST_NGINX_BACKEND_PORT" "/proc/$old/cmdline" \
+       2>/dev/null \
+    && kill "$old" 2>/dev/null || true
 rm -rf "$backend_dir"
 perl util/backend.pl "$TEST_NGINX_BACKEND_PORT" "$backend_dir" &
 backend_pid=$!

@@ -57,12 +57,17 @@ sub done {
 # whether a background call is still running
 sub running {
     my ($name) = @_;
-    return waitpid($bg{$name}[0], POSIX::WNOHANG()) == 0;
+    my $call = $bg{$name};
+    return 0 if $call->[2];
+    return 1 if waitpid($call->[0], POSIX::WNOHANG()) == 0;
+    $call->[2] = 1;    # reaped: its pid may be anyone's by now
+    return 0;
 }
 
-# ends the calls still running (a file's END, after a block that failed)
+# ends the calls still running (a file's END, after a block that failed):
+# a call not reaped yet, even one that ended, still holds its pid
 sub stop_all {
-    kill 'TERM', map { $_->[0] } values %bg;
+    kill 'TERM', map { $_->[0] } grep { !$_->[2] } values %bg;
 }
 
 1;

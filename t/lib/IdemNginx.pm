@@ -144,7 +144,18 @@ sub master {
     open my $f, '<', "$self->{sr}/logs/nginx.pid" or return undef;
     my $pid = <$f> // '';
     chomp $pid;
-    return $pid =~ /^\d+$/ ? $pid : undef;
+    return $pid =~ /^\d+$/ && $self->ours($pid) ? $pid : undef;
+}
+
+# whether $pid is a master of this server root still: a pid file left by
+# a master that was killed may name any process by now (pids are reused,
+# 32768 of them on a small machine); the master's title keeps its
+# arguments, the server root among them (a zombie's are gone)
+sub ours {
+    my ($self, $pid) = @_;
+    open my $f, '<', "/proc/$pid/cmdline" or return 0;
+    my $cmd = do { local $/; <$f> } // '';
+    return index($cmd, "$self->{sr}/") >= 0;
 }
 
 # the pids of the master's children: its workers (and cache processes)
@@ -173,7 +184,7 @@ sub gone {
     my ($self, $secs, $pid) = @_;
     $pid //= $self->master or return 1;
     for (1 .. ($secs // 10) * 10) {
-        return 1 unless kill 0, $pid;
+        return 1 unless $self->ours($pid);
         sleep 0.1;
     }
     return 0;
@@ -244,7 +255,6 @@ END {
     for my $ng (@running) {
         next unless $ng->{owner} == $$;
         my $pid = $ng->master or next;
-        next unless kill 0, $pid;
         kill 'QUIT', $pid;
         kill 'KILL', $pid unless $ng->gone(5, $pid);
     }

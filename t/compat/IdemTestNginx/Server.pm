@@ -340,7 +340,7 @@ sub listening {
 }
 
 sub running {
-    return defined $Pid && alive($Pid);
+    return defined $Pid && alive($Pid) && ($IsChild || looks_like_nginx($Pid));
 }
 
 # Stops the nginx we started (or one left behind in the pid file by an
@@ -356,9 +356,14 @@ sub stop {
     if (!defined $pid) {
         $pid = read_pid_file();
         $child = 0;
+    }
 
-        # A stale pid file may name someone else's process by now.
-        return {} unless $pid && looks_like_nginx($pid);
+    # A daemon that is gone, or a stale pid file: the pid may name
+    # someone else's process by now.
+    if (!$child && !($pid && looks_like_nginx($pid))) {
+        undef $Pid;
+        unlink pid_file();
+        return {};
     }
 
     undef $Pid;
@@ -380,7 +385,7 @@ sub stop {
             waitpid $pid, 0;
         } else {
             for (1 .. 100) {
-                last unless alive($pid);
+                last unless alive($pid) && looks_like_nginx($pid);
                 sleep 0.05;
             }
         }
@@ -400,7 +405,7 @@ sub process_alive {
         return 0;
     }
 
-    return alive($pid);
+    return alive($pid) && looks_like_nginx($pid);
 }
 
 # kill 0 also succeeds on a zombie: a daemonized nginx is not our child and
@@ -418,13 +423,17 @@ sub alive {
     return 1;
 }
 
+# The nginx of this server root: pids are reused (32768 of them on a
+# small machine, and a CI run starts many processes), and a pid file left
+# behind may name another stage's nginx by now.  Its command line (its
+# master's title keeps the arguments) names the server root.
 sub looks_like_nginx {
     my ($pid) = @_;
 
-    open my $fh, '<', "/proc/$pid/cmdline" or return alive($pid);
+    open my $fh, '<', "/proc/$pid/cmdline" or return 0;
     my $cmdline = do { local $/; <$fh> } // '';
 
-    return $cmdline =~ /nginx|valgrind/;
+    return $cmdline =~ /nginx|valgrind/ && index($cmdline, "$ServRoot/") >= 0;
 }
 
 sub read_pid_file {
