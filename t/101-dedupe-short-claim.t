@@ -18,6 +18,7 @@ use IdemRecord;
 use IdemWait;
 use Digest::SHA;
 use RedisHoldProxy ();
+use IdemBg qw(bg done);
 
 # No repeat_each(2): each block reads the record of a fixed call id.
 
@@ -432,5 +433,58 @@ X-Call-Id: sc-14a
 Idempotent-Replayed: true
 --- response_body_like eval
 qr/^n=1 /
+--- no_error_log
+[error]
+
+
+
+=== TEST 16: a short claim made a hash (a resolution asked too early) keeps its lease in Redis's time: an expiry moved after that (an owner's final PEXPIRE that lands before its fields, which met the hash and go by script) leaves the lapsed lease lapsed (UNKNOWN, not RECEIVED)
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        idem_dedupe_lease 300ms;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+--- init
+my $key = 'idem:c:{sc-16}';
+main::redis('del', "'$key'");
+my $base = "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}";
+main::bg('owner16', 'sc-16', '/pay', '--data', 'x=1');
+Test::More::ok(IdemWait::wait_for('the owner at the backend',
+                   sub { IdemWait::backend_runs('sc-16') >= 1 }),
+               'the owner is at the backend');
+Test::More::is(main::type($key), 'string', 'a short claim');
+Test::More::ok(IdemWait::wait_for('its lease lapsed', sub {
+    IdemWait::get($ENV{TEST_NGINX_SERVER_PORT}, '/calls/sc-16')
+        =~ /"state":"UNKNOWN"/ }), 'its lease lapsed: UNKNOWN');
+my $r = `curl -s -i --max-time 10 -X POST --data '{"outcome":"not_applied"}' $base/calls/sc-16`;
+Test::More::like($r, qr{^HTTP/1.1 409 .*resolution-too-early}s,
+                 'a resolution too early (no bound: the owner may answer)');
+Test::More::is(main::type($key), 'hash', '... made it a hash');
+my %f = main::record($key);
+my ($l) = grep { /^l:/ } keys %f;
+my $raw = main::redis('hget', "'$key'", $l);
+Test::More::like($raw, qr/^\d{13}$/, "its lease in Redis's time ($raw)");
+main::redis('pexpire', "'$key'", 86400000);
+Test::More::like(IdemWait::get($ENV{TEST_NGINX_SERVER_PORT}, '/calls/sc-16'),
+                 qr/"state":"UNKNOWN"/,
+                 'its expiry moved a day on: still UNKNOWN');
+IdemWait::release('sc-16');
+Test::More::like(main::done('owner16'), qr{^HTTP/1\.1 200 }, 'the owner: 200');
+Test::More::ok(IdemWait::wait_for('its final write', sub {
+    IdemWait::get($ENV{TEST_NGINX_SERVER_PORT}, '/calls/sc-16')
+        =~ /"state":"SUCCESS"/ }), 'then its final write: SUCCESS');
+--- request
+GET /calls/sc-16
+--- response_body_like eval
+qr/"state":"SUCCESS"/
 --- no_error_log
 [error]
