@@ -10,6 +10,7 @@ package RawHttpPeer;
 #   RawHttpPeer::answer($dir, "HTTP/1.1 200 OK\r\n...", "...");
 #   RawHttpPeer::requests($dir);      # requests read, in all
 #   RawHttpPeer::connections($dir);   # connections accepted, in all
+#   RawHttpPeer::request_connections($dir);   # each request's, in order
 #   RawHttpPeer::stop($pid);
 #
 # An answer given in several parts is written part by part, each once
@@ -72,6 +73,13 @@ sub count {
 sub requests    { count("$_[0]/requests") }
 sub connections { count("$_[0]/connections") }
 
+# each request's connection (1, 2, ... as accepted), in order
+sub request_connections {
+    my ($dir) = @_;
+    open my $fh, '<', "$dir/requests" or return ();
+    return map { /(\d+)/ ? $1 : () } <$fh>;
+}
+
 sub note {
     my ($file, $line) = @_;
     open my $fh, '>>', $file or return;
@@ -92,7 +100,7 @@ sub serve {
     my ($srv, $dir) = @_;
 
     my $sel = IO::Select->new($srv);
-    my %in;
+    my (%in, %id);
     my $n = 0;
 
     while (1) {
@@ -101,7 +109,8 @@ sub serve {
                 my $c = $srv->accept or next;
                 $sel->add($c);
                 $in{fileno $c} = '';
-                note("$dir/connections", ++$n);
+                $id{fileno $c} = ++$n;
+                note("$dir/connections", $n);
                 next;
             }
 
@@ -122,7 +131,7 @@ sub serve {
                 my ($len) = $1 =~ /^content-length:\s*(\d+)/mi;
                 last if length($$buf) < $head + ($len // 0);
                 substr($$buf, 0, $head + ($len // 0)) = '';
-                note("$dir/requests", $n);
+                note("$dir/requests", $id{fileno $fh});
                 my @parts = parts($dir);
                 for my $i (0 .. $#parts) {
                     sleep 0.05 if $i;
