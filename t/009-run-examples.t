@@ -59,6 +59,9 @@ sub slurp {
     return <$fh> // '';
 }
 
+# the scripts that ended, reaped: their pids may be anyone's by now
+my %reaped;
+
 # until the banner's last line or the script's end; its exit status then
 sub wait_banner {
     my ($pid, $out, $secs) = @_;
@@ -66,18 +69,22 @@ sub wait_banner {
     while (time < $until) {
         return 'up' if slurp($out) =~ /^Ctrl-C stops it all\.$/m;
         my $r = waitpid($pid, WNOHANG);
-        return "exit " . ($? >> 8) if $r == $pid;
+        if ($r == $pid) {
+            $reaped{$pid} = 1;
+            return "exit " . ($? >> 8);
+        }
         sleep 0.2;
     }
     return 'timeout';
 }
 
 # TERM to the script (its trap stops nginx and redis, exit 0), then the
-# group
+# group; nothing to a script that ended (its trap stopped what it ran)
 sub stop_example {
     my ($pid) = @_;
+    return 0 if delete $reaped{$pid};
     kill 'TERM', $pid;
-    for (1 .. 150) {
+    for (1 .. 300) {
         return $? == 0 if waitpid($pid, WNOHANG) == $pid;
         sleep 0.1;
     }
@@ -156,7 +163,7 @@ for my $ex (@examples) {
     my ($pid, $out) = run_example($ex, $ex eq 'redis-cluster'
                                        ? (REDIS_PORT => cluster_port())
                                        : ());
-    my $up = wait_banner($pid, $out, $ex eq 'redis-cluster' ? 90 : 30);
+    my $up = wait_banner($pid, $out, $ex eq 'redis-cluster' ? 150 : 90);
     is($up, 'up', "$ex: make run starts it") or do {
         diag(slurp($out));
         stop_example($pid);
@@ -210,7 +217,7 @@ for my $ex (@examples) {
     ok(@steps >= 10, "README's quick start has its calls");
 
     my ($pid, $out) = run_example('quickstart');
-    is(wait_banner($pid, $out, 30), 'up', "README's quick start: make run")
+    is(wait_banner($pid, $out, 90), 'up', "README's quick start: make run")
         or diag(slurp($out));
 
     for my $step (@steps) {

@@ -159,7 +159,8 @@ redis_start() {
         ${password:+--requirepass "$password" --masterauth "$password"} \
         "$@" &
     pids+=($!)
-    for i in $(seq 100); do
+    # up to a minute: a loaded machine (a CI run beside it) is slow to start
+    for i in $(seq 600); do
         [ "$(cli "$p" ping)" = PONG ] && return 0
         kill -0 "${pids[-1]}" 2>/dev/null || break
         sleep 0.1
@@ -184,7 +185,7 @@ cluster)
         || die "redis-cli --cluster create failed:" \
                "see $prefix/redis/create.log"
     # every master with its replica: the durable claims wait for one
-    for i in $(seq 300); do
+    for i in $(seq 900); do
         ok=0
         for j in 0 1 2 3 4 5; do
             info=$(cli $((redis_port + j)) cluster info)
@@ -197,7 +198,7 @@ cluster)
         sleep 0.1
     done
     [ "$ok" = 6 ] && [ "$linked" = 3 ] \
-        || die "the Redis Cluster is not ready after 30 s: see $prefix/redis/"
+        || die "the Redis Cluster is not ready after 90 s: see $prefix/redis/"
     ;;
 esac
 
@@ -215,19 +216,21 @@ fi
     -g 'daemon off;' &
 nginx_pid=$!
 
-# the banner once both answer
-for i in $(seq 100); do
+# the banner once both answer (up to a minute)
+for i in $(seq 600); do
     kill -0 "$nginx_pid" 2>/dev/null \
         || die "nginx stopped: see ${prefix#$root/}/logs/error.log"
     up=yes
     for p in "$port" "$backend_port"; do
-        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || up=no
+        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { up=no; silent=$p; }
     done
     [ $up = yes ] && break
     sleep 0.1
 done
 [ $up = yes ] \
-    || die "nginx does not answer on $port: see $prefix/logs/error.log"
+    || die "nothing answers on $silent after a minute: see" \
+           "$prefix/logs/error.log" \
+           "${backend_pid:+and $prefix/backend/logs/error.log}"
 
 rel=${prefix#$root/}
 echo "gateway:  http://127.0.0.1:$port  (conf-examples/$example.conf)"
