@@ -194,6 +194,30 @@ for my $ex (@examples) {
     ok(!IO::Socket::INET->new("127.0.0.1:$port"), "$ex: nginx is gone");
 }
 
+# the ports make run puts in are never taken for ones an example names: a
+# PORT of 9xxx is not one of the examples' upstreams (9301, ...), a
+# BACKEND_PORT of 6380 not their Redis, a REDIS_PORT of 8081 not their
+# backend (they were, each rewritten again: in CI, t/009 on ports
+# 9090-9091 had every example's gateway listen on its backend's port)
+{
+    my $conf = do {
+        local %ENV = (%ENV, EXAMPLE => 'dedupe', PORT => 9090,
+                      BACKEND_PORT => 6380, REDIS_PORT => 8081,
+                      RUN_CONF_ONLY => 1,
+                      RUN_DIR => "$root/t/servroot-runconf-$port");
+        `$root/util/run.sh 2>&1`;
+    };
+    $conf =~ s/^\s*#.*\n//mg;
+    is($?, 0, 'RUN_CONF_ONLY: the example as make run writes it');
+    is(join(' ', $conf =~ /^\s*listen\s+(\S+);/mg), '127.0.0.1:9090',
+       'PORT=9090: the gateway listens there, only');
+    my @up = $conf =~ m{_pass\s+\w+://(\S+);}g;
+    ok(@up >= 2 && !grep({ $_ ne '127.0.0.1:6380' } @up),
+       'BACKEND_PORT=6380: every upstream is the backend') or diag("@up");
+    like($conf, qr/^\s*idem_redis\s+127\.0\.0\.1:8081\b/m,
+         'REDIS_PORT=8081: Redis is there');
+}
+
 # README's quick start, command by command, on make run's gateway: each
 # answers the status its output shows (an HTTP/1.1 line, a "status"
 # member, NOT_FOUND, a "# NNN" comment; else 200)

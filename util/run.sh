@@ -10,6 +10,8 @@
 #   REDIS_PORT    the redis-server's (6380); a cluster takes it and the
 #                 next 5, and their bus ports 100 above
 #   RUN_DIR       nginx's prefix, logs included (run/EXAMPLE)
+#   RUN_CONF_ONLY=1   print the example as this run would write it and
+#                     start nothing (t/009 reads it)
 #
 # The example is copied into RUN_DIR with these ports in place of the
 # ones it names (127.0.0.1:8080 for the gateway, 127.0.0.1:8081 and
@@ -99,6 +101,7 @@ port_free() {
 }
 
 for p in "${ports[@]}"; do
+    [ -n "${RUN_CONF_ONLY:-}" ] && break
     n=${p%% *}
     var=${p#* }
     port_free "$n" \
@@ -112,17 +115,30 @@ prefix=$(cd "$prefix" && pwd)
 rm -rf "$prefix/logs" "$prefix/redis" "$prefix/backend"
 mkdir -p "$prefix/logs" "$prefix/redis"
 
-# the example with this run's ports and module
+# the example with this run's ports and module: each address it names
+# becomes a mark first, then the marks the ports, so that a port put in
+# is never taken for one the example names (PORT=9090 is not an
+# upstream's 9xxx, nor BACKEND_PORT=6380 the example's Redis)
 conf=$prefix/$example.conf
 sed -E \
     -e "s|^(\s*load_module\s+)modules/ngx_http_idem_module\.so;|\1$module;|" \
-    -e "s/127\.0\.0\.1:8080\b/127.0.0.1:$port/g" \
-    -e "s/127\.0\.0\.1:(8081|9[0-9]{3})\b/127.0.0.1:$backend_port/g" \
-    -e "s/127\.0\.0\.1:63(79|80)\b/127.0.0.1:$redis_port/g" \
-    -e "s/10\.0\.0\.11:6379\b/127.0.0.1:$redis_port/g" \
-    -e "s/10\.0\.0\.12:6379\b/127.0.0.1:$((redis_port + 1))/g" \
-    -e "s/10\.0\.0\.13:6379\b/127.0.0.1:$((redis_port + 2))/g" \
+    -e "s/127\.0\.0\.1:8080\b/@RUN_PORT@/g" \
+    -e "s/127\.0\.0\.1:(8081|9[0-9]{3})\b/@RUN_BACKEND@/g" \
+    -e "s/127\.0\.0\.1:63(79|80)\b/@RUN_REDIS_0@/g" \
+    -e "s/10\.0\.0\.11:6379\b/@RUN_REDIS_0@/g" \
+    -e "s/10\.0\.0\.12:6379\b/@RUN_REDIS_1@/g" \
+    -e "s/10\.0\.0\.13:6379\b/@RUN_REDIS_2@/g" \
+    -e "s/@RUN_PORT@/127.0.0.1:$port/g" \
+    -e "s/@RUN_BACKEND@/127.0.0.1:$backend_port/g" \
+    -e "s/@RUN_REDIS_0@/127.0.0.1:$redis_port/g" \
+    -e "s/@RUN_REDIS_1@/127.0.0.1:$((redis_port + 1))/g" \
+    -e "s/@RUN_REDIS_2@/127.0.0.1:$((redis_port + 2))/g" \
     "$src" > "$conf"
+
+if [ -n "${RUN_CONF_ONLY:-}" ]; then
+    cat "$conf"
+    exit 0
+fi
 
 pids=()
 nginx_pid=
