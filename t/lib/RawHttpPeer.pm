@@ -134,6 +134,8 @@ sub serve {
                 note("$dir/requests", $id{fileno $fh});
                 my @parts = parts($dir);
                 for my $i (0 .. $#parts) {
+                    # a pause, not a wait: nothing tells when nginx has
+                    # read a part; it only makes a read between them likely
                     sleep 0.05 if $i;
                     syswrite($fh, $parts[$i]);
                 }
