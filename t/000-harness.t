@@ -639,3 +639,27 @@ Test::More::like($out, qr/^ok \d+ - helper ran$/m, '... and the helper ran');
 --- request
 GET /index.html
 --- response_body_like: It works
+
+
+
+=== TEST 32: $TEST_NGINX_RAND_PORT_<n> is drawn from the server port's own range (port + 976 to + 999, a shard's and no other stage's), not from all of 1985-65535
+--- init
+my ($status, $out) = main::sub_run(<<'T');
+|=== TEST 1: three random ports
+|--- config
+|    location = /t {
+|        return 200 "$TEST_NGINX_SERVER_PORT $TEST_NGINX_RAND_PORT_1 $TEST_NGINX_RAND_PORT_2 $TEST_NGINX_RAND_PORT_3\n";
+|    }
+|--- request
+|GET /t
+|--- response_body_like eval
+|my $p = $ENV{TEST_NGINX_SERVER_PORT};
+|my $r = CORE::join '|', map { $p + $_ } 976 .. 999;
+|qr/^$p ($r) ($r) ($r)\n\z/
+T
+Test::More::is($status, 0, 'the random ports lie in the range') or Test::More::diag($out);
+Test::More::like($out, qr/^ok \d+ - .*TEST 1: three random ports - response_body_like - response is expected/m, '... as the block checks');
+--- config
+--- request
+GET /index.html
+--- response_body_like: It works

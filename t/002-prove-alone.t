@@ -65,4 +65,38 @@ is($status, 2, 'a given port taken: exit status 2');
 like($out, qr/\Aprove: TEST_NGINX_REDIS_PORT=$port is in use[^\n]*\n\z/,
      'a given port taken: one line naming it');
 
+# util/test.sh in one prove (TEST_JOBS=1), no port given: TEST_PORT_BASE
+# moves all of its ports, as it moves the shards' (it used to be ignored,
+# and the run took 1984, 16379 and 16380)
+{
+    my $base;
+    for my $k (0 .. 40) {
+        my $b = ($ENV{TEST_NGINX_SERVER_PORT} || 20000) + 300 + 7 * $k;
+        next if $b + 1000 > 32768;
+        next if grep { !IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                              LocalPort => $_, Listen => 1,
+                                              ReuseAddr => 1) }
+                $b, $b + 210, $b + 250;
+        $base = $b;
+        last;
+    }
+    my $cmd = join ' ', 'env',
+        (map { "-u $_" }
+         grep { /^TEST_NGINX_|^IDEM_TEST_(?:QUEUE|OUT)$/ } keys %ENV),
+        "TEST_JOBS=1 TEST_PORT_BASE=$base",
+        'util/test.sh t/data/ports.tt 2>&1';
+    my $out = `$cmd`;
+    is($? >> 8, 0, 'TEST_JOBS=1 TEST_PORT_BASE: the run passes')
+        or diag($out);
+    my %got = $out =~ /^# (TEST_NGINX_\w+)=(.*)$/mg;
+    is_deeply([@got{qw(TEST_NGINX_PORT TEST_NGINX_SERVER_PORT
+                       TEST_NGINX_BACKEND_PORT TEST_NGINX_REDIS_PORT
+                       TEST_NGINX_REDIS_FAULT_PORT)}],
+              [$base, $base, $base + 210, $base + 250, $base + 450],
+              'TEST_JOBS=1: every port from TEST_PORT_BASE, as shard 0')
+        or diag($out);
+    is($got{TEST_NGINX_SERVROOT}, "$root/t/servroot-shard-$base",
+       'TEST_JOBS=1: the server root named by the base');
+}
+
 done_testing();

@@ -94,7 +94,7 @@ sub stop_example {
 }
 
 # the curl commands of an example's header: "#   curl ..." lines, with
-# their continuations
+# their continuations (a "# NNN" after one: the status it answers)
 sub header_calls {
     my ($file) = @_;
     my (@calls, $cur);
@@ -178,17 +178,42 @@ for my $ex (@examples) {
     # the calls after it (status reads, metrics): the status endpoint may
     # read before the first call's record is written (another worker):
     # asked again while it is not found
+    my $slow = 0;
     for my $i (1 .. $#calls) {
+        my $call = $calls[$i];
+        my $want = $call =~ s/\s+#.*?\b(\d{3})\b.*$// ? $1 : 200;
         my $until = time + 10;
         do {
-            ($code, $text) = curl($calls[$i]);
-        } while ($code == 404 && time < $until && sleep 0.2);
-        is($code, 200, "$ex: call " . ($i + 1) . " of its header")
-            or diag("$calls[$i]\n$text");
+            ($code, $text) = curl($call);
+        } while ($code == 404 && $want != 404 && time < $until
+                 && sleep 0.2);
+        is($code, $want, "$ex: call " . ($i + 1) . " of its header")
+            or diag("$call\n$text");
+
+        # the demo backend's slow path: the call ends UNKNOWN, the list
+        # of the calls that need a person shows it, and its page has the
+        # form that settles it
+        my ($id) = $call =~ m{X-Call-Id: ([\w.:~-]+)'.*/slow\b} or next;
+        $slow++;
+        ($code, $text) = curl("curl -s http://127.0.0.1:8080/_idem/calls/$id");
+        like($text, qr/"state":"UNKNOWN".*"outcome":"deadline","sent":true/,
+             "$ex: the slow call ended UNKNOWN") or diag($text);
+        ($code, $text) = curl("curl -s http://127.0.0.1:8080/_idem/calls/");
+        like($text, qr/"call_id":"\Q$id\E","state":"UNKNOWN"/,
+             "$ex: the list shows it") or diag($text);
+        ($code, $text) = curl("curl -s -H 'Accept: text/html'"
+                              . " http://127.0.0.1:8080/_idem/calls/$id");
+        like($text, qr/<form method="post"[^>]*>.*value="not_applied"/s,
+             "$ex: its page has the form that settles it") or diag($text);
     }
 
     ok(stop_example($pid), "$ex: stops on TERM, exit status 0");
     my $log = slurp("$root/t/servroot-run-$port/logs/error.log");
+    # nginx's own line for each slow call's attempt ended by its deadline
+    my $line = '^.*\[error\] .* upstream timed out .*'
+               . ' request: "\S+ \S*/slow HTTP.*\n';
+    my $timeouts = ($log =~ s/$line//mg) || 0;
+    is($timeouts, $slow, "$ex: nginx's timeout line, for each slow call");
     unlike($log, qr/\[(?:error|crit|alert|emerg)\]/, "$ex: no error logged")
         or diag($log);
     ok(!IO::Socket::INET->new("127.0.0.1:$port"), "$ex: nginx is gone");
@@ -218,14 +243,14 @@ for my $ex (@examples) {
          'REDIS_PORT=8081: Redis is there');
 }
 
-# README's quick start, command by command, on make run's gateway: each
-# answers the status its output shows (an HTTP/1.1 line, a "status"
-# member, NOT_FOUND, a "# NNN" comment; else 200)
-{
-    my ($quick) = slurp("$root/README.md")
-                  =~ /^## Quick start\n(.*?)^## /ms;
+# a page's shell session ("    $ curl ..." lines, with their output),
+# command by command, on make run's gateway: each answers the status its
+# output shows (an HTTP/1.1 line, a "status" member, NOT_FOUND, a "# NNN"
+# comment; else 200); with $states, the "state" members it shows too
+sub doc_steps {
+    my ($text) = @_;
     my (@steps, $cur);
-    for (split /\n/, $quick // '') {
+    for (split /\n/, $text // '') {
         if (defined $cur && $cur->{cmd} =~ /\\$/) {
             $cur->{cmd} =~ s/\s*\\$/ /;
             (my $more = $_) =~ s/^\s+//;
@@ -238,10 +263,13 @@ for my $ex (@examples) {
             undef $cur;
         }
     }
-    ok(@steps >= 10, "README's quick start has its calls");
+    return @steps;
+}
 
-    my ($pid, $out) = run_example('quickstart');
-    is(wait_banner($pid, $out, 90), 'up', "README's quick start: make run")
+sub run_steps {
+    my ($what, $example, $states, @steps) = @_;
+    my ($pid, $out) = run_example($example);
+    is(wait_banner($pid, $out, 90), 'up', "$what: make run")
         or diag(slurp($out));
 
     for my $step (@steps) {
@@ -261,9 +289,34 @@ for my $ex (@examples) {
             ($code, $text) = curl($cmd);
         } while ($code != $want && ($code == 404 || $code == 409)
                  && time < $until && sleep 0.2);
-        is($code, $want, "README's quick start: $cmd") or diag($text);
+        is($code, $want, "$what: $cmd") or diag($text);
+        next unless $states;
+        for my $state ($step->{out} =~ /("state":"[A-Z_]+")/g) {
+            like($text, qr/\Q$state\E/, "$what: $cmd: $state")
+                or diag($text);
+        }
     }
-    ok(stop_example($pid), "README's quick start: make run stops");
+    ok(stop_example($pid), "$what: make run stops");
+}
+
+{
+    my ($quick) = slurp("$root/README.md")
+                  =~ /^## Quick start\n(.*?)^## /ms;
+    my @steps = doc_steps($quick);
+    ok(@steps >= 10, "README's quick start has its calls");
+    run_steps("README's quick start", 'quickstart', 0, @steps);
+}
+
+# docs/operating.md's first UNKNOWN call, on make run EXAMPLE=records: the
+# slow call, the list, the resolution, the list again, each as shown
+{
+    my ($walk) = slurp("$root/docs/operating.md")
+                 =~ /^## Your first UNKNOWN call\n(.*?)(?=^## |\z)/ms;
+    like($walk // '', qr/^    make run EXAMPLE=records$/m,
+         'the first UNKNOWN call: on the records example');
+    my @steps = doc_steps($walk);
+    is(scalar @steps, 4, 'the first UNKNOWN call: its four calls');
+    run_steps('the first UNKNOWN call', 'records', 1, @steps);
 }
 
 # a taken port: one line that names it and its variable, exit 1, and

@@ -659,3 +659,32 @@ X-Call-Id: [0-9a-f-]{36}
 reached
 --- no_error_log
 [error]
+
+
+
+=== TEST 27: the call_id of an invalid id's 400 is the id the gateway logged for the refused request ($idem_call_id in its access log line, source gateway), which no header hands out
+--- http_config
+    log_format refused 'REFUSED $idem_call_id $idem_call_id_source $status';
+--- config
+    location /t {
+        idem on;
+        access_log logs/error.log refused;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        echo "reached";
+    }
+--- request
+GET /t
+--- more_headers
+X-Call-Id: a b
+--- error_code: 400
+--- response_headers
+!X-Call-Id
+--- response_body_like eval
+qr/"call_id":"([0-9a-f-]{36})"\}$(?{ $main::refused_id = $^N })/
+--- error_log eval
+qr/REFUSED (??{ quotemeta($main::refused_id \/\/ 'none') }) gateway 400\b/
+--- no_error_log
+[error]
+GET /back

@@ -446,6 +446,37 @@ ok(-f $rules, 'conf-examples/prometheus/idem-rules.yml is there');
     }
 }
 
+# every alert's runbook_url is absolute (Alertmanager and Grafana show it
+# as is: a relative path is a broken link), under the one base that
+# docs/operating.md's sed line replaces, its anchor one of that page's
+# sections, the alert's own
+
+{
+    open my $fh, '<', $rules or die "$rules: $!";
+    local $/;
+    my $text = <$fh>;
+    my $doc = do {
+        open my $d, '<', "$root/docs/operating.md" or die "operating.md: $!";
+        <$d>;
+    };
+    my %heading = map { lc($_) => 1 } $doc =~ /^### (Idem\w+)$/mg;
+    my (@alerts, $alert);
+    for (split /\n/, $text) {
+        $alert = $1 if /^\s*- alert: (\w+)/;
+        push @alerts, $alert, $1 if /^\s*runbook_url:\s*"([^"]*)"/;
+    }
+    my $count = () = $text =~ /^\s*- alert:/mg;
+    is(scalar @alerts / 2, $count, 'every alert has a runbook_url');
+    my $base = 'https://idem-docs.invalid/';
+    like($doc, qr{^\s*sed -i 's\|\Q$base\E\|}m,
+         "docs/operating.md: the one line that replaces $base");
+    while (my ($alert, $url) = splice @alerts, 0, 2) {
+        is($url, $base . 'operating.md#' . lc($alert),
+           "$alert: runbook_url absolute, under the one base");
+        ok($heading{lc $alert}, "$alert: operating.md has its section");
+    }
+}
+
 SKIP: {
     skip 'no promtool (Debian package prometheus)', 4 unless $promtool;
 

@@ -9,8 +9,10 @@
 # Shard k (0, 1, ...) takes the ports TEST_PORT_BASE + 1000 k and up: nginx
 # on the base (the files derive up to base + 202 from it), the backend on
 # base + 210 (+ 211 for its DNS), redis-server on base + 250 (the files
-# derive up to base + 975 from it: faults, clusters, sentinels), all below
-# 32768, where the kernel takes no ports for outgoing connections.  Two runs
+# derive up to base + 975 from it: faults, clusters, sentinels), the
+# bundled harness's $TEST_NGINX_RAND_PORT_<n> from base + 976 to + 999,
+# all below 32768, where the kernel takes no ports for outgoing
+# connections.  Two runs
 # side by side (CI's) take bases at least 1000 x TEST_JOBS apart.
 #
 # Each file's output is kept in t/servroot-shards-BASE/; the output of a

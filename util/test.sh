@@ -35,15 +35,6 @@ export TEST_NGINX_BINARY=${TEST_NGINX_BINARY:-/usr/sbin/nginx}
 export TEST_NGINX_LOAD_MODULES=${TEST_NGINX_LOAD_MODULES:-"\
 $root/build/ngx_http_idem_module.so \
 /usr/lib/nginx/modules/ngx_http_echo_module.so"}
-# the plain Test::More files (their nginx run by t/lib/IdemNginx.pm) take
-# their ports from the server port too
-export TEST_NGINX_SERVER_PORT=${TEST_NGINX_SERVER_PORT:-${TEST_NGINX_PORT:-1984}}
-export TEST_NGINX_REDIS_PORT=${TEST_NGINX_REDIS_PORT:-16379}
-export TEST_NGINX_BACKEND_PORT=${TEST_NGINX_BACKEND_PORT:-16380}
-# a second redis-server that t/080-redis-faults.t stops, pauses and restarts
-export TEST_NGINX_REDIS_FAULT_PORT=${TEST_NGINX_REDIS_FAULT_PORT:-$((TEST_NGINX_REDIS_PORT + 200))}
-export TEST_NGINX_ROOT=$root
-
 # the whole suite, or a list of files, with no port given: side by side in
 # TEST_JOBS shards (util/test-shards.sh), each of which comes back here
 if [ -z "$IDEM_TEST_QUEUE" ] && [ -z "$TEST_NGINX_PORT" ] \
@@ -63,6 +54,36 @@ if [ -z "$IDEM_TEST_QUEUE" ] && [ -z "$TEST_NGINX_PORT" ] \
         exec util/test-shards.sh "${args[@]}"
     fi
 fi
+
+# one prove (TEST_JOBS=1, or options for prove) with no port given: the
+# ports of the shards' first one, from TEST_PORT_BASE as
+# util/test-shards.sh lays them out, so that one variable moves all of a
+# run's ports however it runs
+if [ -z "$IDEM_TEST_QUEUE" ] && [ -z "$TEST_NGINX_PORT" ] \
+   && [ -z "$TEST_NGINX_SERVER_PORT" ]; then
+    base=${TEST_PORT_BASE:-20000}
+    if [ $((base + 1000)) -gt 32768 ] || [ "$base" -lt 1024 ]; then
+        echo "TEST_PORT_BASE=$base: the run's ports (TEST_PORT_BASE to" \
+             "+999) must lie within 1024-32767 (the kernel gives ports" \
+             "above to outgoing connections)"
+        exit 2
+    fi
+    export TEST_NGINX_PORT=$base
+    export TEST_NGINX_BACKEND_PORT=${TEST_NGINX_BACKEND_PORT:-$((base + 210))}
+    export TEST_NGINX_REDIS_PORT=${TEST_NGINX_REDIS_PORT:-$((base + 250))}
+    export TEST_NGINX_REDIS_FAULT_PORT=${TEST_NGINX_REDIS_FAULT_PORT:-$((base + 450))}
+    export TEST_NGINX_SERVROOT=${TEST_NGINX_SERVROOT:-$root/t/servroot-shard-$base}
+    echo "one prove, ports from $base (TEST_PORT_BASE)"
+fi
+
+# the plain Test::More files (their nginx run by t/lib/IdemNginx.pm) take
+# their ports from the server port too
+export TEST_NGINX_SERVER_PORT=${TEST_NGINX_SERVER_PORT:-${TEST_NGINX_PORT:-1984}}
+export TEST_NGINX_REDIS_PORT=${TEST_NGINX_REDIS_PORT:-16379}
+export TEST_NGINX_BACKEND_PORT=${TEST_NGINX_BACKEND_PORT:-16380}
+# a second redis-server that t/080-redis-faults.t stops, pauses and restarts
+export TEST_NGINX_REDIS_FAULT_PORT=${TEST_NGINX_REDIS_FAULT_PORT:-$((TEST_NGINX_REDIS_PORT + 200))}
+export TEST_NGINX_ROOT=$root
 
 redis_dir=$root/t/servroot-redis-$TEST_NGINX_REDIS_PORT
 rm -rf "$redis_dir" && mkdir -p "$redis_dir"

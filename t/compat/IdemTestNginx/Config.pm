@@ -47,7 +47,7 @@ our @EnvToNginx;
 
 # Parallel runs (prove -jN) need their own port and server root each.
 if ($Randomize) {
-    $ServerPort = free_port({})
+    $ServerPort = free_port({}, 1)
         or die "TEST_NGINX_RANDOMIZE: no free port found\n";
 }
 
@@ -119,15 +119,24 @@ sub expand_env {
 }
 
 # A port nobody listens on, other than the server port and the ports in
-# $taken (a hash whose values are ports).
+# $taken (a hash whose values are ports).  $TEST_NGINX_RAND_PORT_<n> comes
+# from the server port's own range, server port + 976 to + 999: a shard of
+# make test owns its base to base + 999 (util/test-shards.sh), and the
+# files derive no port there from the three it is given, nor does another
+# stage's fixed port fall in it.  $wide (TEST_NGINX_RANDOMIZE's server
+# port): anywhere above 1985.
 sub free_port {
-    my ($taken) = @_;
+    my ($taken, $wide) = @_;
 
     my %used = map { $_ => 1 } values %$taken;
     $used{$ServerPort} = 1 if defined $ServerPort;
 
-    for (1 .. 1000) {
-        my $port = 1985 + int rand(65535 - 1985);
+    my ($lo, $n) = (1985, 65535 - 1985);
+    ($lo, $n) = ($ServerPort + 976, 24)
+        if !$wide && defined $ServerPort && $ServerPort + 999 <= 65535;
+
+    for (1 .. ($n < 1000 ? 4 * $n : 1000)) {
+        my $port = $lo + int rand($n);
 
         next if $used{$port};
 

@@ -100,9 +100,11 @@ sub setup {
     my %given = map { $_ => $ENV{$_} }
                 grep { $ENV{$_} } qw(TEST_NGINX_REDIS_PORT
                                      TEST_NGINX_BACKEND_PORT);
+    # (976 .. 999: the harness's $TEST_NGINX_RAND_PORT_<n>)
     my $port = $ENV{TEST_NGINX_SERVER_PORT} || $ENV{TEST_NGINX_PORT}
                || pick(\%taken, 0, 1 .. 3, 75, 85, 90, 91, 100, 115, 120,
-                       150, 176, 180 .. 184, 500, 501);
+                       150, 176, 180 .. 184, 500, 501,
+                       976 .. 999);
     my $redis = $ENV{TEST_NGINX_REDIS_PORT}
                 || pick(\%taken, 0, 200, 300 .. 305, 400 .. 405, 450, 500,
                         520 .. 525, 620 .. 625);
