@@ -193,6 +193,51 @@ qr/idem: redis "127\.0\.0\.1:\d+": AUTH failed: "ERR AUTH <password> called with
 
 
 
+=== TEST 5c: an ACL user for the sentinels: AUTH user password (refused: the sentinels have no such user)
+--- http_config
+    idem_redis sentinel=mymaster 127.0.0.1:$TEST_NGINX_SENTINEL_PORT
+               sentinel_user=idem-sentinel sentinel_password=secret
+               timeout=300ms;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+IdemWait::log_ok('the AUTH refused',
+                  qr/idem: redis "127\.0\.0\.1:\d+": AUTH failed: "WRONGPASS/);
+--- request
+GET /calls/sn-5c
+--- error_code: 503
+--- error_log eval
+qr/idem: redis "127\.0\.0\.1:\d+": AUTH failed: "WRONGPASS invalid username-password pair/
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 5d: an ACL user for the master goes to the master the sentinels name, not to them
+--- http_config
+    idem_redis sentinel=mymaster 127.0.0.1:$TEST_NGINX_SENTINEL_PORT
+               user=idem-gw password=secret timeout=300ms;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+IdemWait::log_ok('the master refused the AUTH',
+                  qr/idem: redis "[^"]+": AUTH failed: "WRONGPASS/);
+--- request
+GET /calls/sn-5d
+--- error_code: 503
+--- error_log eval
+qr/idem: redis "127\.0\.0\.1:\d+": AUTH failed: "WRONGPASS invalid username-password pair/
+--- no_error_log
+[alert]
+[crit]
+
+
+
 === TEST 5b: a sentinel naming a replica: ROLE says so, the connection is closed
 --- http_config
     idem_redis sentinel=mymaster 127.0.0.1:$TEST_NGINX_FAKE_SENTINEL_PORT
@@ -235,6 +280,17 @@ invalid value "sentinel=" in "idem_redis" directive
 --- must_die
 --- error_log
 "idem_redis sentinel=mymaster" needs at least one IP address and port
+
+
+
+=== TEST 7b: sentinel_user= only with sentinel=
+--- http_config
+    idem_redis 127.0.0.1:6379 sentinel_user=x sentinel_password=x;
+--- config
+    location /t { return 200; }
+--- must_die
+--- error_log
+invalid parameter "sentinel_user=x" in "idem_redis" directive
 
 
 

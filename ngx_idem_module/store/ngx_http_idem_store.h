@@ -41,6 +41,17 @@ typedef struct {
 
 
 /*
+ * What AUTH sends: "AUTH password", or "AUTH user password" for an ACL
+ * user (Redis 6+).  The password is written in nginx.conf or read from a
+ * file when the configuration is read; empty: no AUTH.
+ */
+typedef struct {
+    ngx_str_t                  user;           /* empty: the default user */
+    ngx_str_t                  password;
+} ngx_http_idem_store_auth_t;
+
+
+/*
  * Where the store is, from "idem_redis ADDR [db=N] [password=S] ...",
  * "idem_redis cluster ADDR ..." or "idem_redis sentinel=NAME ADDR ...".
  */
@@ -52,9 +63,9 @@ typedef struct {
     ngx_uint_t                 mode;           /* NGX_HTTP_IDEM_STORE_* */
     ngx_array_t               *seeds;          /* cluster nodes, sentinels */
     ngx_str_t                  master_name;    /* sentinel=NAME */
-    ngx_str_t                  sentinel_password;
+    ngx_http_idem_store_auth_t sentinel_auth;  /* the sentinels' */
     ngx_int_t                  db;             /* SELECT, 0: none */
-    ngx_str_t                  password;       /* AUTH, empty: none */
+    ngx_http_idem_store_auth_t auth;           /* the data nodes' */
     ngx_msec_t                 connect_timeout;
     ngx_msec_t                 timeout;        /* reads: answer within */
     ngx_uint_t                 max_pending;    /* outstanding commands */

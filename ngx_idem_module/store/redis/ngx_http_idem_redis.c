@@ -46,6 +46,7 @@
 
 
 static void ngx_http_idem_redis_pending_handler(ngx_event_t *ev);
+static const char *ngx_http_idem_redis_name(ngx_str_t *cmd);
 
 
 ngx_http_idem_redis_t  ngx_http_idem_redis;
@@ -133,7 +134,7 @@ ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
 
     node->name = conf->addr;
     node->unix_path = conf->unix_path;
-    node->password = conf->password;
+    node->auth = &conf->auth;
     node->db = conf->db;
 
     rd->node = node;
@@ -268,7 +269,8 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
     }
 
     rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_written,
-                                          NULL, argc, args, lens, 0);
+                                    (void *) ngx_http_idem_redis_name(argv),
+                                    argc, args, lens, 0);
 
     if (args != args_buf) {
         ngx_free(args);
@@ -337,6 +339,32 @@ ngx_http_idem_redis_room(ngx_uint_t n)
 }
 
 
+/*
+ * A write's command, by a name that outlives it (its reply's privdata):
+ * its error is reported with it.  NULL: none of the module's own.
+ */
+
+static const char *
+ngx_http_idem_redis_name(ngx_str_t *cmd)
+{
+    ngx_uint_t           i;
+    static const char   *names[] = {
+        "HSET", "PEXPIRE", "SET", "APPEND", "HINCRBY", "XADD", "PUBLISH",
+        "EVALSHA", "EVAL", NULL
+    };
+
+    for (i = 0; names[i]; i++) {
+        if (cmd->len == ngx_strlen(names[i])
+            && ngx_strncasecmp(cmd->data, (u_char *) names[i], cmd->len) == 0)
+        {
+            return names[i];
+        }
+    }
+
+    return NULL;
+}
+
+
 /* the answer to a write: only an error matters */
 
 void
@@ -344,6 +372,7 @@ ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
 {
     redisReply *reply = r;
 
+    const char                  *name;
     ngx_http_idem_redis_t       *rd;
     ngx_http_idem_redis_node_t  *node;
 
@@ -372,7 +401,10 @@ ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
 
     rd->stats.failed++;
 
-    ngx_http_idem_redis_error_reply(rd, reply);
+    name = privdata;
+
+    ngx_http_idem_redis_error_reply(rd, (u_char *) name,
+                                    name ? ngx_strlen(name) : 0, reply);
 }
 
 static void

@@ -297,7 +297,8 @@ ngx_http_idem_redis_batch_waited(redisAsyncContext *ac, void *r,
 
     } else if (reply->type == REDIS_REPLY_ERROR) {
         rd->stats.failed++;
-        ngx_http_idem_redis_error_reply(rd, reply);
+        ngx_http_idem_redis_error_reply(rd, (u_char *) "WAIT",
+                                        sizeof("WAIT") - 1, reply);
     }
 
     ngx_log_debug5(NGX_LOG_DEBUG_EVENT, rd->log, 0,

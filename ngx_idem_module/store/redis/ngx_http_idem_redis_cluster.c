@@ -366,7 +366,7 @@ ngx_http_idem_redis_cluster_node(ngx_http_idem_redis_t *rd, u_char *host,
 
     ngx_http_idem_redis_node_set_addr(node, host, len, port);
 
-    node->password = rd->conf->password;
+    node->auth = &rd->conf->auth;
     node->up = ngx_http_idem_redis_cluster_up;
     node->down = ngx_http_idem_redis_cluster_down;
     node->data = rd->cluster;

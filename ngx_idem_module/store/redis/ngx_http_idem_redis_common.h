@@ -38,6 +38,7 @@
 #define NGX_HTTP_IDEM_REDIS_SENTINEL         1
 
 #define NGX_HTTP_IDEM_REDIS_ERRSTR_LEN       128
+#define NGX_HTTP_IDEM_REDIS_ERRCMD_LEN       16
 #define NGX_HTTP_IDEM_REDIS_NAME_LEN         (NGX_SOCKADDR_STRLEN + 8)
 
 /* the first delay before connecting again, doubled up to 5 s */
@@ -188,7 +189,7 @@ struct ngx_http_idem_redis_node_s {
     u_char                           host[NGX_SOCKADDR_STRLEN + 1];
     ngx_int_t                        port;       /* 0: no address yet */
     ngx_str_t                        unix_path;
-    ngx_str_t                        password;   /* AUTH, empty: none */
+    ngx_http_idem_store_auth_t      *auth;       /* NULL: no AUTH */
     ngx_int_t                        db;         /* SELECT, 0: none */
     ngx_uint_t                       role;
 
@@ -283,6 +284,8 @@ struct ngx_http_idem_redis_s {
     ngx_uint_t                       lost;
     size_t                           errstr_len;
     u_char                           errstr[NGX_HTTP_IDEM_REDIS_ERRSTR_LEN];
+    size_t                           errcmd_len;  /* its command */
+    u_char                           errcmd[NGX_HTTP_IDEM_REDIS_ERRCMD_LEN];
 
     ngx_http_idem_store_stats_t      stats;
 
@@ -329,7 +332,7 @@ ngx_int_t ngx_http_idem_redis_accept(ngx_http_idem_redis_t *rd,
 ngx_int_t ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd,
     ngx_uint_t *why);
 void ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd,
-    redisReply *reply);
+    u_char *cmd, size_t len, redisReply *reply);
 void ngx_http_idem_redis_report_later(ngx_http_idem_redis_t *rd);
 void ngx_http_idem_redis_report_handler(ngx_event_t *ev);
 void ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd);

@@ -23,21 +23,30 @@ static ngx_int_t ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf,
     ngx_http_idem_store_conf_t *conf);
 static ngx_int_t ngx_http_idem_redis_parse_msec(ngx_str_t *value,
     size_t skip, ngx_msec_t *msec);
+static ngx_int_t ngx_http_idem_redis_parse_auth(ngx_conf_t *cf,
+    ngx_command_t *cmd, ngx_str_t *arg, ngx_str_t *value,
+    ngx_http_idem_store_auth_t *auth);
+static char *ngx_http_idem_redis_check_auth(ngx_conf_t *cf,
+    ngx_http_idem_store_auth_t *auth, const char *prefix);
+static ngx_int_t ngx_http_idem_redis_read_secret(ngx_conf_t *cf,
+    ngx_str_t *name, ngx_str_t *secret);
 
 
 /*
- * idem_redis ADDR [db=N] [password=S] [connect_timeout=T] [timeout=T]
- *            [max_pending=N]
- * idem_redis cluster ADDR ... [password=S] [connect_timeout=T] ...
- * idem_redis sentinel=NAME ADDR ... [sentinel_password=S] [db=N] ...
+ * idem_redis ADDR [db=N] [user=U] [password=S | password_file=F]
+ *            [connect_timeout=T] [timeout=T] [max_pending=N]
+ * idem_redis cluster ADDR ... [user=U] [password=S] [connect_timeout=T] ...
+ * idem_redis sentinel=NAME ADDR ... [sentinel_user=U]
+ *            [sentinel_password=S | sentinel_password_file=F] [db=N] ...
  */
 
 char *
 ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_http_idem_store_conf_t *conf)
 {
-    ngx_int_t                    n;
-    ngx_str_t                   *value;
+    char                        *rv;
+    ngx_int_t                    n, rc;
+    ngx_str_t                   *value, v;
     ngx_uint_t                   i;
     ngx_http_idem_store_addr_t   a;
 
@@ -49,8 +58,8 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
 
     conf->addr = value[1];
     conf->db = 0;
-    ngx_str_null(&conf->password);
-    ngx_str_null(&conf->sentinel_password);
+    ngx_memzero(&conf->auth, sizeof(ngx_http_idem_store_auth_t));
+    ngx_memzero(&conf->sentinel_auth, sizeof(ngx_http_idem_store_auth_t));
     conf->connect_timeout = NGX_HTTP_IDEM_REDIS_CONNECT_TIMEOUT;
     conf->timeout = NGX_HTTP_IDEM_REDIS_TIMEOUT;
     conf->max_pending = NGX_HTTP_IDEM_REDIS_MAX_PENDING;
@@ -107,25 +116,25 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
             continue;
         }
 
-        if (ngx_strncmp(value[i].data, "password=", 9) == 0) {
-            if (value[i].len == 9) {
-                return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
-            }
-
-            conf->password.data = value[i].data + 9;
-            conf->password.len = value[i].len - 9;
-            continue;
-        }
-
-        if (ngx_strncmp(value[i].data, "sentinel_password=", 18) == 0
+        if (value[i].len > 9
+            && ngx_strncmp(value[i].data, "sentinel_", 9) == 0
             && conf->mode == NGX_HTTP_IDEM_STORE_SENTINEL)
         {
-            if (value[i].len == 18) {
-                return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
-            }
+            v.data = value[i].data + 9;
+            v.len = value[i].len - 9;
 
-            conf->sentinel_password.data = value[i].data + 18;
-            conf->sentinel_password.len = value[i].len - 18;
+            rc = ngx_http_idem_redis_parse_auth(cf, cmd, &value[i], &v,
+                                                &conf->sentinel_auth);
+        } else {
+            rc = ngx_http_idem_redis_parse_auth(cf, cmd, &value[i],
+                                                &value[i], &conf->auth);
+        }
+
+        if (rc == NGX_ERROR) {
+            return NGX_CONF_ERROR;
+        }
+
+        if (rc == NGX_OK) {
             continue;
         }
 
@@ -163,7 +172,170 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
         return ngx_http_idem_conf_invalid(cf, cmd, &value[i]);
     }
 
+    rv = ngx_http_idem_redis_check_auth(cf, &conf->auth, "");
+    if (rv != NGX_CONF_OK) {
+        return rv;
+    }
+
+    return ngx_http_idem_redis_check_auth(cf, &conf->sentinel_auth,
+                                          "sentinel_");
+}
+
+
+/*
+ * "user=", "password=" or "password_file=" (after "sentinel_" for the
+ * sentinels' own, "arg" being the whole parameter): NGX_OK when taken,
+ * NGX_DECLINED when it is none of them, NGX_ERROR (logged) when invalid.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_parse_auth(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *arg, ngx_str_t *value, ngx_http_idem_store_auth_t *auth)
+{
+    ngx_str_t  file;
+
+    if (value->len >= 5 && ngx_strncmp(value->data, "user=", 5) == 0) {
+        if (value->len == 5 || auth->user.data != NULL) {
+            goto invalid;
+        }
+
+        auth->user.data = value->data + 5;
+        auth->user.len = value->len - 5;
+        return NGX_OK;
+    }
+
+    if (value->len >= 9 && ngx_strncmp(value->data, "password=", 9) == 0) {
+        if (value->len == 9 || auth->password.data != NULL) {
+            goto invalid;
+        }
+
+        auth->password.data = value->data + 9;
+        auth->password.len = value->len - 9;
+        return NGX_OK;
+    }
+
+    if (value->len >= 14
+        && ngx_strncmp(value->data, "password_file=", 14) == 0)
+    {
+        if (value->len == 14 || auth->password.data != NULL) {
+            goto invalid;
+        }
+
+        file.data = value->data + 14;
+        file.len = value->len - 14;
+
+        return ngx_http_idem_redis_read_secret(cf, &file, &auth->password);
+    }
+
+    return NGX_DECLINED;
+
+invalid:
+
+    (void) ngx_http_idem_conf_invalid(cf, cmd, arg);
+    return NGX_ERROR;
+}
+
+
+/* a user with no password: AUTH needs one (any, for a "nopass" user) */
+
+static char *
+ngx_http_idem_redis_check_auth(ngx_conf_t *cf,
+    ngx_http_idem_store_auth_t *auth, const char *prefix)
+{
+    if (auth->user.len && auth->password.len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idem_redis\": \"%suser=%V\" needs "
+                           "\"%spassword=\" or \"%spassword_file=\"",
+                           prefix, &auth->user, prefix, prefix);
+        return NGX_CONF_ERROR;
+    }
+
     return NGX_CONF_OK;
+}
+
+
+/*
+ * A password file's first line (without its CR LF), read when the
+ * configuration is: a secret kept out of nginx.conf, read again at each
+ * reload.  A relative name is from the configuration's prefix, as
+ * ssl_password_file's.
+ */
+
+#define NGX_HTTP_IDEM_REDIS_SECRET_MAX  4096
+
+static ngx_int_t
+ngx_http_idem_redis_read_secret(ngx_conf_t *cf, ngx_str_t *name,
+    ngx_str_t *secret)
+{
+    u_char      *buf, *p, *last;
+    ssize_t      n;
+    ngx_int_t    rc;
+    ngx_file_t   file;
+
+    if (ngx_conf_full_name(cf->cycle, name, 1) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    buf = ngx_pnalloc(cf->pool, NGX_HTTP_IDEM_REDIS_SECRET_MAX + 1);
+    if (buf == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(&file, sizeof(ngx_file_t));
+    file.name = *name;
+    file.log = cf->log;
+
+    file.fd = ngx_open_file(name->data, NGX_FILE_RDONLY, NGX_FILE_OPEN, 0);
+    if (file.fd == NGX_INVALID_FILE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           ngx_open_file_n " \"%V\" failed", name);
+        return NGX_ERROR;
+    }
+
+    rc = NGX_OK;
+
+    n = ngx_read_file(&file, buf, NGX_HTTP_IDEM_REDIS_SECRET_MAX + 1, 0);
+
+    if (n == NGX_ERROR) {
+        rc = NGX_ERROR;
+
+    } else if (n > NGX_HTTP_IDEM_REDIS_SECRET_MAX) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "password file \"%V\" is longer than %d bytes",
+                           name, NGX_HTTP_IDEM_REDIS_SECRET_MAX);
+        rc = NGX_ERROR;
+    }
+
+    if (ngx_close_file(file.fd) == NGX_FILE_ERROR) {
+        ngx_conf_log_error(NGX_LOG_ALERT, cf, ngx_errno,
+                           ngx_close_file_n " \"%V\" failed", name);
+    }
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    last = buf + n;
+    p = ngx_strlchr(buf, last, LF);
+    if (p != NULL) {
+        last = p;
+    }
+
+    if (last > buf && last[-1] == CR) {
+        last--;
+    }
+
+    if (last == buf) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "password file \"%V\" has an empty first line",
+                           name);
+        return NGX_ERROR;
+    }
+
+    secret->data = buf;
+    secret->len = last - buf;
+
+    return NGX_OK;
 }
 
 

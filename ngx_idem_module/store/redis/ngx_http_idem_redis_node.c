@@ -268,18 +268,30 @@ ngx_http_idem_redis_node_handshake(ngx_http_idem_redis_node_t *node)
 {
     u_char                        db[NGX_INT_T_LEN];
     size_t                        lens[3];
+    ngx_uint_t                    n;
     const char                   *argv[3];
     ngx_http_idem_redis_script_t *script;
 
-    if (node->password.len) {
-        argv[0] = "AUTH";
-        lens[0] = sizeof("AUTH") - 1;
-        argv[1] = (const char *) node->password.data;
-        lens[1] = node->password.len;
+    if (node->auth && node->auth->password.len) {
+        n = 0;
+        argv[n] = "AUTH";
+        lens[n++] = sizeof("AUTH") - 1;
+
+        if (node->auth->user.len) {
+            argv[n] = (const char *) node->auth->user.data;
+            lens[n++] = node->auth->user.len;
+        }
+
+        argv[n] = (const char *) node->auth->password.data;
+        lens[n++] = node->auth->password.len;
+
+        ngx_log_debug2(NGX_LOG_DEBUG_HTTP, node->rd->log, 0,
+                       "idem redis: AUTH to \"%V\"%s", &node->name,
+                       node->auth->user.len ? " as an ACL user" : "");
 
         (void) ngx_http_idem_redis_node_command(node,
                               ngx_http_idem_redis_handshake_done,
-                              (void *) NGX_HTTP_IDEM_REDIS_AUTH, 2, argv, lens,
+                              (void *) NGX_HTTP_IDEM_REDIS_AUTH, n, argv, lens,
                               1);
     }
 
@@ -455,7 +467,7 @@ ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node)
     ngx_memcpy(node->host, main->host, sizeof(node->host));
     node->port = main->port;
     node->unix_path = main->unix_path;
-    node->password = main->password;
+    node->auth = main->auth;
     node->db = main->db;
     node->name = main->name;
 

@@ -488,7 +488,8 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
 
     } else if (reply->type == REDIS_REPLY_ERROR) {
         rd->stats.failed++;
-        ngx_http_idem_redis_error_reply(rd, reply);
+        ngx_http_idem_redis_error_reply(rd, (u_char *) op->argv[0], op->lens[0],
+                                        reply);
 
         if (op->handler) {
             op->handler(op->data, NGX_ERROR, NULL, 0);

@@ -78,7 +78,7 @@ ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,
         return NGX_ERROR;
     }
 
-    node->password = rd->conf->password;
+    node->auth = &rd->conf->auth;
     node->db = rd->conf->db;
     node->up = ngx_http_idem_redis_master_up;
     node->down = ngx_http_idem_redis_master_down;
@@ -91,7 +91,7 @@ ngx_http_idem_redis_sentinel_init(ngx_http_idem_redis_t *rd,
         return NGX_ERROR;
     }
 
-    node->password = rd->conf->sentinel_password;
+    node->auth = &rd->conf->sentinel_auth;
     node->up = ngx_http_idem_redis_sentinel_up;
     node->down = ngx_http_idem_redis_sentinel_down;
     node->data = sn;

@@ -126,8 +126,10 @@ ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd)
     }
 
     if (rd->errors) {
-        p = ngx_slprintf(p, last, ", %ui failed (last error: \"%*s\")",
-                         rd->errors, rd->errstr_len, rd->errstr);
+        p = ngx_slprintf(p, last, ", %ui failed (last error: \"%*s\"%s%*s)",
+                         rd->errors, rd->errstr_len, rd->errstr,
+                         rd->errcmd_len ? ", to " : "",
+                         rd->errcmd_len, rd->errcmd);
     }
 
     if (p == buf) {
@@ -196,11 +198,16 @@ ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd, ngx_uint_t *why)
  */
 
 void
-ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd, redisReply *reply)
+ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd, u_char *cmd,
+    size_t len, redisReply *reply)
 {
     rd->errors++;
     rd->errstr_len = ngx_min(reply->len, NGX_HTTP_IDEM_REDIS_ERRSTR_LEN);
     ngx_memcpy(rd->errstr, reply->str, rd->errstr_len);
+
+    /* named: an ACL's NOPERM for a key does not say which command it was */
+    rd->errcmd_len = ngx_min(len, NGX_HTTP_IDEM_REDIS_ERRCMD_LEN);
+    ngx_memcpy(rd->errcmd, cmd, rd->errcmd_len);
 
     ngx_http_idem_redis_report_later(rd);
 }

@@ -222,7 +222,7 @@ ngx_http_idem_redis_subscribe_follow(ngx_http_idem_redis_sub_t *sub)
     ngx_memcpy(node->host, from->host, sizeof(node->host));
     node->port = from->port;
     node->unix_path = from->unix_path;
-    node->password = from->password;
+    node->auth = from->auth;
     node->db = from->db;
 
     if (from->name.data == from->name_buf) {
