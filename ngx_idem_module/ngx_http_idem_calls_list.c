@@ -11,8 +11,11 @@
  * records of that page's calls, read at once; an entry whose record no
  * longer says UNKNOWN for that very execution (resolved, run again,
  * expired) is left out.  Only calls this location reads by id are
- * listed, as its links would read them: under the caller's own scope,
- * or under any scope by its digest where scope_digest=on.
+ * listed, as its links would read them: under the caller's own scope;
+ * or, where scope_digest=on, every scope's by its digest and the calls
+ * recorded without a scope (by scope_digest=none where the location has
+ * a scope of its own), so that one location lists every call that needs
+ * a person.
  *
  * What comes from the stream or a record is whatever a client sent (a
  * URI): escaped for HTML and JSON, numbers written only when they are.
@@ -25,6 +28,7 @@
 #include "ngx_http_idem_record.h"
 #include "ngx_http_idem_record_parse.h"
 #include "ngx_http_idem_store.h"
+#include "ngx_http_idem_timeline.h"
 #include "ngx_http_idem_util.h"
 
 
@@ -69,6 +73,9 @@ typedef struct {
     ngx_str_t                        f[NGX_HTTP_IDEM_LIST_NFIELDS];
     ngx_str_t                        digest;    /* scoped, where the link
                                                    takes it; else empty */
+    ngx_str_t                        link_arg;  /* the link's scope_digest
+                                                   (a digest, "none"), or
+                                                   empty */
     uint64_t                         created_ms;
     unsigned                         listed:1;
 } ngx_http_idem_calls_item_t;
@@ -101,11 +108,14 @@ static void ngx_http_idem_calls_record_read(void *data, ngx_int_t rc,
     ngx_http_idem_store_record_t *record);
 static void ngx_http_idem_calls_done(ngx_http_idem_calls_t *list);
 static ngx_int_t ngx_http_idem_calls_send(ngx_http_idem_calls_t *list);
+static ngx_int_t ngx_http_idem_calls_unread(ngx_http_idem_calls_t *list,
+    ngx_str_t *out);
 static size_t ngx_http_idem_calls_room(ngx_http_idem_calls_t *list);
 static ngx_int_t ngx_http_idem_calls_json(ngx_http_idem_calls_t *list,
     ngx_str_t *out);
 static ngx_int_t ngx_http_idem_calls_page(ngx_http_idem_calls_t *list,
     ngx_str_t *out);
+static u_char *ngx_http_idem_calls_head(u_char *p);
 static u_char *ngx_http_idem_calls_json_str(u_char *p, ngx_str_t *s);
 static u_char *ngx_http_idem_calls_json_num(u_char *p, ngx_str_t *s);
 static u_char *ngx_http_idem_calls_html(u_char *p, ngx_str_t *s);
@@ -164,7 +174,6 @@ ngx_int_t
 ngx_http_idem_calls_list(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_uint_t html)
 {
-    u_char                     *q;
     ngx_int_t                   rc;
     ngx_str_t                   before, stream, key, id;
     ngx_pool_cleanup_t         *cln;
@@ -213,13 +222,10 @@ ngx_http_idem_calls_list(ngx_http_request_t *r,
         }
     }
 
-    /* links: the list's own path and a call id */
+    /* links: the list's own path, normalised, and a call id */
 
-    list->path = r->unparsed_uri;
-
-    q = ngx_strlchr(list->path.data, list->path.data + list->path.len, '?');
-    if (q != NULL) {
-        list->path.len = q - list->path.data;
+    if (ngx_http_idem_link_path(r, &list->path) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
@@ -521,15 +527,26 @@ ngx_http_idem_calls_item(ngx_http_idem_calls_t *list,
                  == 0
               && ngx_strncmp(p, "s:{", 3) == 0);
 
+    ngx_str_null(&digest);
+    ngx_str_null(&it->link_arg);
+
     if (scoped && list->ilcf->status_digest) {
         digest.data = p + 3;
         digest.len = NGX_HTTP_IDEM_SHA256_HEX_LEN;
 
         rc = ngx_http_idem_record_key_digest(r, &digest, id, &key);
 
-    } else {
-        ngx_str_null(&digest);
+    } else if (list->ilcf->status_digest) {
 
+        /* unscoped, read so here: by scope_digest=none if need be */
+
+        rc = ngx_http_idem_record_key_digest(r, NULL, id, &key);
+
+        if (list->ilcf->dedupe_scope != NULL) {
+            ngx_str_set(&it->link_arg, NGX_HTTP_IDEM_SCOPE_NONE);
+        }
+
+    } else {
         rc = ngx_http_idem_record_key(r, list->ilcf, id, &key);
     }
 
@@ -569,6 +586,7 @@ ngx_http_idem_calls_item(ngx_http_idem_calls_t *list,
         it->digest.len = digest.len;
         it->digest.data = it->f[NGX_HTTP_IDEM_LIST_KEY].data
                           + imcf->key_prefix.len + 3;
+        it->link_arg = it->digest;
     }
 
     rc = ngx_atoi(it->f[NGX_HTTP_IDEM_LIST_CREATED_MS].data,
@@ -658,11 +676,15 @@ ngx_http_idem_calls_done(ngx_http_idem_calls_t *list)
 }
 
 
-/* 200 the list; 503 {"state":"UNKNOWN"} when a read got no answer */
+/*
+ * 200 the list; 503 when a read got no answer: {"state":"UNKNOWN"}, or a
+ * page for a browser (an operator opens the list during an outage)
+ */
 
 static ngx_int_t
 ngx_http_idem_calls_send(ngx_http_idem_calls_t *list)
 {
+    ngx_int_t            rc;
     ngx_str_t            body, value;
     ngx_uint_t           status;
     ngx_http_request_t  *r;
@@ -683,31 +705,6 @@ ngx_http_idem_calls_send(ngx_http_idem_calls_t *list)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    if (list->failed) {
-        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
-                      "idem list: the store did not answer");
-
-        ngx_str_set(&value, "1");
-
-        if (ngx_http_idem_add_response_header(r, "Retry-After", &value)
-            != NGX_OK)
-        {
-            return NGX_HTTP_INTERNAL_SERVER_ERROR;
-        }
-
-        ngx_str_set(&body, "{\"state\":\"UNKNOWN\"}\n");
-
-        return ngx_http_idem_send_response(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                           "application/json", &body);
-    }
-
-    status = list->html ? ngx_http_idem_calls_page(list, &body)
-                        : ngx_http_idem_calls_json(list, &body);
-
-    if (status != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
     if (list->html) {
         ngx_str_set(&value, "default-src 'none'; style-src 'unsafe-inline'; "
                     "form-action 'self'");
@@ -720,10 +717,78 @@ ngx_http_idem_calls_send(ngx_http_idem_calls_t *list)
         }
     }
 
-    return ngx_http_idem_send_response(r, NGX_HTTP_OK,
+    status = NGX_HTTP_OK;
+
+    if (list->failed) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "idem list: the store did not answer");
+
+        ngx_str_set(&value, "1");
+
+        if (ngx_http_idem_add_response_header(r, "Retry-After", &value)
+            != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        status = NGX_HTTP_SERVICE_UNAVAILABLE;
+
+        if (list->html) {
+            rc = ngx_http_idem_calls_unread(list, &body);
+
+        } else {
+            ngx_str_set(&body, "{\"state\":\"UNKNOWN\"}\n");
+            rc = NGX_OK;
+        }
+
+    } else {
+        rc = list->html ? ngx_http_idem_calls_page(list, &body)
+                        : ngx_http_idem_calls_json(list, &body);
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_idem_send_response(r, status,
                                        list->html ? "text/html; charset=utf-8"
                                                   : "application/json",
                                        &body);
+}
+
+
+/* the page of a list not read: the store did not answer */
+
+static ngx_int_t
+ngx_http_idem_calls_unread(ngx_http_idem_calls_t *list, ngx_str_t *out)
+{
+    u_char  *p;
+    size_t   len;
+
+    len = NGX_HTTP_IDEM_LIST_HEAD + ngx_http_idem_calls_style.len;
+
+    p = ngx_pnalloc(list->request->pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    out->data = p;
+
+    p = ngx_http_idem_calls_head(p);
+    p = ngx_cpymem(p, "<p class=\"means\">The record store cannot be read "
+                   "now, so which calls need a person is not known: reload "
+                   "this page in a moment.</p>\n</body>\n</html>\n",
+                   sizeof("<p class=\"means\">The record store cannot be "
+                          "read now, so which calls need a person is not "
+                          "known: reload this page in a moment.</p>\n"
+                          "</body>\n</html>\n") - 1);
+
+    out->len = p - out->data;
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, list->request->connection->log, 0,
+                   "idem list: the page of a list not read");
+
+    return NGX_OK;
 }
 
 
@@ -852,8 +917,8 @@ ngx_http_idem_calls_json(ngx_http_idem_calls_t *list, ngx_str_t *out)
                                    f[NGX_HTTP_IDEM_LIST_CALL_ID].data,
                                    f[NGX_HTTP_IDEM_LIST_CALL_ID].len);
 
-        if (it->digest.len) {
-            p = ngx_sprintf(p, "?scope_digest=%V", &it->digest);
+        if (it->link_arg.len) {
+            p = ngx_sprintf(p, "?scope_digest=%V", &it->link_arg);
         }
 
         p = ngx_cpymem(p, "\"}", 2);
@@ -882,7 +947,7 @@ ngx_http_idem_calls_page(ngx_http_idem_calls_t *list, ngx_str_t *out)
 {
     u_char                      *p, *last;
     size_t                       len;
-    ngx_str_t                   *f;
+    ngx_str_t                   *f, *outcome;
     ngx_uint_t                   i, n;
     ngx_http_idem_calls_item_t  *it;
 
@@ -900,19 +965,8 @@ ngx_http_idem_calls_page(ngx_http_idem_calls_t *list, ngx_str_t *out)
         n += list->items[i].listed;
     }
 
-    p = ngx_cpymem(p, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n"
-                   "<meta charset=\"utf-8\">\n"
-                   "<meta name=\"viewport\" content=\"width=device-width\">\n"
-                   "<title>UNKNOWN calls</title>\n",
-                   sizeof("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n"
-                          "<meta charset=\"utf-8\">\n"
-                          "<meta name=\"viewport\" "
-                          "content=\"width=device-width\">\n"
-                          "<title>UNKNOWN calls</title>\n") - 1);
-    p = ngx_cpymem(p, ngx_http_idem_calls_style.data,
-                   ngx_http_idem_calls_style.len);
-    p = ngx_sprintf(p, "</head>\n<body>\n<h1>Calls that need a person</h1>\n"
-                    "<p class=\"means\">Sent, with no answer: each may have "
+    p = ngx_http_idem_calls_head(p);
+    p = ngx_sprintf(p, "<p class=\"means\">Sent, with no answer: each may have "
                     "taken effect. Ask the service, then open the call and "
                     "say what it answered. %ui on this page, newest "
                     "first.</p>\n", n);
@@ -944,8 +998,8 @@ ngx_http_idem_calls_page(ngx_http_idem_calls_t *list, ngx_str_t *out)
         p = ngx_http_idem_calls_html(p, &list->path);
         p = ngx_http_idem_calls_html(p, &f[NGX_HTTP_IDEM_LIST_CALL_ID]);
 
-        if (it->digest.len) {
-            p = ngx_sprintf(p, "?scope_digest=%V", &it->digest);
+        if (it->link_arg.len) {
+            p = ngx_sprintf(p, "?scope_digest=%V", &it->link_arg);
         }
 
         p = ngx_cpymem(p, "\"><code>", sizeof("\"><code>") - 1);
@@ -974,19 +1028,29 @@ ngx_http_idem_calls_page(ngx_http_idem_calls_t *list, ngx_str_t *out)
             *p++ = '?';
         }
 
+        /* how the last one ended, in words (timeline.c) */
+
+        outcome = &f[NGX_HTTP_IDEM_LIST_LAST_OUTCOME];
+
         if (f[NGX_HTTP_IDEM_LIST_ATTEMPTS].len == 1
             && f[NGX_HTTP_IDEM_LIST_ATTEMPTS].data[0] == '1')
         {
-            p = ngx_cpymem(p, " attempt, last <code>",
-                           sizeof(" attempt, last <code>") - 1);
+            p = ngx_cpymem(p, " attempt: ", sizeof(" attempt: ") - 1);
+            p = ngx_http_idem_timeline_outcome(p, outcome);
+
+        } else if (outcome->len == 0
+                   || (outcome->len == 1 && outcome->data[0] == '-'))
+        {
+            p = ngx_cpymem(p, " attempts", sizeof(" attempts") - 1);
 
         } else {
-            p = ngx_cpymem(p, " attempts, last <code>",
-                           sizeof(" attempts, last <code>") - 1);
+            p = ngx_cpymem(p, " attempts, the last ",
+                           sizeof(" attempts, the last ") - 1);
+            p = ngx_http_idem_timeline_outcome(p, outcome);
         }
-        p = ngx_http_idem_calls_html(p, &f[NGX_HTTP_IDEM_LIST_LAST_OUTCOME]);
-        p = ngx_cpymem(p, "</code></span><span>answered ",
-                       sizeof("</code></span><span>answered ") - 1);
+
+        p = ngx_cpymem(p, "</span><span>answered ",
+                       sizeof("</span><span>answered ") - 1);
         p = ngx_http_idem_calls_html(p, &f[NGX_HTTP_IDEM_LIST_FINAL_STATUS]);
         p = ngx_cpymem(p, "</span>", sizeof("</span>") - 1);
 
@@ -1037,6 +1101,29 @@ ngx_http_idem_calls_page(ngx_http_idem_calls_t *list, ngx_str_t *out)
     out->len = p - out->data;
 
     return NGX_OK;
+}
+
+
+/* from the doctype to the heading */
+
+static u_char *
+ngx_http_idem_calls_head(u_char *p)
+{
+    p = ngx_cpymem(p, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n"
+                   "<meta charset=\"utf-8\">\n"
+                   "<meta name=\"viewport\" content=\"width=device-width\">\n"
+                   "<title>UNKNOWN calls</title>\n",
+                   sizeof("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n"
+                          "<meta charset=\"utf-8\">\n"
+                          "<meta name=\"viewport\" "
+                          "content=\"width=device-width\">\n"
+                          "<title>UNKNOWN calls</title>\n") - 1);
+    p = ngx_cpymem(p, ngx_http_idem_calls_style.data,
+                   ngx_http_idem_calls_style.len);
+
+    return ngx_cpymem(p, "</head>\n<body>\n<h1>Calls that need a person</h1>\n",
+                      sizeof("</head>\n<body>\n"
+                             "<h1>Calls that need a person</h1>\n") - 1);
 }
 
 

@@ -118,22 +118,11 @@ ngx_int_t
 ngx_http_idem_record_key(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key)
 {
-    u_char                      hex[NGX_HTTP_IDEM_SHA256_HEX_LEN];
-    ngx_str_t                   scope, digest;
-    ngx_http_idem_main_conf_t  *imcf;
+    u_char      hex[NGX_HTTP_IDEM_SHA256_HEX_LEN];
+    ngx_str_t   scope, digest;
 
     if (ilcf->dedupe_scope == NULL) {
-        imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
-
-        key->data = ngx_pnalloc(r->pool, imcf->key_prefix.len
-                                         + sizeof("c:{}") - 1 + id->len);
-        if (key->data == NULL) {
-            return NGX_ERROR;
-        }
-
-        key->len = ngx_sprintf(key->data, "%Vc:{%V}", &imcf->key_prefix, id)
-                   - key->data;
-        return NGX_OK;
+        return ngx_http_idem_record_key_digest(r, NULL, id, key);
     }
 
     if (ngx_http_complex_value(r, ilcf->dedupe_scope, &scope) != NGX_OK) {
@@ -158,7 +147,8 @@ ngx_http_idem_record_key(ngx_http_request_t *r,
 /*
  * A scoped record's key from the scope's digest (64 lowercase hex
  * digits, as in the key itself and in the UNKNOWN stream's "key"): the
- * status endpoint's scope_digest=on reads a record by it.
+ * status endpoint's scope_digest=on reads a record by it.  digest NULL:
+ * the key of a call recorded without a scope (scope_digest=none).
  */
 
 ngx_int_t
@@ -168,6 +158,18 @@ ngx_http_idem_record_key_digest(ngx_http_request_t *r, ngx_str_t *digest,
     ngx_http_idem_main_conf_t  *imcf;
 
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
+
+    if (digest == NULL) {
+        key->data = ngx_pnalloc(r->pool, imcf->key_prefix.len
+                                         + sizeof("c:{}") - 1 + id->len);
+        if (key->data == NULL) {
+            return NGX_ERROR;
+        }
+
+        key->len = ngx_sprintf(key->data, "%Vc:{%V}", &imcf->key_prefix, id)
+                   - key->data;
+        return NGX_OK;
+    }
 
     key->data = ngx_pnalloc(r->pool, imcf->key_prefix.len
                                      + sizeof("s:{:}") - 1 + digest->len

@@ -11,6 +11,13 @@
 #include "ngx_http_idem_common.h"
 
 
+/*
+ * scope_digest=none (idem_status ... scope_digest=on): the call recorded
+ * without a scope, also where the location has one
+ */
+#define NGX_HTTP_IDEM_SCOPE_NONE  "none"
+
+
 ngx_int_t ngx_http_idem_record_key(ngx_http_request_t *r,
     ngx_http_idem_loc_conf_t *ilcf, ngx_str_t *id, ngx_str_t *key);
 ngx_int_t ngx_http_idem_record_key_digest(ngx_http_request_t *r,

@@ -268,7 +268,11 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
     }
 
     if (rc == NGX_OK) {
-        rc = ngx_http_idem_record_key_digest(r, &digest, &id, &key);
+        rc = ngx_http_idem_record_key_digest(r,
+                              ngx_http_idem_str_is(&digest,
+                                                   NGX_HTTP_IDEM_SCOPE_NONE)
+                              ? NULL : &digest,
+                              &id, &key);
 
     } else if (rc == NGX_DECLINED) {
         rc = ngx_http_idem_record_key(r, ilcf, &id, &key);
@@ -359,11 +363,13 @@ ngx_http_idem_status_handler(ngx_http_request_t *r)
  * The scope_digest argument: the hex SHA-256 of a scope's value, as a
  * record's key and the UNKNOWN stream's "key" carry it, so that an
  * operator (a browser, the UNKNOWN consumer) reads or resolves a scoped
- * call without the scope's value.  Taken only where the location says
- * scope_digest=on; anywhere else it is refused, never ignored: a client
- * cannot name another scope's calls, and a consumer pointed at the wrong
- * location learns it.  NGX_OK: a digest (lowercased); NGX_DECLINED: none
- * given; NGX_ABORT: refused with "problem".
+ * call without the scope's value; or "none", a call recorded without a
+ * scope, where the location has one of its own (the list links so).
+ * Taken only where the location says scope_digest=on; anywhere else it
+ * is refused, never ignored: a client cannot name another scope's calls,
+ * and a consumer pointed at the wrong location learns it.  NGX_OK: a
+ * digest (lowercased) or "none"; NGX_DECLINED: none given; NGX_ABORT:
+ * refused with "problem".
  */
 
 static ngx_int_t
@@ -388,6 +394,19 @@ ngx_http_idem_status_digest(ngx_http_request_t *r,
                                   "caller's own scope: it takes no "
                                   "scope_digest");
         return NGX_ABORT;
+    }
+
+    if (arg.len == sizeof(NGX_HTTP_IDEM_SCOPE_NONE) - 1
+        && ngx_strncasecmp(arg.data, (u_char *) NGX_HTTP_IDEM_SCOPE_NONE,
+                           arg.len)
+           == 0)
+    {
+        ngx_str_set(digest, NGX_HTTP_IDEM_SCOPE_NONE);
+
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem status: a call recorded without a scope");
+
+        return NGX_OK;
     }
 
     if (arg.len != NGX_HTTP_IDEM_SHA256_HEX_LEN) {
@@ -421,7 +440,8 @@ invalid:
     ngx_http_idem_problem_set(r, problem,
                               NGX_HTTP_IDEM_P_INVALID_SCOPE_DIGEST, NULL,
                               "scope_digest must be the 64 hex digits of "
-                              "a scope's SHA-256");
+                              "a scope's SHA-256, or none (a call recorded "
+                              "without a scope)");
     return NGX_ABORT;
 }
 
@@ -1054,22 +1074,21 @@ ngx_http_idem_status_same_origin(ngx_http_request_t *r, ngx_str_t *origin)
 
 /*
  * A form's resolution taken: 303 to the call's page (its scope digest
- * kept), which a browser then reads with GET
+ * kept, or "none"), which a browser then reads with GET
  */
 
 static ngx_int_t
 ngx_http_idem_status_see_other(ngx_http_request_t *r,
     ngx_http_idem_status_ctx_t *sctx)
 {
-    u_char           *p, *q;
+    u_char           *p;
     ngx_str_t         path, body;
     ngx_table_elt_t  *h;
 
-    path = r->unparsed_uri;
+    /* the normalised path: the raw one may name another host */
 
-    q = ngx_strlchr(path.data, path.data + path.len, '?');
-    if (q != NULL) {
-        path.len = q - path.data;
+    if (ngx_http_idem_link_path(r, &path) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     h = ngx_list_push(&r->headers_out.headers);

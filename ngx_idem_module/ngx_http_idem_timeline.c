@@ -51,6 +51,10 @@ static u_char *ngx_http_idem_html_bar(u_char *p, uint64_t t0,
 static char *ngx_http_idem_state_class(ngx_str_t *state);
 static char *ngx_http_idem_outcome_class(ngx_str_t *outcome);
 static char *ngx_http_idem_state_meaning(ngx_str_t *state);
+static ngx_http_idem_record_exec_t *ngx_http_idem_timeline_decided(
+    ngx_http_idem_record_t *rec);
+static u_char *ngx_http_idem_timeline_decision(u_char *p,
+    ngx_http_idem_record_exec_t *x, ngx_http_idem_record_attempt_t *la);
 static uint64_t ngx_http_idem_html_ms(ngx_str_t *value);
 
 
@@ -348,8 +352,8 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
     ngx_uint_t                       i, j, k, from, shown, sent;
     ngx_http_idem_record_t           rec;
     ngx_http_idem_main_conf_t       *imcf;
-    ngx_http_idem_record_exec_t     *x;
-    ngx_http_idem_record_attempt_t  *a;
+    ngx_http_idem_record_exec_t     *x, *decided;
+    ngx_http_idem_record_attempt_t  *a, *la;
 
     imcf = ngx_http_get_module_main_conf(r, ngx_http_idem_module);
 
@@ -385,6 +389,27 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
     if (rec.resolved != NULL) {
         len += 6 * (rec.resolved->resolved[2].len
                     + rec.resolved->resolved[3].len);
+    }
+
+    /* a person's word decides the headline: its last attempt, who, when */
+
+    decided = ngx_http_idem_timeline_decided(&rec);
+    la = NULL;
+
+    if (decided != NULL) {
+        for (i = 0; i < rec.nattempts; i++) {
+            if (rec.attempts[i].exec == decided) {
+                la = &rec.attempts[i];
+            }
+        }
+
+        len += NGX_HTTP_IDEM_TIMELINE_ROW + NGX_HTTP_IDEM_TIMELINE_TIME
+               + 6 * (decided->resolved[3].len + decided->final_status.len);
+
+        if (la != NULL) {
+            len += NGX_HTTP_IDEM_TIMELINE_OUTCOME
+                   + 6 * (la->parts[2].len + la->parts[4].len);
+        }
     }
 
     for (i = 0; i < 6; i++) {
@@ -447,7 +472,12 @@ ngx_http_idem_timeline_page(ngx_http_request_t *r, ngx_str_t *id,
     last = out->data + len;
 
     p = ngx_http_idem_timeline_head(out->data, id, &rec.state,
-                                    ngx_http_idem_state_meaning(&rec.state));
+                                    decided ? NULL
+                                    : ngx_http_idem_state_meaning(&rec.state));
+
+    if (decided != NULL) {
+        p = ngx_http_idem_timeline_decision(p, decided, la);
+    }
 
     /* the list beside it (calls_list.c): "./" drops the id */
 
@@ -783,9 +813,204 @@ ngx_http_idem_timeline_head(u_char *p, ngx_str_t *id, ngx_str_t *state,
     p = ngx_sprintf(p, "</code></p>\n<h1 class=\"state s-%s\">",
                     ngx_http_idem_state_class(state));
     p = ngx_http_idem_html(p, state);
-    p = ngx_sprintf(p, "</h1>\n<p class=\"means\">%s</p>\n", meaning);
+    p = ngx_cpymem(p, "</h1>\n", sizeof("</h1>\n") - 1);
+
+    /* NULL: the caller writes what it means */
+
+    if (meaning != NULL) {
+        p = ngx_sprintf(p, "<p class=\"means\">%s</p>\n", meaning);
+    }
 
     return p;
+}
+
+
+/*
+ * The execution whose resolution the headline stands on, or NULL: where
+ * no execution succeeded by the service's answer, the newest one a
+ * person resolved applied (SUCCESS); the latest one, where a person
+ * resolved it not_applied (FAILED).  A resolution that its final write
+ * overrode decides nothing.
+ */
+
+static ngx_http_idem_record_exec_t *
+ngx_http_idem_timeline_decided(ngx_http_idem_record_t *rec)
+{
+    ngx_uint_t                    i;
+    ngx_http_idem_record_exec_t  *e, *x;
+
+    x = NULL;
+
+    if (ngx_http_idem_str_is(&rec->state, "SUCCESS")) {
+        for (i = 0; i < rec->nexecs; i++) {
+            e = rec->execs[i];
+
+            if (!ngx_http_idem_str_is(&e->state, "SUCCESS")) {
+                continue;
+            }
+
+            if (e->resolved[0].len == 0 || e->overridden) {
+                return NULL;
+            }
+
+            x = e;
+        }
+
+        return x;
+    }
+
+    if (ngx_http_idem_str_is(&rec->state, "FAILED")) {
+        e = rec->execs[rec->nexecs - 1];
+
+        if (e->resolved[0].len && !e->overridden) {
+            return e;
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * What a person's word means: that it is a person's, what the service
+ * (never) answered and what the caller got, who decided and when
+ */
+
+static u_char *
+ngx_http_idem_timeline_decision(u_char *p, ngx_http_idem_record_exec_t *x,
+    ngx_http_idem_record_attempt_t *la)
+{
+    ngx_str_t   *status, *by;
+    ngx_uint_t   applied;
+
+    applied = ngx_http_idem_str_is(&x->state, "SUCCESS");
+
+    p = ngx_sprintf(p, "<p class=\"means\">%s, in a person's word: ",
+                    applied ? "It took effect" : "It did not take effect");
+
+    status = la ? &la->parts[4] : NULL;
+
+    if (la == NULL && x->final_status.len == 0) {
+        p = ngx_cpymem(p, "its gateway never said how it ended",
+                       sizeof("its gateway never said how it ended") - 1);
+
+    } else {
+        if (status == NULL || status->len == 0
+            || (status->len == 1 && status->data[0] == '0'))
+        {
+            p = ngx_cpymem(p, "the service never answered it",
+                           sizeof("the service never answered it") - 1);
+
+        } else {
+            p = ngx_cpymem(p, "the service's last answer (",
+                           sizeof("the service's last answer (") - 1);
+            p = ngx_http_idem_html(p, status);
+            p = ngx_cpymem(p, ") never came whole",
+                           sizeof(") never came whole") - 1);
+        }
+
+        if (la != NULL) {
+            p = ngx_cpymem(p, " (its last attempt ",
+                           sizeof(" (its last attempt ") - 1);
+            p = ngx_http_idem_timeline_outcome(p, &la->parts[2]);
+            p = ngx_cpymem(p, x->final_status.len ? "; " : ")",
+                           x->final_status.len ? 2 : 1);
+
+        } else {
+            p = ngx_cpymem(p, " (", 2);
+        }
+
+        if (x->final_status.len) {
+            p = ngx_cpymem(p, "the caller got ",
+                           sizeof("the caller got ") - 1);
+            p = ngx_http_idem_html(p, &x->final_status);
+            *p++ = ')';
+        }
+    }
+
+    by = &x->resolved[3];
+
+    if (by->len == 1 && by->data[0] == '-') {
+        p = ngx_cpymem(p, ". Someone (no name given)",
+                       sizeof(". Someone (no name given)") - 1);
+
+    } else {
+        p = ngx_cpymem(p, ". <code>", sizeof(". <code>") - 1);
+        p = ngx_http_idem_html(p, by);
+        p = ngx_cpymem(p, "</code>", sizeof("</code>") - 1);
+    }
+
+    p = ngx_cpymem(p, " decided so at ", sizeof(" decided so at ") - 1);
+    p = ngx_http_idem_html_time(p, ngx_http_idem_html_ms(&x->resolved[1]));
+
+    if (x->forced) {
+        p = ngx_cpymem(p, ", forced (that gateway taken to be gone)",
+                       sizeof(", forced (that gateway taken to be gone)")
+                       - 1);
+    }
+
+    if (applied) {
+        p = ngx_cpymem(p, ".</p>\n", sizeof(".</p>\n") - 1);
+
+    } else {
+        p = ngx_cpymem(p, ". A resend runs it again.</p>\n",
+                       sizeof(". A resend runs it again.</p>\n") - 1);
+    }
+
+    return p;
+}
+
+
+/*
+ * How an attempt ended, in words that follow "its last attempt" or
+ * "1 attempt:" (the list's cards too); a name this file does not know,
+ * escaped.  At most NGX_HTTP_IDEM_TIMELINE_OUTCOME bytes and 6x the
+ * name's.
+ */
+
+u_char *
+ngx_http_idem_timeline_outcome(u_char *p, ngx_str_t *outcome)
+{
+    static struct {
+        ngx_str_t   name;
+        char       *words;
+    }  words[] = {
+        { ngx_string("ok"), "was answered" },
+        { ngx_string("connect_error"), "could not connect (not sent)" },
+        { ngx_string("timeout"), "timed out waiting for an answer" },
+        { ngx_string("error_after_send"),
+          "lost its connection after sending, no answer" },
+        { ngx_string("client_abort"),
+          "was given up when the client left, no answer" },
+        { ngx_string("deadline"), "was cut off by the deadline, no answer" },
+        { ngx_null_string, NULL }
+    };
+
+    ngx_uint_t  i;
+
+    for (i = 0; words[i].words; i++) {
+        if (outcome->len == words[i].name.len
+            && ngx_strncmp(outcome->data, words[i].name.data, outcome->len)
+               == 0)
+        {
+            return ngx_cpymem(p, words[i].words, ngx_strlen(words[i].words));
+        }
+    }
+
+    if (outcome->len == sizeof("http_999") - 1
+        && ngx_strncmp(outcome->data, "http_", 5) == 0
+        && outcome->data[5] >= '1' && outcome->data[5] <= '5'
+        && outcome->data[6] >= '0' && outcome->data[6] <= '9'
+        && outcome->data[7] >= '0' && outcome->data[7] <= '9')
+    {
+        return ngx_sprintf(p, "was answered %*s", (size_t) 3,
+                           outcome->data + 5);
+    }
+
+    p = ngx_cpymem(p, "ended <code>", sizeof("ended <code>") - 1);
+    p = ngx_http_idem_html(p, outcome);
+
+    return ngx_cpymem(p, "</code>", sizeof("</code>") - 1);
 }
 
 

@@ -306,3 +306,50 @@ ngx_http_idem_conf_invalid(ngx_conf_t *cf, ngx_command_t *cmd,
 
     return NGX_CONF_ERROR;
 }
+
+
+/*
+ * The request's path as a link that stays on this host: the normalised
+ * URI, never the one the client sent (//evil.example/..%2F_idem/calls/
+ * normalises to a status location, but as a link it names another
+ * host), escaped, with one leading slash however many it has
+ * (merge_slashes off).
+ */
+
+ngx_int_t
+ngx_http_idem_link_path(ngx_http_request_t *r, ngx_str_t *path)
+{
+    u_char     *start, *end;
+    uintptr_t   n;
+
+    start = r->uri.data;
+    end = start + r->uri.len;
+
+    while (end - start > 1 && start[0] == '/' && start[1] == '/') {
+        start++;
+    }
+
+    n = ngx_escape_uri(NULL, start, end - start, NGX_ESCAPE_URI);
+
+    path->data = ngx_pnalloc(r->pool, (end - start) + 2 * n + 2);
+    if (path->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (start == end || start[0] != '/') {
+        /* not a path (never from nginx's parser): the link is relative */
+        path->data[0] = '.';
+        path->data[1] = '/';
+        path->len = 2;
+        return NGX_OK;
+    }
+
+    path->len = (u_char *) ngx_escape_uri(path->data, start, end - start,
+                                          NGX_ESCAPE_URI)
+                - path->data;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem link: \"%V\" as \"%V\"", &r->uri, path);
+
+    return NGX_OK;
+}

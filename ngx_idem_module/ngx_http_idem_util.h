@@ -83,6 +83,7 @@ char *ngx_http_idem_conf_invalid(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_str_t *arg);
 ngx_int_t ngx_http_idem_send_response(ngx_http_request_t *r,
     ngx_uint_t status, char *content_type, ngx_str_t *body);
+ngx_int_t ngx_http_idem_link_path(ngx_http_request_t *r, ngx_str_t *path);
 
 
 #endif /* _NGX_HTTP_IDEM_UTIL_H_INCLUDED_ */

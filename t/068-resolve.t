@@ -1387,3 +1387,39 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 --- no_error_log
 [alert]
 [emerg]
+
+
+
+=== TEST 33: the form's 303 stays on this host: posted to //evil.example/..%2Fcalls/<id> (nginx normalises it to this location), with absolute_redirect off, it points to the normalised path; the page then says a person decided, who and when
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 200ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /calls/ {
+        absolute_redirect off;
+        idem_status resolve=on;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["POST /pay\nx=1",
+ "POST //evil.example/..%2Fcalls/rs-33\noutcome=applied&by=ops%3Ajane",
+ "GET /calls/rs-33"]
+--- more_headers eval
+["X-Call-Id: rs-33", "Content-Type: application/x-www-form-urlencoded",
+ "Accept: text/html"]
+--- error_code eval
+[504, 303, 200]
+--- response_headers eval
+["", "Location: /calls/rs-33", ""]
+--- response_body_like eval
+["", "^Resolved: see the call's page.\n\$",
+ '<h1 class="state s-SUCCESS">SUCCESS</h1>\n<p class="means">It took effect, in a person\'s word: the service never answered it \(its last attempt timed out waiting for an answer; the caller got 504\)\. <code>ops:jane</code> decided so at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC\.</p>']
+--- no_error_log
+[alert]
+[emerg]

@@ -122,7 +122,7 @@ main::flush();
 --- response_headers_like eval
 ["", "Content-Type: text/html; charset=utf-8\nVary: Accept\nCache-Control: no-store\nContent-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; form-action 'self'", ""]
 --- response_body_like eval
-["", qr{^(?!.*<script)(?!.*width:\d+px)(?!.*Older calls)<!DOCTYPE html>.*<meta name="viewport" content="width=device-width">.*<h1>Calls that need a person</h1>.*1 on this page.*<li class="call"><div class="top"><a class="id" href="/_idem/calls/ul-2"><code>ul-2</code></a><span class="age">\d+ s ago</span></div>\n<p class="req"><code>POST /pay</code></p>\n<p class="meta"><span>node <code>gw-list</code></span><span class="attempts">1 attempt, last <code>timeout</code></span><span>answered 504</span></p></li>\n</ol>\n</body>}s,
+["", qr{^(?!.*<script)(?!.*width:\d+px)(?!.*Older calls)<!DOCTYPE html>.*<meta name="viewport" content="width=device-width">.*<h1>Calls that need a person</h1>.*1 on this page.*<li class="call"><div class="top"><a class="id" href="/_idem/calls/ul-2"><code>ul-2</code></a><span class="age">\d+ s ago</span></div>\n<p class="req"><code>POST /pay</code></p>\n<p class="meta"><span>node <code>gw-list</code></span><span class="attempts">1 attempt: timed out waiting for an answer</span><span>answered 504</span></p></li>\n</ol>\n</body>}s,
  qr{<h1 class="state s-UNKNOWN">UNKNOWN</h1>\n<p class="means">[^<]*</p>\n<p class="nav"><a href="\./">&larr; Calls that need a person</a></p>\n<dl>}]
 --- no_error_log
 [alert]
@@ -296,7 +296,7 @@ main::flush();
 
 
 
-=== TEST 8: scoped calls: an operators' location (scope_digest=on) lists every scope's, by digest, with links that read them; a client's lists its own scope's only, and none without one
+=== TEST 8: scoped calls: an operators' location (scope_digest=on) lists every scope's, by digest, and the unscoped ones (by scope_digest=none: it has a scope of its own), with links that read them; a client's lists its own scope's only, and none without one
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
     idem_unknown_stream people;
@@ -325,7 +325,7 @@ main::seed('sc-none', '3000-1');
 --- error_code eval
 [200, 200, 200, 200, 200, 400]
 --- response_body_like eval
-['^\{"calls":\[\{"call_id":"sc-b",[^{]*"scope_digest":"' . Digest::SHA::sha256_hex('Bearer b') . '",[^{]*"link":"/_idem/ops/calls/sc-b\?scope_digest=' . Digest::SHA::sha256_hex('Bearer b') . '"\},\{"call_id":"sc-a",[^{]*"link":"/_idem/ops/calls/sc-a\?scope_digest=' . Digest::SHA::sha256_hex('Bearer a') . '"\}\],"next":null\}$',
+['^\{"calls":\[\{"call_id":"sc-none",[^{]*"scope_digest":null,[^{]*"link":"/_idem/ops/calls/sc-none\?scope_digest=none"\},\{"call_id":"sc-b",[^{]*"scope_digest":"' . Digest::SHA::sha256_hex('Bearer b') . '",[^{]*"link":"/_idem/ops/calls/sc-b\?scope_digest=' . Digest::SHA::sha256_hex('Bearer b') . '"\},\{"call_id":"sc-a",[^{]*"link":"/_idem/ops/calls/sc-a\?scope_digest=' . Digest::SHA::sha256_hex('Bearer a') . '"\}\],"next":null\}$',
  '<a class="id" href="/_idem/ops/calls/sc-b\?scope_digest=' . Digest::SHA::sha256_hex('Bearer b') . '"><code>sc-b</code></a>.*scope <code class="scope">' . substr(Digest::SHA::sha256_hex('Bearer b'), 0, 16) . '&hellip;</code>',
  '^\{"call_id":"sc-a",.*"state":"UNKNOWN"',
  '^\{"calls":\[\{"call_id":"sc-a",[^{]*"scope_digest":null,[^{]*"link":"/v1/calls/sc-a"\}\],"next":null\}$',
@@ -379,3 +379,163 @@ Retry-After: 1
 {"state":"UNKNOWN"}
 --- no_error_log
 [alert]
+
+
+
+=== TEST 11: links stay on this host: the list asked for as //evil.example/..%2F_idem/calls/ (nginx normalises it to this location) links each call by the normalised path, on the page and in JSON
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream people;
+--- config
+    location /_idem/calls/ {
+        idem_status resolve=on;
+    }
+--- init
+main::flush();
+main::seed('ev-1', '1000-1');
+--- request eval
+["GET //evil.example/..%2F_idem/calls/", "GET //evil.example/..%2F_idem/calls/",
+ "GET /_idem/%63alls/"]
+--- more_headers eval
+["Accept: application/json", "Accept: text/html", ""]
+--- error_code eval
+[200, 200, 200]
+--- response_body_like eval
+['^(?!.*evil)\{"calls":\[\{"call_id":"ev-1",[^{]*"link":"/_idem/calls/ev-1"\}\],"next":null\}$',
+ qr{^(?!.*evil)(?!.*href="//).*<a class="id" href="/_idem/calls/ev-1"><code>ev-1</code></a>}s,
+ '"link":"/_idem/calls/ev-1"']
+--- no_error_log
+[error]
+
+
+
+=== TEST 12: ... with merge_slashes off, a path that starts with // is linked with one slash; what the path holds that a link may not is escaped
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream people;
+    merge_slashes off;
+--- config
+    location ~ /$ {
+        idem_status;
+    }
+--- init
+main::flush();
+main::seed('ev-2', '1000-1');
+--- request eval
+["GET //evil.example/", "GET //evil.example/", "GET /a%22b%3Cc%3E%5Cd%20e/"]
+--- more_headers eval
+["Accept: application/json", "Accept: text/html", ""]
+--- error_code eval
+[200, 200, 200]
+--- response_body_like eval
+['"link":"/evil.example/ev-2"\}',
+ qr{^(?!.*href="//).*<a class="id" href="/evil.example/ev-2">}s,
+ '"link":"/a%22b%3Cc%3E%5Cd%20e/ev-2"\}']
+--- no_error_log
+[error]
+
+
+
+=== TEST 13: one list for every call that needs a person: an operators' location (scope_digest=on) lists the unscoped calls beside the scoped ones, also where it inherits a scope (their links then say scope_digest=none, which reads and resolves them); a client's location refuses scope_digest=none
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream people;
+--- config
+    idem_dedupe_scope $http_authorization;
+    location /_idem/calls/ {
+        idem_status resolve=on scope_digest=on;
+    }
+    location /_idem/plain/ {
+        idem_dedupe_scope off;
+        idem_status scope_digest=on;
+    }
+    location /v1/calls/ {
+        idem_status;
+    }
+--- init
+main::flush();
+my $a = Digest::SHA::sha256_hex('Bearer a');
+main::seed('one-a', '1000-1', key => "idem:s:{$a:one-a}");
+main::seed('one-u', '2000-1');
+--- request eval
+my $a = Digest::SHA::sha256_hex('Bearer a');
+["GET /_idem/calls/", "GET /_idem/calls/", "GET /_idem/calls/one-u?scope_digest=none",
+ "GET /_idem/calls/one-u?scope_digest=NONE", "GET /_idem/calls/one-u",
+ "GET /_idem/plain/", "GET /_idem/plain/one-u",
+ "GET /v1/calls/one-u?scope_digest=none",
+ "POST /_idem/calls/one-u?scope_digest=none\noutcome=applied&by=ops",
+ "GET /_idem/calls/one-u?scope_digest=none", "GET /_idem/calls/"]
+--- more_headers eval
+["", "Accept: text/html", "", "", "", "", "", "Authorization: Bearer a",
+ "Content-Type: application/x-www-form-urlencoded", "Accept: text/html", ""]
+--- error_code eval
+[200, 200, 200, 200, 400, 200, 200, 400, 303, 200, 200]
+--- response_headers_like eval
+["", "", "", "", "", "", "", "", "Location: http://localhost(:\\d+)?/_idem/calls/one-u\\?scope_digest=none", "", ""]
+--- response_body_like eval
+my $a = Digest::SHA::sha256_hex('Bearer a');
+['^\{"calls":\[\{"call_id":"one-u",[^{]*"scope_digest":null,[^{]*"link":"/_idem/calls/one-u\?scope_digest=none"\},\{"call_id":"one-a",[^{]*"scope_digest":"' . $a . '",[^{]*"link":"/_idem/calls/one-a\?scope_digest=' . $a . '"\}\],"next":null\}$',
+ qr{2 on this page.*<a class="id" href="/_idem/calls/one-u\?scope_digest=none"><code>one-u</code></a>(?:(?!scope <code).)*</li>.*<a class="id" href="/_idem/calls/one-a\?scope_digest=$a">.*scope <code class="scope">}s,
+ '^\{"call_id":"one-u",.*"state":"UNKNOWN"',
+ '^\{"call_id":"one-u",.*"state":"UNKNOWN"',
+ '"type":"urn:ngx-idem:problem:empty-dedupe-scope"',
+ '^\{"calls":\[\{"call_id":"one-u",[^{]*"scope_digest":null,[^{]*"link":"/_idem/plain/one-u"\},\{"call_id":"one-a",[^{]*"link":"/_idem/plain/one-a\?scope_digest=' . $a . '"\}\],"next":null\}$',
+ '^\{"call_id":"one-u",.*"state":"UNKNOWN"',
+ '"type":"urn:ngx-idem:problem:invalid-scope-digest"',
+ "^Resolved: see the call's page.\n\$",
+ '<h1 class="state s-SUCCESS">SUCCESS</h1>.*<dt>Resolved</dt><dd>#1: applied, by <code>ops</code>',
+ '^\{"calls":\[\{"call_id":"one-a",[^{]*\}\],"next":null\}$']
+--- no_error_log
+[error]
+
+
+
+=== TEST 14: the store away, for a browser: a 503 page that says the list cannot be read now (JSON for any other client, TEST 10)
+--- http_config
+    idem_redis 127.0.0.1:1 timeout=200ms connect_timeout=100ms;
+    idem_unknown_stream people;
+--- config
+    location /_idem/calls/ {
+        idem_status;
+    }
+--- request
+GET /_idem/calls/
+--- more_headers
+Accept: text/html,application/xhtml+xml,*/*;q=0.8
+--- error_code: 503
+--- response_headers
+Content-Type: text/html; charset=utf-8
+Retry-After: 1
+Cache-Control: no-store
+Vary: Accept
+Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; form-action 'self'
+--- response_body_like eval
+qr{^(?!.*<script)<!DOCTYPE html>.*<meta name="viewport" content="width=device-width">.*<h1>Calls that need a person</h1>\n<p class="means">The record store cannot be read now, so which calls need a person is not known: reload this page in a moment\.</p>\n</body>\n</html>\n$}s
+--- no_error_log
+[alert]
+
+
+
+=== TEST 15: the card says how the last attempt ended in words, not the record's name for it; a name it does not know is shown escaped
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream people;
+--- config
+    location /_idem/calls/ {
+        idem_status;
+    }
+--- init
+main::flush();
+main::seed('wd-1', '1000-1', entry => [last_outcome => 'deadline', attempts => 3]);
+main::seed('wd-2', '2000-1', entry => [last_outcome => 'error_after_send']);
+main::seed('wd-3', '3000-1', entry => [last_outcome => 'client_abort']);
+main::seed('wd-4', '4000-1', entry => [last_outcome => '<b>odd</b>']);
+main::seed('wd-5', '5000-1', entry => [last_outcome => '-', attempts => 0]);
+--- request
+GET /_idem/calls/
+--- more_headers
+Accept: text/html
+--- response_body_like eval
+qr{^(?!.*<b>)(?!.*last <code>).*<code>wd-5</code>.*<span class="attempts">0 attempts</span>.*<code>wd-4</code>.*<span class="attempts">1 attempt: ended <code>&lt;b&gt;odd&lt;/b&gt;</code></span>.*<code>wd-3</code>.*<span class="attempts">1 attempt: was given up when the client left, no answer</span>.*<code>wd-2</code>.*<span class="attempts">1 attempt: lost its connection after sending, no answer</span>.*<code>wd-1</code>.*<span class="attempts">3 attempts, the last was cut off by the deadline, no answer</span>}s
+--- no_error_log
+[error]

@@ -24,6 +24,35 @@ sub hostile_record {
         or die "redis-cli failed";
 }
 
+# calls resolved by a person (z:, as resolve.lua writes it), and one the
+# service answered before a later execution was resolved
+sub resolved_records {
+    my $info = 'client gw-page POST 0af7651916cd43dd8448eb211c80319c /pay';
+    my @recs = (
+        ['rv-applied', 'f:t1', "UNKNOWN 504 1795000000900 1795000000000 $info",
+         'a:t1:1', '1795000000010 800 timeout 1 0 -',
+         'z:t1', 'applied 1795038401000 pay_9 ops:jane'],
+        ['rv-not', 'f:t1', "UNKNOWN 504 1795000000900 1795000000000 $info",
+         'a:t1:1', '1795000000010 800 deadline 1 0 -',
+         'z:t1', 'not_applied 1795038402000 - -'],
+        ['rv-forced', 'l:t1', '1795000001000',
+         'z:t1', 'applied 1795038403000 - <b>ops</b> forced'],
+        ['rv-cut', 'f:t1', "UNKNOWN 502 1795000000900 1795000000000 $info",
+         'a:t1:1', '1795000000010 800 error_after_send 1 200 -',
+         'z:t1', 'not_applied 1795038404000 - ops'],
+        ['rv-served', 'f:t0', "SUCCESS 200 1794000000900 1794000000000 $info",
+         'e:t0', "R 1794000000000 $info",
+         'f:t1', "UNKNOWN 504 1795000000900 1795000000000 $info",
+         'z:t1', 'not_applied 1795038405000 - ops'],
+    );
+    for my $r (@recs) {
+        my ($id, @f) = @$r;
+        system('redis-cli', '-p', $ENV{TEST_NGINX_REDIS_PORT}, 'hset',
+               "idem:c:{$id}", 'v', '1', 'e:t1', "R 1795000000000 $info", @f)
+            == 0 or die "redis-cli failed";
+    }
+}
+
 __DATA__
 
 === TEST 1: an UNKNOWN call with a hostile URI, 3 attempts; its page for a browser
@@ -265,5 +294,32 @@ my $b = Digest::SHA::sha256_hex("b");
  qr{"type":"urn:ngx-idem:problem:invalid-scope-digest",.*"detail":"this location reads calls under the caller's own scope: it takes no scope_digest"},
  qr{invalid-scope-digest.*64 hex digits},
  qr{has no value in this request \(or name the scope by its digest: \?scope_digest=&lt;hex SHA-256&gt;\)</p>}]
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: a call a person resolved: the headline says the service never answered (or how its last answer ended), that a person decided, who and when; a success the service answered still says so
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+main::resolved_records();
+--- request eval
+["GET /calls/rv-applied", "GET /calls/rv-not", "GET /calls/rv-forced",
+ "GET /calls/rv-cut", "GET /calls/rv-served", "GET /calls/rv-applied"]
+--- more_headers eval
+["Accept: text/html", "Accept: text/html", "Accept: text/html",
+ "Accept: text/html", "Accept: text/html", ""]
+--- response_body_like eval
+['^(?!.*answered with a success).*<title>SUCCESS: call rv-applied</title>.*<h1 class="state s-SUCCESS">SUCCESS</h1>\n<p class="means">It took effect, in a person\'s word: the service never answered it \(its last attempt timed out waiting for an answer; the caller got 504\)\. <code>ops:jane</code> decided so at 2026-11-18 21:46:41\.000 UTC\.</p>',
+ '<h1 class="state s-FAILED">FAILED</h1>\n<p class="means">It did not take effect, in a person\'s word: the service never answered it \(its last attempt was cut off by the deadline, no answer; the caller got 504\)\. Someone \(no name given\) decided so at 2026-11-18 21:46:42\.000 UTC\. A resend runs it again\.</p>',
+ '<h1 class="state s-SUCCESS">SUCCESS</h1>\n<p class="means">It took effect, in a person\'s word: its gateway never said how it ended\. <code>&lt;b&gt;ops&lt;/b&gt;</code> decided so at 2026-11-18 21:46:43\.000 UTC, forced \(that gateway taken to be gone\)\.</p>',
+ '<h1 class="state s-FAILED">FAILED</h1>\n<p class="means">It did not take effect, in a person\'s word: the service\'s last answer \(200\) never came whole \(its last attempt lost its connection after sending, no answer; the caller got 502\)\. <code>ops</code> decided so at 2026-11-18 21:46:44\.000 UTC\. A resend runs it again\.</p>',
+ '<h1 class="state s-SUCCESS">SUCCESS</h1>\n<p class="means">It took effect: the service answered with a success\.</p>',
+ '^\{"call_id":"rv-applied",.*"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":1795038401000,"receipt":"pay_9","by":"ops:jane"\}']
 --- no_error_log
 [error]
