@@ -473,7 +473,10 @@ static size_t
 ngx_http_idem_otel_spans_len(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_uint_t n)
 {
-    size_t  len;
+    size_t                    len;
+    ngx_uint_t                i;
+    ngx_http_upstream_t      *u;
+    ngx_http_idem_attempt_t  *a;
 
     len = n * (NGX_HTTP_IDEM_OTEL_SPAN_LEN + 16 * NGX_HTTP_IDEM_OTEL_ATTR_LEN
                + 2 * ngx_http_idem_otel_json_len(&r->method_name)
@@ -482,6 +485,21 @@ ngx_http_idem_otel_spans_len(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
           + ngx_http_idem_otel_json_len(&ctx->trace.route)
           + ngx_http_idem_otel_json_len(&ctx->trace.path)
           + ngx_http_idem_otel_json_len(&ctx->ids.call_id);
+
+    /* each attempt's upstream and peer, names of any length */
+
+    u = r->upstream;
+    a = ctx->record.attempts ? ctx->record.attempts->elts : NULL;
+
+    for (i = 0; i + 1 < n; i++) {
+        if (u != NULL && u->upstream != NULL) {
+            len += ngx_http_idem_otel_json_len(&u->upstream->host);
+        }
+
+        if (a[i].peer != NULL) {
+            len += ngx_http_idem_otel_json_len(a[i].peer);
+        }
+    }
 
     return len;
 }

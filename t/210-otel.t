@@ -762,3 +762,57 @@ GET /metrics
 idem_otel_spans_total\{result="dropped"\} 0
 --- no_error_log
 [error]
+
+
+
+=== TEST 17: bytes that are not UTF-8 in the path (%FF; an overlong, a surrogate, a cut sequence) and in the Host (0xE9): each replaced by U+FFFD, and the batch of 8 spans accepted whole; UTF-8 passes as sent, control bytes, quote and backslash escaped
+--- http_config
+    idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_PORT/v1/traces;
+    idem_otel_batch 8;
+    idem_otel_flush 1h;
+--- config
+    location /o/ {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+my $t = IdemOtel::hexid(32);
+my %path = (
+    'otel-utf8-ff'   => ['/o/%FF', "/o/\x{fffd}"],
+    'otel-utf8-bad'  => ['/o/%C0%AF%ED%A0%80%E2%82x',
+                         '/o/' . ("\x{fffd}" x 6) . 'x'],
+    'otel-utf8-good' => ['/o/%C3%A9%E2%82%AC%F0%9F%98%80',
+                         "/o/\x{e9}\x{20ac}\x{1f600}"],
+    'otel-utf8-ctl'  => ['/o/%01%1F%7F%22%5C', "/o/\x01\x1f\x7f\"\\"],
+);
+for my $id (sort keys %path) {
+    my @host = $id eq 'otel-utf8-good' ? ('-H', "Host: gw\xe9") : ();
+    main::call($path{$id}[0], $id, main::tp($t, IdemOtel::hexid(16)), @host);
+}
+# the four calls' 8 spans: one batch, sent when the eighth is queued
+Test::More::is(scalar IdemOtel::wait_spans($t, 8), 8,
+               'the batch of 8 spans came');
+Test::More::is(IdemOtel::errors(), '', 'the collector parsed it (strict UTF-8)');
+my %srv = map { $_->{attributes}{'idem.call_id'} => $_ }
+          grep { $_->{kind} == 2 } IdemOtel::spans($t);
+for my $id (sort keys %path) {
+    Test::More::is($srv{$id} && $srv{$id}{attributes}{'url.path'},
+                   $path{$id}[1], "$id: url.path");
+}
+Test::More::is($srv{'otel-utf8-good'}
+               && $srv{'otel-utf8-good'}{attributes}{'server.address'},
+               "gw\x{fffd}", 'a Host with 0xE9: server.address');
+Test::More::is($srv{'otel-utf8-ff'}
+               && $srv{'otel-utf8-ff'}{attributes}{'server.address'},
+               '127.0.0.1', 'another Host, as sent');
+main::metric_is('idem_otel_spans_total{result="sent"}', 8);
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="sent"\} 8
+idem_otel_spans_total\{result="dropped"\} 0
+--- no_error_log
+[error]
