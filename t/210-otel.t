@@ -816,3 +816,47 @@ idem_otel_spans_total\{result="sent"\} 8
 idem_otel_spans_total\{result="dropped"\} 0
 --- no_error_log
 [error]
+
+
+
+=== TEST 18: an X-Trace-Id of 32 zeros is no W3C trace id: no span exported for it (a sampled route, a sampled traceparent of another trace beside it), and no traceparent upstream; no span with an all-zero trace or span id
+--- http_config
+    idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_PORT/v1/traces;
+    idem_otel_flush 50ms;
+--- config
+    location /pay {
+        idem on;
+        idem_otel_sample 1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+my $z = '0' x 32;
+my $t = IdemOtel::hexid(32);
+my $before = () = IdemOtel::spans();
+main::call('/pay', 'otel-zero', undef, '-H', "X-Trace-Id: $z");
+main::call('/pay', 'otel-zero-tp', main::tp(IdemOtel::hexid(32),
+                                            IdemOtel::hexid(16)),
+           '-H', "X-Trace-Id: $z");
+main::call('/pay', 'otel-after-zero', undef, '-H', "X-Trace-Id: $t");
+Test::More::is(scalar IdemOtel::wait_spans($t, 2), 2,
+               'the W3C trace id\'s two spans came');
+main::metric_is('idem_otel_spans_total{result="sent"}', 2);
+Test::More::is(scalar(() = IdemOtel::spans()) - $before, 2,
+               'and no other span');
+Test::More::is(scalar(grep { $_->{traceId} !~ /[^0]/
+                             || $_->{spanId} !~ /[^0]/ } IdemOtel::spans()),
+               0, 'no span has an all-zero trace id or span id');
+for my $id ('otel-zero', 'otel-zero-tp') {
+    Test::More::like(IdemWait::get($ENV{TEST_NGINX_BACKEND_PORT}, "/log/$id"),
+                     qr/^n=1 attempt=1 \S+ tp=- /, "$id: no traceparent upstream");
+}
+Test::More::is(IdemOtel::errors(), '', 'every request parsed');
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="sent"\} 2
+--- no_error_log
+[error]
