@@ -87,6 +87,10 @@ ngx_http_idem_json_write(u_char *dst, u_char *src, size_t size)
     size_t      len, n;
     ngx_uint_t  valid;
 
+    if (size == 0) {
+        return 0;                               /* src may be NULL */
+    }
+
     len = 0;
     last = src + size;
 
