@@ -39,6 +39,7 @@ static ngx_uint_t ngx_http_idem_fuzz_json_value(u_char **pos, u_char *last,
     ngx_uint_t depth);
 static ngx_uint_t ngx_http_idem_fuzz_json_string(u_char **pos, u_char *last);
 static ngx_uint_t ngx_http_idem_fuzz_json_number(u_char **pos, u_char *last);
+static size_t ngx_http_idem_fuzz_utf8(u_char *p, u_char *last);
 static void ngx_http_idem_fuzz_json_space(u_char **pos, u_char *last);
 static void ngx_http_idem_fuzz_name(ngx_http_idem_fuzz_t *fz,
     ngx_http_idem_header_t *h, char *name);
@@ -670,8 +671,10 @@ ngx_http_idem_fuzz_problem_sent(ngx_int_t rc)
 
 
 /*
- * JSON (RFC 8259) syntax, one value and nothing after it but white space.
- * Bytes above 0x7f in strings are taken as they are (no UTF-8 check).
+ * JSON (RFC 8259) syntax, one value and nothing after it but white space,
+ * in UTF-8 as a strict reader takes it: bytes above 0x7f in strings must
+ * be well-formed UTF-8 (no stray byte, overlong form, surrogate or code
+ * point past U+10FFFF).
  */
 
 ngx_uint_t
@@ -780,6 +783,7 @@ static ngx_uint_t
 ngx_http_idem_fuzz_json_string(u_char **pos, u_char *last)
 {
     u_char      *p;
+    size_t       n;
     ngx_uint_t   i;
 
     for (p = *pos + 1; p < last; p++) {
@@ -791,6 +795,17 @@ ngx_http_idem_fuzz_json_string(u_char **pos, u_char *last)
 
         if (*p < 0x20) {
             return 0;
+        }
+
+        if (*p >= 0x80) {
+            n = ngx_http_idem_fuzz_utf8(p, last);
+
+            if (n == 0) {
+                return 0;
+            }
+
+            p += n - 1;
+            continue;
         }
 
         if (*p != '\\') {
@@ -817,6 +832,57 @@ ngx_http_idem_fuzz_json_string(u_char **pos, u_char *last)
     }
 
     return 0;
+}
+
+
+/*
+ * The length of the UTF-8 sequence at p, its code point decoded and
+ * judged (the module's writer goes by the table of well-formed bytes
+ * instead); 0: not one
+ */
+
+static size_t
+ngx_http_idem_fuzz_utf8(u_char *p, u_char *last)
+{
+    size_t    i, n;
+    uint32_t  cp, min;
+
+    if ((*p & 0xe0) == 0xc0) {
+        n = 2;
+        cp = *p & 0x1f;
+        min = 0x80;
+
+    } else if ((*p & 0xf0) == 0xe0) {
+        n = 3;
+        cp = *p & 0x0f;
+        min = 0x800;
+
+    } else if ((*p & 0xf8) == 0xf0) {
+        n = 4;
+        cp = *p & 0x07;
+        min = 0x10000;
+
+    } else {
+        return 0;
+    }
+
+    if ((size_t) (last - p) < n) {
+        return 0;
+    }
+
+    for (i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) {
+            return 0;
+        }
+
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+        return 0;
+    }
+
+    return n;
 }
 
 
@@ -979,6 +1045,14 @@ ngx_http_idem_trace_upstream_parent(ngx_http_request_t *r,
     ngx_http_idem_ctx_t *ctx, u_char *span_id)
 {
     return span_id;
+}
+
+
+__attribute__((weak)) ngx_uint_t
+ngx_http_idem_trace_id_w3c(ngx_str_t *id)
+{
+    ngx_http_idem_fuzz_unreached("ngx_http_idem_trace_id_w3c");
+    return 0;
 }
 
 

@@ -26,6 +26,7 @@
 
 #include "ngx_http_idem_otel.c"
 #include "ngx_http_idem_otel_json.c"
+#include "ngx_http_idem_json.c"
 #include "ngx_http_idem_util.c"
 
 #include "ngx_http_idem_fuzz.h"

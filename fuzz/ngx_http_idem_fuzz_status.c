@@ -18,6 +18,9 @@
  * store's decoding of a real reply is the redis_reply target's.  A URI
  * whose last segment is empty asks for the list of UNKNOWN calls
  * (calls_list.c, not in this target): it must go there, and only there.
+ * The JSON answer must be valid UTF-8 too, whatever bytes the record
+ * holds; and the input whole, any bytes, goes first through the JSON
+ * string writer (json.c): its length is what it writes, a JSON string.
  */
 
 
@@ -49,6 +52,8 @@ static ngx_uint_t                     ngx_http_idem_fuzz_listed;
 
 
 static ngx_uint_t ngx_http_idem_fuzz_canary(ngx_str_t *page);
+static void ngx_http_idem_fuzz_escape(ngx_http_idem_fuzz_t *fz, u_char *src,
+    size_t size);
 
 
 /* the list of UNKNOWN calls: only that it was asked for */
@@ -80,6 +85,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     ngx_http_idem_fuzz_names(&fz);
+
+    ngx_http_idem_fuzz_escape(&fz, (u_char *) data, size);
 
     ngx_http_idem_fuzz_handler = NULL;
     ngx_http_idem_fuzz_data = NULL;
@@ -344,4 +351,34 @@ ngx_http_idem_record_key(ngx_http_request_t *r,
     key->len = ngx_sprintf(key->data, "idem:c:{%V}", id) - key->data;
 
     return NGX_OK;
+}
+
+
+/*
+ * The module's JSON string writer (json.c) on the whole input, any bytes:
+ * the length it computes is what it writes, and between quotes that is a
+ * JSON string in valid UTF-8, as the status answer's strings must be
+ */
+
+static void
+ngx_http_idem_fuzz_escape(ngx_http_idem_fuzz_t *fz, u_char *src, size_t size)
+{
+    u_char  *p, *last;
+    size_t   len;
+
+    len = ngx_http_idem_json_escape_len(src, size);
+
+    ngx_http_idem_fuzz_assert(len >= size && len <= 6 * size);
+
+    p = ngx_pnalloc(fz->pool, len + 2);
+    if (p == NULL) {
+        ngx_http_idem_fuzz_abort("no memory");
+    }
+
+    p[0] = '"';
+    last = ngx_http_idem_json_escape(p + 1, src, size);
+    *last++ = '"';
+
+    ngx_http_idem_fuzz_assert((size_t) (last - p) == len + 2);
+    ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_json(p, len + 2));
 }

@@ -24,6 +24,7 @@
 
 #include "ngx_http_idem_calls_list.h"
 #include "ngx_http_idem_call_id.h"
+#include "ngx_http_idem_json.h"
 #include "ngx_http_idem_problem.h"
 #include "ngx_http_idem_record.h"
 #include "ngx_http_idem_record_parse.h"
@@ -912,10 +913,9 @@ ngx_http_idem_calls_json(ngx_http_idem_calls_t *list, ngx_str_t *out)
         /* the call's page (or JSON), as the list's path and its id */
 
         p = ngx_cpymem(p, ",\"link\":\"", sizeof(",\"link\":\"") - 1);
-        p = (u_char *) ngx_escape_json(p, list->path.data, list->path.len);
-        p = (u_char *) ngx_escape_json(p,
-                                   f[NGX_HTTP_IDEM_LIST_CALL_ID].data,
-                                   f[NGX_HTTP_IDEM_LIST_CALL_ID].len);
+        p = ngx_http_idem_json_escape(p, list->path.data, list->path.len);
+        p = ngx_http_idem_json_escape(p, f[NGX_HTTP_IDEM_LIST_CALL_ID].data,
+                                      f[NGX_HTTP_IDEM_LIST_CALL_ID].len);
 
         if (it->link_arg.len) {
             p = ngx_sprintf(p, "?scope_digest=%V", &it->link_arg);
@@ -1137,7 +1137,7 @@ ngx_http_idem_calls_json_str(u_char *p, ngx_str_t *s)
     }
 
     *p++ = '"';
-    p = (u_char *) ngx_escape_json(p, s->data, s->len);
+    p = ngx_http_idem_json_escape(p, s->data, s->len);
     *p++ = '"';
 
     return p;

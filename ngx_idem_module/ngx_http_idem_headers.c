@@ -288,7 +288,6 @@ ngx_int_t
 ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
     ngx_http_idem_inbound_t *in, ngx_http_idem_ctx_t *ctx)
 {
-    u_char                     *p;
     ngx_list_t                 *list;
     ngx_http_idem_main_conf_t  *imcf;
 
@@ -347,39 +346,22 @@ ngx_http_idem_inject(ngx_http_request_t *r, ngx_http_idem_loc_conf_t *ilcf,
 
     /* a W3C traceparent only for a trace id that is one */
 
-    if (ctx->ids.trace_id.len == NGX_HTTP_IDEM_TRACE_ID_LEN) {
-
-        for (p = ctx->ids.trace_id.data;
-             p < ctx->ids.trace_id.data + NGX_HTTP_IDEM_TRACE_ID_LEN;
-             p++)
-        {
-            if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) {
-                break;
-            }
-        }
-
-        if (p == ctx->ids.trace_id.data + NGX_HTTP_IDEM_TRACE_ID_LEN
-            && ngx_strncmp(ctx->ids.trace_id.data,
-                           "00000000000000000000000000000000",
-                           NGX_HTTP_IDEM_TRACE_ID_LEN)
-               != 0)
-        {
-            ctx->ids.traceparent_h = ngx_http_idem_push_value(r,
+    if (ngx_http_idem_trace_id_w3c(&ctx->ids.trace_id)) {
+        ctx->ids.traceparent_h = ngx_http_idem_push_value(r,
                                                &imcf->traceparent_header,
                                                NGX_HTTP_IDEM_TRACEPARENT_LEN);
-            if (ctx->ids.traceparent_h == NULL) {
-                return NGX_ERROR;
-            }
+        if (ctx->ids.traceparent_h == NULL) {
+            return NGX_ERROR;
+        }
 
-            /* the client's tracestate, valid and combined, as it came */
+        /* the client's tracestate, valid and combined, as it came */
 
-            if (ctx->trace.tracestate.len
-                && ngx_http_idem_push(list, &imcf->tracestate_header,
-                                      &ctx->trace.tracestate)
-                   == NULL)
-            {
-                return NGX_ERROR;
-            }
+        if (ctx->trace.tracestate.len
+            && ngx_http_idem_push(list, &imcf->tracestate_header,
+                                  &ctx->trace.tracestate)
+               == NULL)
+        {
+            return NGX_ERROR;
         }
     }
 

@@ -1,5 +1,9 @@
 
 /*
+ * JSON, both ways.  A string the module writes into JSON (a status
+ * answer, the list, a problem, a span): escaped as JSON needs, and always
+ * valid UTF-8, whatever bytes a client or a record gave it.
+ *
  * A call id in a JSON body (idem_call_id_json): the path parsed once at
  * nginx -t, then walked on what json-c parsed.  A pure function of the
  * path and the bytes: no request, no pool but the caller's.
@@ -21,7 +25,188 @@
 #define NGX_HTTP_IDEM_JSON_DEPTH         64
 
 
+static size_t ngx_http_idem_json_write(u_char *dst, u_char *src,
+    size_t size);
+static size_t ngx_http_idem_json_utf8(u_char *p, u_char *last,
+    ngx_uint_t *valid);
 static ngx_uint_t ngx_http_idem_json_only_space(u_char *p, u_char *last);
+
+
+/* the short escapes JSON has for control bytes; 0: \u00XX */
+
+static u_char  ngx_http_idem_json_short[32] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 'b', 't', 'n', 0, 'f', 'r', 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+};
+
+static u_char  ngx_http_idem_json_hex[] = "0123456789abcdef";
+
+/* U+FFFD REPLACEMENT CHARACTER */
+static u_char  ngx_http_idem_json_fffd[] = { 0xef, 0xbf, 0xbd };
+
+
+/*
+ * A string's bytes as the inside of a JSON string: what
+ * ngx_http_idem_json_escape() writes for them, to the byte.  At most 6
+ * bytes a byte (a control byte's \u00XX).
+ */
+
+size_t
+ngx_http_idem_json_escape_len(u_char *src, size_t size)
+{
+    return ngx_http_idem_json_write(NULL, src, size);
+}
+
+
+/*
+ * '"', '\\' and control bytes escaped (RFC 8259); valid UTF-8 copied as
+ * it is; anything else (a stray byte, an overlong form, a surrogate, past
+ * U+10FFFF, a cut sequence) becomes U+FFFD, one for each maximal
+ * subpart, as Unicode and WHATWG decoders count them.  A strict reader
+ * (a collector, a script) takes the whole document, where one raw 0xE9
+ * would have it refused.  Returns the end of what was written.
+ */
+
+u_char *
+ngx_http_idem_json_escape(u_char *dst, u_char *src, size_t size)
+{
+    return dst + ngx_http_idem_json_write(dst, src, size);
+}
+
+
+/*
+ * Both at once, so that a length never differs from what is written:
+ * each piece of the source is turned into "out", "n" bytes, then copied
+ * (dst not NULL) and counted.
+ */
+
+static size_t
+ngx_http_idem_json_write(u_char *dst, u_char *src, size_t size)
+{
+    u_char      c, *last, *out, esc[6];
+    size_t      len, n;
+    ngx_uint_t  valid;
+
+    if (size == 0) {
+        return 0;                               /* src may be NULL */
+    }
+
+    len = 0;
+    last = src + size;
+
+    while (src < last) {
+        c = *src;
+        out = src;
+        n = 1;
+
+        if (c >= 0x80) {
+            n = ngx_http_idem_json_utf8(src, last, &valid);
+            src += n;
+
+            if (!valid) {
+                out = ngx_http_idem_json_fffd;
+                n = sizeof(ngx_http_idem_json_fffd);
+            }
+
+        } else if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = c;
+            out = esc;
+            n = 2;
+            src++;
+
+        } else if (c < 0x20) {
+            esc[0] = '\\';
+
+            if (ngx_http_idem_json_short[c]) {
+                esc[1] = ngx_http_idem_json_short[c];
+                n = 2;
+
+            } else {
+                esc[1] = 'u';
+                esc[2] = '0';
+                esc[3] = '0';
+                esc[4] = ngx_http_idem_json_hex[c >> 4];
+                esc[5] = ngx_http_idem_json_hex[c & 0xf];
+                n = 6;
+            }
+
+            out = esc;
+            src++;
+
+        } else {
+            src++;
+        }
+
+        if (dst != NULL) {
+            dst = ngx_cpymem(dst, out, n);
+        }
+
+        len += n;
+    }
+
+    return len;
+}
+
+
+/*
+ * The UTF-8 sequence at p (its first byte 0x80 or more), by the table of
+ * well-formed sequences (Unicode 15, table 3-7): its length, "valid" set;
+ * else the length of its maximal subpart (1 at least), "valid" 0.
+ */
+
+static size_t
+ngx_http_idem_json_utf8(u_char *p, u_char *last, ngx_uint_t *valid)
+{
+    u_char  c, lo, hi;
+    size_t  i, n;
+
+    *valid = 0;
+
+    c = *p;
+    lo = 0x80;
+    hi = 0xbf;
+
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+
+        if (c == 0xe0) {
+            lo = 0xa0;                          /* overlong */
+
+        } else if (c == 0xed) {
+            hi = 0x9f;                          /* surrogates */
+        }
+
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+
+        if (c == 0xf0) {
+            lo = 0x90;                          /* overlong */
+
+        } else if (c == 0xf4) {
+            hi = 0x8f;                          /* past U+10FFFF */
+        }
+
+    } else {
+        return 1;                               /* 80-C1, F5-FF */
+    }
+
+    for (i = 1; i < n; i++) {
+        if (p + i == last || p[i] < lo || p[i] > hi) {
+            return i;
+        }
+
+        lo = 0x80;
+        hi = 0xbf;
+    }
+
+    *valid = 1;
+
+    return n;
+}
 
 
 /*

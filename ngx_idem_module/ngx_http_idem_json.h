@@ -1,6 +1,7 @@
 
 /*
- * A field of a JSON body, by path: the path parsed, the value found.
+ * JSON: a string written into it (escaped, valid UTF-8); a field of a
+ * JSON body, by path: the path parsed, the value found.
  */
 
 
@@ -15,6 +16,8 @@
 #define NGX_HTTP_IDEM_JSON_KEY_MAX       255
 
 
+size_t ngx_http_idem_json_escape_len(u_char *src, size_t size);
+u_char *ngx_http_idem_json_escape(u_char *dst, u_char *src, size_t size);
 ngx_int_t ngx_http_idem_json_path_parse(ngx_pool_t *pool, ngx_str_t *path,
     ngx_array_t **steps, char **err);
 ngx_int_t ngx_http_idem_json_extract(ngx_pool_t *pool, u_char *body,

@@ -361,26 +361,22 @@ void
 ngx_http_idem_otel_start(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_http_idem_inbound_t *in)
 {
-    u_char                    *p;
-    ngx_uint_t                 i;
     ngx_http_core_loc_conf_t  *clcf;
 
     if (ngx_http_idem_otel_worker == NULL) {
         return;
     }
 
-    /* spans only for a W3C trace id: its attempts get a traceparent */
+    /*
+     * spans only for a W3C trace id, the one its attempts' traceparent
+     * carries: an all-zero one is invalid to W3C and OTLP alike
+     */
 
-    p = ctx->ids.trace_id.data;
-
-    if (ctx->ids.trace_id.len != NGX_HTTP_IDEM_TRACE_ID_LEN) {
+    if (!ngx_http_idem_trace_id_w3c(&ctx->ids.trace_id)) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem otel: trace id \"%V\" is no W3C one, "
+                       "no spans", &ctx->ids.trace_id);
         return;
-    }
-
-    for (i = 0; i < NGX_HTTP_IDEM_TRACE_ID_LEN; i++) {
-        if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f'))) {
-            return;
-        }
     }
 
     /* the client's flag, else idem_otel_sample (trace.c) */
@@ -473,7 +469,10 @@ static size_t
 ngx_http_idem_otel_spans_len(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_uint_t n)
 {
-    size_t  len;
+    size_t                    len;
+    ngx_uint_t                i;
+    ngx_http_upstream_t      *u;
+    ngx_http_idem_attempt_t  *a;
 
     len = n * (NGX_HTTP_IDEM_OTEL_SPAN_LEN + 16 * NGX_HTTP_IDEM_OTEL_ATTR_LEN
                + 2 * ngx_http_idem_otel_json_len(&r->method_name)
@@ -482,6 +481,21 @@ ngx_http_idem_otel_spans_len(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
           + ngx_http_idem_otel_json_len(&ctx->trace.route)
           + ngx_http_idem_otel_json_len(&ctx->trace.path)
           + ngx_http_idem_otel_json_len(&ctx->ids.call_id);
+
+    /* each attempt's upstream and peer, names of any length */
+
+    u = r->upstream;
+    a = ctx->record.attempts ? ctx->record.attempts->elts : NULL;
+
+    for (i = 0; i + 1 < n; i++) {
+        if (u != NULL && u->upstream != NULL) {
+            len += ngx_http_idem_otel_json_len(&u->upstream->host);
+        }
+
+        if (a[i].peer != NULL) {
+            len += ngx_http_idem_otel_json_len(a[i].peer);
+        }
+    }
 
     return len;
 }

@@ -16,6 +16,7 @@
 
 
 #include "ngx_http_idem_otel_json.h"
+#include "ngx_http_idem_json.h"
 
 
 static u_char *ngx_http_idem_otel_json_key(u_char *p, char *key);
@@ -24,12 +25,16 @@ static u_char *ngx_http_idem_otel_json_key(u_char *p, char *key);
 static char  ngx_http_idem_otel_json_tail_s[] = "]}]}]}";
 
 
-/* a string as JSON writes it, quotes aside */
+/*
+ * A string as JSON writes it, quotes aside: a path or a Host the client
+ * sent may hold any bytes, and one that is not UTF-8 would have a strict
+ * collector refuse the whole batch (json.c replaces it)
+ */
 
 size_t
 ngx_http_idem_otel_json_len(ngx_str_t *s)
 {
-    return s->len + ngx_escape_json(NULL, s->data, s->len);
+    return ngx_http_idem_json_escape_len(s->data, s->len);
 }
 
 
@@ -90,12 +95,12 @@ ngx_http_idem_otel_json_span(u_char *p, ngx_http_idem_otel_span_t *span)
 
     p = ngx_cpymem(p, "\",\"name\":\"", sizeof("\",\"name\":\"") - 1);
     s = span->name;
-    p = (u_char *) ngx_escape_json(p, s.data, s.len);
+    p = ngx_http_idem_json_escape(p, s.data, s.len);
 
     if (span->name2.len) {
         *p++ = ' ';
         s = span->name2;
-        p = (u_char *) ngx_escape_json(p, s.data, s.len);
+        p = ngx_http_idem_json_escape(p, s.data, s.len);
     }
 
     /* nanoseconds since the epoch, as a string (int64 in JSON) */
@@ -129,7 +134,7 @@ ngx_http_idem_otel_json_str(u_char *p, char *key, ngx_str_t *value)
 {
     p = ngx_http_idem_otel_json_key(p, key);
     p = ngx_cpymem(p, "\"stringValue\":\"", sizeof("\"stringValue\":\"") - 1);
-    p = (u_char *) ngx_escape_json(p, value->data, value->len);
+    p = ngx_http_idem_json_escape(p, value->data, value->len);
 
     return ngx_cpymem(p, "\"}}", 3);
 }

@@ -8,6 +8,7 @@
 #include "ngx_http_idem_problem.h"
 #include "ngx_http_idem_ctx.h"
 #include "ngx_http_idem_grpc.h"
+#include "ngx_http_idem_json.h"
 #include "ngx_http_idem_metrics.h"
 #include "ngx_http_idem_util.h"
 
@@ -325,8 +326,8 @@ ngx_http_idem_problem_body(ngx_http_request_t *r,
           + problem->title.len
           + sizeof("\",\"status\":") - 1 + NGX_INT_T_LEN
           + sizeof(",\"detail\":\"") - 1
-          + problem->detail.len
-          + ngx_escape_json(NULL, problem->detail.data, problem->detail.len)
+          + ngx_http_idem_json_escape_len(problem->detail.data,
+                                          problem->detail.len)
           + sizeof("\"}") - 1;
 
     if (call_id != NULL && call_id->len) {
@@ -353,8 +354,8 @@ ngx_http_idem_problem_body(ngx_http_request_t *r,
                     "%V\",\"title\":\"%V\",\"status\":%ui,\"detail\":\"",
                     &problem->type, &problem->title, problem->status);
 
-    p = (u_char *) ngx_escape_json(p, problem->detail.data,
-                                   problem->detail.len);
+    p = ngx_http_idem_json_escape(p, problem->detail.data,
+                                  problem->detail.len);
 
     if (call_id != NULL && call_id->len) {
         p = ngx_sprintf(p, "\",\"call_id\":\"%V", call_id);

@@ -8,6 +8,7 @@
 
 #include "ngx_http_idem_record_json.h"
 #include "ngx_http_idem_record_parse.h"
+#include "ngx_http_idem_json.h"
 
 
 static u_char *ngx_http_idem_json_string(u_char *p, char *name,
@@ -256,7 +257,7 @@ ngx_http_idem_json_string(u_char *p, char *name, ngx_str_t *value)
     }
 
     *p++ = '"';
-    p = (u_char *) ngx_escape_json(p, value->data, value->len);
+    p = ngx_http_idem_json_escape(p, value->data, value->len);
     *p++ = '"';
 
     return p;

@@ -24,6 +24,26 @@ static ngx_int_t ngx_http_idem_tracestate_trim(ngx_pool_t *pool,
 
 
 /*
+ * Whether a call's trace id is one W3C and OTLP take: 32 lowercase hex
+ * digits, not all zero (both call the zero id invalid).  Only such a
+ * trace id gets a traceparent upstream and spans exported; another one
+ * (an X-Trace-Id of the client's own form, or of 32 zeros) still goes on
+ * byte for byte in the trace id header.
+ */
+
+ngx_uint_t
+ngx_http_idem_trace_id_w3c(ngx_str_t *id)
+{
+    uint64_t  hi, lo;
+
+    return id->len == NGX_HTTP_IDEM_TRACE_ID_LEN
+           && ngx_http_idem_trace_hex(id->data, 16, &hi)
+           && ngx_http_idem_trace_hex(id->data + 16, 16, &lo)
+           && (hi != 0 || lo != 0);
+}
+
+
+/*
  * "<version>-<32 hex trace id>-<16 hex parent id>-<2 hex flags>", all
  * lowercase.  Version 00 is exactly that; a later version may go on after
  * a "-", and of its flags only "sampled" is known (W3C: parse the first
@@ -206,7 +226,7 @@ ngx_http_idem_trace_sample(ngx_http_idem_loc_conf_t *ilcf,
         return 1;
     }
 
-    if (trace_id->len != NGX_HTTP_IDEM_TRACE_ID_LEN
+    if (!ngx_http_idem_trace_id_w3c(trace_id)
         || !ngx_http_idem_trace_hex(trace_id->data + 16, 16, &x))
     {
         ngx_http_idem_random_bytes((u_char *) &x, sizeof(uint64_t));

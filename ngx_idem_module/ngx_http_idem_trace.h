@@ -35,6 +35,7 @@ typedef struct {
 } ngx_http_idem_traceparent_t;
 
 
+ngx_uint_t ngx_http_idem_trace_id_w3c(ngx_str_t *id);
 ngx_int_t ngx_http_idem_traceparent_parse(ngx_str_t *value,
     ngx_http_idem_traceparent_t *tp);
 void ngx_http_idem_trace_take(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,

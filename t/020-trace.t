@@ -315,3 +315,25 @@ X-Request-Trace: tr-14
 \A(?s)(?:(?!(?i)x-request-trace:).)*X-Request-Trace: tr-14\r\n(?:(?!(?i)x-request-trace:).)*\z
 --- no_error_log
 [error]
+
+
+
+=== TEST 15: an X-Trace-Id of 32 zeros is kept byte for byte, as a trace id of the client's own form: no traceparent, for W3C calls the zero id invalid
+--- config
+    location /t {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        echo "trace=$http_x_trace_id tp=[$http_traceparent]";
+    }
+--- request
+GET /t
+--- more_headers
+X-Trace-Id: 00000000000000000000000000000000
+--- response_headers
+X-Trace-Id: 00000000000000000000000000000000
+--- response_body
+trace=00000000000000000000000000000000 tp=[]
+--- no_error_log
+[error]

@@ -636,3 +636,25 @@ invalid value "half" in "idem_otel_sample" directive, it must be a ratio from 0 
 --- must_die
 --- error_log
 "idem_otel_sample" directive is duplicate
+
+
+
+=== TEST 27: an X-Trace-Id of 32 zeros on a sampled route, a traceparent of another trace beside it: no traceparent upstream (the zero trace id is invalid to W3C), the trace id as sent
+--- config
+    location /t {
+        idem on;
+        idem_otel_sample 1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/back;
+    }
+    location /back {
+        echo "trace=$http_x_trace_id tp=[$http_traceparent] ts=[$http_tracestate]";
+    }
+--- request eval
+["GET /t", "GET /t"]
+--- more_headers eval
+["X-Trace-Id: 00000000000000000000000000000000",
+ "X-Trace-Id: 00000000000000000000000000000000\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\ntracestate: k=v"]
+--- response_body eval
+[("trace=00000000000000000000000000000000 tp=[] ts=[]\n") x 2]
+--- no_error_log
+[error]

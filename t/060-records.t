@@ -6,6 +6,24 @@ use Test::Nginx::Socket 'no_plan';
 # No repeat_each(2): each block reads the record of a fixed call id, which a
 # second run would find with one execution more (--- init runs once).
 use IdemRecord;
+use IO::Socket::INET ();
+use JSON::PP ();
+
+# a request written byte for byte (bytes over 0x7f in its line too): the
+# answer's status and body
+sub raw {
+    my ($bytes) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $ENV{TEST_NGINX_SERVER_PORT},
+                                  Timeout => 10)
+        or die "connect: $!";
+    binmode $s;
+    print $s $bytes;
+    local $/;
+    my $res = <$s> // '';
+    close $s;
+    return $res =~ m{^HTTP/1\.\d (\d+).*?\r\n\r\n(.*)\z}s ? ($1, $2) : (0, '');
+}
 
 no_long_string();
 no_shuffle();
@@ -635,3 +653,36 @@ X-Content-Type-Options: nosniff
 {"state":"UNKNOWN"}
 --- no_error_log
 [alert]
+
+
+
+=== TEST 24: bytes that are not UTF-8 in the request line (a raw 0xE9, an overlong form): the status JSON is UTF-8 still (a strict reader takes it), each such byte U+FFFD, UTF-8 as sent
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /t {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+my ($code) = main::raw("GET /t/\xe9t\xc3\xa9\xc0\xaf HTTP/1.0\r\n"
+                       . "Host: localhost\r\nX-Call-Id: rec-utf8\r\n\r\n");
+Test::More::is($code, 200, 'the call with a raw 0xE9');
+my ($status, $body) = main::raw("GET /calls/rec-utf8 HTTP/1.0\r\n"
+                                . "Host: localhost\r\n\r\n");
+Test::More::is($status, 200, 'its status');
+my $rec = eval { JSON::PP->new->utf8->decode($body) };
+Test::More::ok($rec, 'a strict JSON reader takes it' . ($@ ? ": $@" : ''));
+Test::More::is($rec && $rec->{uri}, "/t/\x{fffd}t\x{e9}\x{fffd}\x{fffd}",
+               '0xE9 and an overlong form read as U+FFFD, UTF-8 as sent');
+--- request
+GET /calls/rec-utf8
+--- response_body_like eval
+qr{^\{"call_id":"rec-utf8",[^\[]*"uri":"/t/\xef\xbf\xbdt\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd",}
+--- no_error_log
+[error]

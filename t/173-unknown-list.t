@@ -9,6 +9,8 @@
 
 use lib 't/lib';
 use Digest::SHA ();
+use IO::Socket::INET ();
+use JSON::PP ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): each block seeds its own stream and calls.
@@ -46,6 +48,22 @@ sub seed {
 
 sub flush {
     redis('flushall');
+}
+
+# a request written byte for byte (bytes over 0x7f in its line too): the
+# answer's status and body
+sub raw {
+    my ($bytes) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $ENV{TEST_NGINX_SERVER_PORT},
+                                  Timeout => 10)
+        or die "connect: $!";
+    binmode $s;
+    print $s $bytes;
+    local $/;
+    my $res = <$s> // '';
+    close $s;
+    return $res =~ m{^HTTP/1\.\d (\d+).*?\r\n\r\n(.*)\z}s ? ($1, $2) : (0, '');
 }
 
 no_long_string();
@@ -539,3 +557,48 @@ Accept: text/html
 qr{^(?!.*<b>)(?!.*last <code>).*<code>wd-5</code>.*<span class="attempts">0 attempts</span>.*<code>wd-4</code>.*<span class="attempts">1 attempt: ended <code>&lt;b&gt;odd&lt;/b&gt;</code></span>.*<code>wd-3</code>.*<span class="attempts">1 attempt: was given up when the client left, no answer</span>.*<code>wd-2</code>.*<span class="attempts">1 attempt: lost its connection after sending, no answer</span>.*<code>wd-1</code>.*<span class="attempts">3 attempts, the last was cut off by the deadline, no answer</span>}s
 --- no_error_log
 [error]
+
+
+
+=== TEST 16: bytes that are not UTF-8 in a call's request line (a raw 0xE9), and in an entry: the list's JSON is UTF-8 still (a strict reader takes it), each such byte U+FFFD, UTF-8 as sent
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_node_id gw-list;
+    idem_unknown_stream people;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 100ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /_idem/calls/ {
+        idem_status;
+    }
+--- init
+main::flush();
+main::seed('utf8-seed', '1000-1', uri => "/p/caf\xc3\xa9/\xe9\xed\xa0\x80",
+           entry => [node => "n\xff"]);
+my ($code) = main::raw("POST /pay/\xe9t\xc3\xa9?q=\xe9 HTTP/1.0\r\n"
+                       . "Host: localhost\r\nX-Call-Id: ul-utf8\r\n"
+                       . "Content-Length: 3\r\n\r\nx=1");
+Test::More::is($code, 504, 'the call with a raw 0xE9 timed out: UNKNOWN');
+my ($status, $body) = main::raw("GET /_idem/calls/ HTTP/1.0\r\n"
+                                . "Host: localhost\r\n"
+                                . "Accept: application/json\r\n\r\n");
+Test::More::is($status, 200, 'the list');
+my $list = eval { JSON::PP->new->utf8->decode($body) };
+Test::More::ok($list, 'a strict JSON reader takes it' . ($@ ? ": $@" : ''));
+my %uri = map { $_->{call_id} => $_->{uri} } @{ $list ? $list->{calls} : [] };
+Test::More::is($uri{'ul-utf8'}, "/pay/\x{fffd}t\x{e9}",
+               'the call\'s 0xE9 read as U+FFFD, its UTF-8 as sent');
+Test::More::is($uri{'utf8-seed'}, "/p/caf\x{e9}/" . ("\x{fffd}" x 4),
+               'an entry\'s stray byte and surrogate: one U+FFFD each byte');
+--- request
+GET /_idem/calls/
+--- response_body_like eval
+qr{^\{"calls":\[\{"call_id":"ul-utf8",[^\[]*"uri":"/pay/\xef\xbf\xbdt\xc3\xa9",[^\[]*\},\{"call_id":"utf8-seed",[^\[]*"uri":"/p/caf\xc3\xa9/(?:\xef\xbf\xbd){4}","node":"n\xef\xbf\xbd",}
+--- no_error_log
+[alert]
+[crit]
+[emerg]

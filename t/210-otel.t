@@ -762,3 +762,101 @@ GET /metrics
 idem_otel_spans_total\{result="dropped"\} 0
 --- no_error_log
 [error]
+
+
+
+=== TEST 17: bytes that are not UTF-8 in the path (%FF; an overlong, a surrogate, a cut sequence) and in the Host (0xE9): each replaced by U+FFFD, and the batch of 8 spans accepted whole; UTF-8 passes as sent, control bytes, quote and backslash escaped
+--- http_config
+    idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_PORT/v1/traces;
+    idem_otel_batch 8;
+    idem_otel_flush 1h;
+--- config
+    location /o/ {
+        idem on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+my $t = IdemOtel::hexid(32);
+my %path = (
+    'otel-utf8-ff'   => ['/o/%FF', "/o/\x{fffd}"],
+    'otel-utf8-bad'  => ['/o/%C0%AF%ED%A0%80%E2%82x',
+                         '/o/' . ("\x{fffd}" x 6) . 'x'],
+    'otel-utf8-good' => ['/o/%C3%A9%E2%82%AC%F0%9F%98%80',
+                         "/o/\x{e9}\x{20ac}\x{1f600}"],
+    'otel-utf8-ctl'  => ['/o/%01%1F%7F%22%5C', "/o/\x01\x1f\x7f\"\\"],
+);
+for my $id (sort keys %path) {
+    my @host = $id eq 'otel-utf8-good' ? ('-H', "Host: gw\xe9") : ();
+    main::call($path{$id}[0], $id, main::tp($t, IdemOtel::hexid(16)), @host);
+}
+# the four calls' 8 spans: one batch, sent when the eighth is queued
+Test::More::is(scalar IdemOtel::wait_spans($t, 8), 8,
+               'the batch of 8 spans came');
+Test::More::is(IdemOtel::errors(), '', 'the collector parsed it (strict UTF-8)');
+my %srv = map { $_->{attributes}{'idem.call_id'} => $_ }
+          grep { $_->{kind} == 2 } IdemOtel::spans($t);
+for my $id (sort keys %path) {
+    Test::More::is($srv{$id} && $srv{$id}{attributes}{'url.path'},
+                   $path{$id}[1], "$id: url.path");
+}
+Test::More::is($srv{'otel-utf8-good'}
+               && $srv{'otel-utf8-good'}{attributes}{'server.address'},
+               "gw\x{fffd}", 'a Host with 0xE9: server.address');
+Test::More::is($srv{'otel-utf8-ff'}
+               && $srv{'otel-utf8-ff'}{attributes}{'server.address'},
+               '127.0.0.1', 'another Host, as sent');
+main::metric_is('idem_otel_spans_total{result="sent"}', 8);
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="sent"\} 8
+idem_otel_spans_total\{result="dropped"\} 0
+--- no_error_log
+[error]
+
+
+
+=== TEST 18: an X-Trace-Id of 32 zeros is no W3C trace id: no span exported for it (a sampled route, a sampled traceparent of another trace beside it), and no traceparent upstream; no span with an all-zero trace or span id
+--- http_config
+    idem_otel_endpoint http://127.0.0.1:$TEST_NGINX_OTEL_PORT/v1/traces;
+    idem_otel_flush 50ms;
+--- config
+    location /pay {
+        idem on;
+        idem_otel_sample 1;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+my $z = '0' x 32;
+my $t = IdemOtel::hexid(32);
+my $before = () = IdemOtel::spans();
+main::call('/pay', 'otel-zero', undef, '-H', "X-Trace-Id: $z");
+main::call('/pay', 'otel-zero-tp', main::tp(IdemOtel::hexid(32),
+                                            IdemOtel::hexid(16)),
+           '-H', "X-Trace-Id: $z");
+main::call('/pay', 'otel-after-zero', undef, '-H', "X-Trace-Id: $t");
+Test::More::is(scalar IdemOtel::wait_spans($t, 2), 2,
+               'the W3C trace id\'s two spans came');
+main::metric_is('idem_otel_spans_total{result="sent"}', 2);
+Test::More::is(scalar(() = IdemOtel::spans()) - $before, 2,
+               'and no other span');
+Test::More::is(scalar(grep { $_->{traceId} !~ /[^0]/
+                             || $_->{spanId} !~ /[^0]/ } IdemOtel::spans()),
+               0, 'no span has an all-zero trace id or span id');
+for my $id ('otel-zero', 'otel-zero-tp') {
+    Test::More::like(IdemWait::get($ENV{TEST_NGINX_BACKEND_PORT}, "/log/$id"),
+                     qr/^n=1 attempt=1 \S+ tp=- /, "$id: no traceparent upstream");
+}
+Test::More::is(IdemOtel::errors(), '', 'every request parsed');
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="sent"\} 2
+--- no_error_log
+[error]
