@@ -597,6 +597,9 @@ Test::More::unlike($r, qr{\r\nRetry-After:}i, 'no bound: no Retry-After');
 Test::More::like($r, qr{\r\n\r\n\{"type":"urn:ngx-idem:problem:resolution-too-early","title":"Owner may still answer","status":409,"detail":"the call's latest execution has no final state and its owner may still answer: its claim lapsed, but nothing bounds its owner \(no deadline, still running at it, or a claim that does not say\); only its final write settles it, or \\"force\\": true once its owner's gateway is known to be gone"},
                  'its body');
 Test::More::like(main::done('owner17'), qr{^HTTP/1.1 200 }, "the owner's 200");
+# its final write leaves after its answer (the log phase): waited for
+Test::More::like(main::status_until('late-1', qr/"final_status":200/),
+                 qr/"final_status":200/, "the owner's final write is in");
 --- request eval
 ["GET /calls/late-1", "POST /pay\nx=1", "GET /log/late-1", "GET /metrics"]
 --- more_headers
@@ -647,6 +650,9 @@ Test::More::like(main::resolve('late-2', '{"outcome":"not_applied"}'),
                  qr{^HTTP/1.1 200 .*"outcome":"not_applied"}s,
                  'its bound passed: resolved');
 Test::More::like(main::done('owner18'), qr{^HTTP/1.1 200 }, "the owner's 200");
+# its final write leaves after its answer (the log phase): waited for
+Test::More::like(main::status_until('late-2', qr/"final_status":200/),
+                 qr/"final_status":200/, "the owner's final write is in");
 --- request eval
 ["GET /calls/late-2", "POST /pay\nx=1", "GET /log/late-2"]
 --- more_headers
@@ -710,6 +716,9 @@ Test::More::like($r, qr{^HTTP/1.1 409 .*resolution-conflict.*is SUCCESS, not UNK
                  'then its final write: SUCCESS, nothing to resolve');
 Test::More::like(main::done('owner19'), qr{^HTTP/1.1 200 .*\r\n\r\nn=1 }s,
                  "the owner's 200");
+# its final write leaves after its answer (the log phase): waited for
+Test::More::like(main::status_until('late-3', qr/"final_status":200/),
+                 qr/"final_status":200/, "the owner's final write is in");
 --- request eval
 ["GET /calls/late-3", "POST /pay\nx=1", "GET /log/late-3"]
 --- more_headers
@@ -759,6 +768,9 @@ my $again = `curl -s -i --max-time 10 -H 'X-Call-Id: late-4' --data x=1 http://1
 Test::More::like($again, qr{^HTTP/1.1 409 .*"type":"urn:ngx-idem:problem:call-outcome-unknown"}s,
                  'the resend is not run while the owner may answer');
 Test::More::like(main::done('owner20'), qr{^HTTP/1.1 200 }, "the owner's 200");
+# its final write leaves after its answer (the log phase): waited for
+Test::More::like(main::status_until('late-4', qr/"final_status":200/),
+                 qr/"final_status":200/, "the owner's final write is in");
 --- request eval
 ["POST /pay\nx=1", "GET /log/late-4"]
 --- more_headers
@@ -809,6 +821,9 @@ Test::More::like(main::resolve('late-5', '{"outcome":"not_applied"}'),
                  'its bound passed: resolved');
 Test::More::like(main::done('owner21'), qr{^HTTP/1.1 200 .*\r\n\r\nn=1 }s,
                  "the owner's 200, its body after the resolution");
+# its final write leaves after its answer (the log phase): waited for
+Test::More::like(main::status_until('late-5', qr/"overridden":true/),
+                 qr/"overridden":true/, "the owner's final write is in");
 --- request eval
 ["GET /calls/late-5", "POST /pay\nx=1", "GET /log/late-5"]
 --- more_headers
