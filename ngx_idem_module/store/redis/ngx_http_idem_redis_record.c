@@ -610,6 +610,7 @@ ngx_http_idem_redis_write_append(ngx_http_idem_store_write_t *w)
 
     op->data = op;
     op->upgrade = &ngx_http_idem_redis_upgrade_lua;
+    op->write = 1;
 
     first = op->ext;
     first->max_executions = 0;
@@ -748,6 +749,7 @@ ngx_http_idem_redis_write_owned(ngx_http_idem_store_write_t *w)
     }
 
     op->data = op;
+    op->write = 1;
 
     first = op->ext;
     first->max_executions = w->first ? w->max_executions : 0;
@@ -907,6 +909,7 @@ ngx_http_idem_redis_write_read(ngx_uint_t argc, ngx_str_t *argv,
 
     op->data = op;
     op->upgrade = &ngx_http_idem_redis_upgrade_lua;
+    op->write = 1;
 
     first = op->ext;
     first->max_executions = max_executions;
@@ -936,6 +939,7 @@ ngx_http_idem_redis_counted(void *data, ngx_int_t rc, ngx_str_t *elts,
     ngx_int_t                     count, max;
     ngx_str_t                     argv[3];
     ngx_uint_t                    k;
+    ngx_http_idem_store_op_t     *trim;
     ngx_http_idem_redis_first_t  *first;
 
     first = op->ext;
@@ -961,8 +965,12 @@ ngx_http_idem_redis_counted(void *data, ngx_int_t rc, ngx_str_t *elts,
                    "idem store: \"%V\" has %i executions, over %i: trim",
                    &argv[1], count + 1, max);
 
-    (void) ngx_http_idem_redis_read(&ngx_http_idem_redis_trim_lua, 3, argv,
+    trim = ngx_http_idem_redis_read(&ngx_http_idem_redis_trim_lua, 3, argv,
                                     ngx_http_idem_redis_trimmed, NULL, 0);
+
+    if (trim != NULL) {
+        trim->write = 1;
+    }
 }
 
 
