@@ -4,7 +4,12 @@
 # upgrade script; a record-only SET ... NX that met a record: nil, then
 # the script) is not given up when that answer comes after idem_redis's
 # timeout: Redis paused past it, the script still goes once the answer is
-# in.
+# in.  A short claim's lease, relative to its expiry ("+<ms> <ttl>"),
+# moves only with its owner's writes: another call's PEXPIRE of the id (a
+# record-only route) has NX, and its refresh goes after its HSET, which
+# made the record a hash first (the lease then in Redis's time).  A Redis
+# before 7.0 that refuses PEXPIRE with NX (emulated by RedisHoldProxy):
+# one notice, then plain PEXPIREs, the record's expiry set all the same.
 #
 # The paused Redis is the tests' own (t/lib/RedisFault.pm); the owner runs
 # in the background (curl, from --- init), held by the backend (/hold/1).
@@ -21,15 +26,24 @@ BEGIN {
 use lib 't/lib';
 use Time::HiRes ();
 use RedisFault;
+use RedisHoldProxy ();
 use IdemRecord;
 use IdemWait;
 use IdemBg qw(bg done);
 use IdemPaths ();
+use Digest::SHA ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): fixed call ids, written in a set order while Redis is
 # paused and resumed.
 
+# TEST 5-6: Redis behind a proxy that refuses PEXPIRE with NX (and SET
+# with NX and GET), as Redis 5 and 6 do
+our ($Refusing, $RefusingPid);
+BEGIN {
+    $Refusing = ($ENV{TEST_NGINX_REDIS_PORT} || 16379) + 491;
+    $ENV{TEST_NGINX_REFUSING_REDIS} = $Refusing;
+}
 
 sub redis {
     my $out = `redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} @_`;
@@ -105,6 +119,11 @@ sub late {
 RedisFault::start();
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_FAULT_PORT} flushall >/dev/null");
 
+$RefusingPid = RedisHoldProxy::start($Refusing,
+                                     $ENV{TEST_NGINX_REDIS_FAULT_PORT},
+                                     IdemPaths::scratch() . '/no-hold',
+                                     refuse_set_get => 1);
+
 no_long_string();
 no_shuffle();
 run_tests();
@@ -112,6 +131,7 @@ run_tests();
 END {
     local $?;
     IdemBg::stop_all();
+    RedisHoldProxy::stop($RefusingPid);
     RedisFault::stop();
 }
 
@@ -197,5 +217,112 @@ Test::More::ok(IdemWait::wait_for('both executions in Redis', sub {
 --- request
 GET /calls/sl-2
 --- response_body_like: "state":"SUCCESS",.*"executions":2,
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: a short claim that lapsed a minute ago (by hand: its lease a minute from an expiry two minutes gone), then a record-only call of its id (HSET and PEXPIRE): a resend still gets 409 call-outcome-unknown, not call-in-flight
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_FAULT_PORT timeout=1s;
+    idem_record_ttl 10m;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /r {
+        idem on;
+        idem_record on;
+        idem_record_arrival_delay 0;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- init
+my $t = 'dddddddddddddddddddddddddddddddd';
+my $e = "R 1796594859599 client vm POST bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb /d";
+my $v = join '', map { "$_->[0] " . length($_->[1]) . " $_->[1]\n" }
+    ['o', $t], ['d', Digest::SHA::sha256_hex("POST /d\npay")],
+    ["l:$t", '+60000 600000'], ["b:$t", '-'], ["e:$t", $e], ['v', '1'];
+main::put('idem:c:{sl-3}', $v, 480000);
+--- request eval
+["GET /r", "POST /d\npay", "GET /r"]
+--- more_headers eval
+["X-Call-Id: sl-3", "X-Call-Id: sl-3", "X-Call-Id: sl-3n"]
+--- error_code eval
+[200, 409, 200]
+--- response_body_like eval
+["^n=1 ", "call-outcome-unknown", "^n=1 "]
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: ... in Redis: a hash whose lease lapsed a minute ago by Redis's clock, its expiry refreshed by the record-only call (after its HSET) and that call counted; a new id's record gets its expiry from the PEXPIRE with NX
+--- init
+my $key = 'idem:c:{sl-3}';
+my $t = 'dddddddddddddddddddddddddddddddd';
+Test::More::ok(IdemWait::wait_for('the record-only call counted',
+                   sub { my %r = main::record($key); ($r{n} // 0) >= 1 }),
+               'the record-only call is counted');
+Test::More::is(main::type($key), 'hash', 'a hash');
+my %r = main::record($key);
+my $lapsed = main::now() - $r{"l:$t"};
+Test::More::cmp_ok($lapsed, '>', 50000, "the lease lapsed ${lapsed} ms ago");
+Test::More::is(main::executions(%r), 2, 'two executions');
+my $pttl = main::redis('pttl', "'$key'");
+Test::More::cmp_ok($pttl, '>', 590000, "its expiry refreshed (${pttl} ms)");
+my $new = main::redis('pttl', "'idem:c:{sl-3n}'");
+Test::More::cmp_ok($new, '>', 590000, "a new id's expiry (${new} ms)");
+--- config
+    location /t { return 200; }
+--- request
+GET /t
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: a Redis that refuses PEXPIRE with NX (5, 6): one notice, then plain PEXPIREs; the calls go on
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REFUSING_REDIS;
+--- config
+    location /r {
+        idem on;
+        idem_record on;
+        idem_record_arrival_delay 0;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- request eval
+["GET /r", "GET /r"]
+--- more_headers eval
+["X-Call-Id: sl-5a", "X-Call-Id: sl-5b"]
+--- error_code eval
+[200, 200]
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: ... (each record with its expiry, the notice once, the same nginx)
+--- init
+for my $id (qw(sl-5a sl-5b)) {
+    my $key = "idem:c:{$id}";
+    Test::More::ok(IdemWait::wait_for("the end of $id",
+                       sub { main::redis('hkeys', "'$key'") =~ /^f:/m }),
+                   "$id: its end");
+    my $pttl = main::redis('pttl', "'$key'");
+    Test::More::cmp_ok($pttl, '>', 0, "$id: its expiry (${pttl} ms)");
+}
+Test::More::is(IdemWait::log_count(qr/\[notice\].*Redis refused PEXPIRE with NX/),
+               1, 'one notice');
+Test::More::is(IdemWait::log_count(qr/write "idem:c:\{sl-5b\}": .* ttl [1-9]\d*, first/),
+               1, 'the next PEXPIRE without NX at once');
+--- request
+GET /r
+--- more_headers
+X-Call-Id: sl-5c
+--- error_code: 200
 --- no_error_log
 [error]

@@ -296,6 +296,8 @@ struct ngx_http_idem_redis_s {
     unsigned                         lazy:1;     /* reads: may wait */
     unsigned                         no_set_get:1; /* SET ... NX GET
                                                       refused: Redis < 7 */
+    unsigned                         no_expire_nx:1; /* PEXPIRE ... NX
+                                                        refused: Redis < 7 */
 
     ngx_msec_t                       durable;    /* reads: durable, WAIT */
     ngx_uint_t                       replicas;   /* ... for so many */
