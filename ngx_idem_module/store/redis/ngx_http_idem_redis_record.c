@@ -327,7 +327,8 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
             known_op = ngx_http_idem_redis_write_read(i, argv,
                                             ngx_http_idem_redis_fields_written,
                                             w->first ? w->max_executions : 0,
-                                            (i - 2) / 2, w, 1);
+                                            (i - 2) / 2, w->first ? w : NULL,
+                                            1);
             rc = (known_op != NULL) ? NGX_OK : NGX_ERROR;
 
             if (known_op != NULL) {
