@@ -3,7 +3,8 @@
  * Commands that wait for a reply ("ops"): each a copy of its command, sent
  * to its node (its slot's in a cluster), or held by that node while it is
  * not up and sent behind its handshake once it is, answered once (a reply,
- * an error, a lost connection or its timeout), a script's NOSCRIPT
+ * an error, a lost connection or its timeout; a write's that has left
+ * also when its reply comes after its timeout), a script's NOSCRIPT
  * answered by sending its text once.
  */
 
