@@ -13,7 +13,9 @@ package RedisHoldProxy;
 #
 # start(..., refuse_set_get => 1) answers a SET with both NX and GET as
 # Redis 5 and 6 do ("ERR syntax error", nothing set): Redis is sent a SET
-# it refuses in its place, so that the replies stay in order.
+# it refuses in its place, so that the replies stay in order; and a
+# PEXPIRE with a condition (NX, XX, GT, LT: Redis 7.0) the same way ("ERR
+# wrong number of arguments", the expiry left as it is).
 #
 # Armed with two strings A and B, on the first connection that has sent a
 # WAIT before (a durable claims' one) and then sends a command naming A:
@@ -119,6 +121,9 @@ sub upstream {
         my %o = map { uc($_) => 1 } @$args[3 .. $#$args];
         return encode('SET', $args->[1], '', 'NX', 'XX')
             if $o{NX} && $o{GET};
+    }
+    if ($opt->{refuse_set_get} && uc($args->[0]) eq 'PEXPIRE' && @$args > 3) {
+        return encode('PEXPIRE', $args->[1]);
     }
     return encode(@$args);
 }

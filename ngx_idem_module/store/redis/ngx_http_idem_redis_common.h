@@ -86,8 +86,10 @@ typedef struct {
  * The answer to an op: NGX_OK with the reply's elements (an array element
  * by element, integers in decimal, nil as empty; a string, status or
  * integer as one element; nil as none); NGX_ERROR when the store could not
- * answer (down, error reply, disconnected, timed out).  The strings are
- * valid during the call only.
+ * answer (down, error reply, disconnected, timed out); NGX_AGAIN to a
+ * write's op (op->write) past its timeout, its reply still to come (the
+ * handler is called again with it).  The strings are valid during the
+ * call only.
  */
 typedef void (*ngx_http_idem_redis_reply_pt)(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
@@ -158,6 +160,8 @@ struct ngx_http_idem_store_op_s {
                                                     neither logged nor
                                                     counted */
     unsigned                         flying:1;   /* in node->flight now */
+    unsigned                         write:1;    /* waited for past its
+                                                    timeout (redis_op.c) */
 };
 
 
@@ -295,6 +299,8 @@ struct ngx_http_idem_redis_s {
     unsigned                         lazy:1;     /* reads: may wait */
     unsigned                         no_set_get:1; /* SET ... NX GET
                                                       refused: Redis < 7 */
+    unsigned                         no_expire_nx:1; /* PEXPIRE ... NX
+                                                        refused: Redis < 7 */
 
     ngx_msec_t                       durable;    /* reads: durable, WAIT */
     ngx_uint_t                       replicas;   /* ... for so many */

@@ -3,7 +3,8 @@
  * Commands that wait for a reply ("ops"): each a copy of its command, sent
  * to its node (its slot's in a cluster), or held by that node while it is
  * not up and sent behind its handshake once it is, answered once (a reply,
- * an error, a lost connection or its timeout), a script's NOSCRIPT
+ * an error, a lost connection or its timeout; a write's that has left
+ * also when its reply comes after its timeout), a script's NOSCRIPT
  * answered by sending its text once.
  */
 
@@ -751,9 +752,31 @@ ngx_http_idem_redis_read_timeout(ngx_event_t *ev)
         return;
     }
 
-    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
-                   "idem redis: no reply within the timeout, %ui redirects",
-                   op->redirects);
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: no reply within the timeout, %ui redirects%s",
+                   op->redirects,
+                   (op->write && !op->parked) ? ", a write: waited for" : "");
+
+    if (op->write && !op->parked) {
+
+        /*
+         * A write that left for Redis: its reply may ask for more (a
+         * WRONGTYPE the upgrade script answers, a SET that met a record,
+         * NOSCRIPT, a redirect), which must still go when it comes late,
+         * as a plain write's late WRONGTYPE does: the write is not given
+         * up.  Only whoever waits for it is answered now (NGX_AGAIN, read
+         * as no answer); the op stays until its reply or its connection's
+         * loss, and counts as that ends.  Simpler and safer than a write
+         * made to need no follow-up (a script for every owner's write,
+         * which short records exist to avoid).
+         */
+
+        if (op->handler) {
+            op->handler(op->data, NGX_AGAIN, NULL, 0);
+        }
+
+        return;
+    }
 
     rd->stats.failed++;
     rd->timedout++;

@@ -15,8 +15,10 @@
  *
  *   a recorded call  over within idem_record_arrival_delay, its id new:
  *                    SET (short: arrival and end in one write, with the
- *                    expiry); longer: HSET + PEXPIRE (arrival), HSET
- *                    (end; PEXPIRE only when the expiry must move);
+ *                    expiry); longer: HSET + PEXPIRE ... NX
+ *                    (arrival; a record there before: PEXPIRE after the
+ *                    HSET's reply, see write_fields), HSET (end; PEXPIRE
+ *                    only when the expiry must move);
  *                    HINCRBY (the count) only when the record was there
  *                    before the call
  *   a new claim      the take script: the owner, its digest, lease,
@@ -53,9 +55,16 @@ typedef struct {
     ngx_uint_t                       nfields;    /* a field and its value */
     ngx_http_idem_store_known_pt     known;      /* told, NULL: not asked */
     void                            *known_data;
-    ngx_msec_t                       expiry;     /* an APPEND's: the TTL */
-    size_t                           length;     /* ... what it adds */
+    ngx_msec_t                       expiry;     /* the TTL set after the
+                                                    reply: an APPEND's
+                                                    that found no record,
+                                                    a record-only HSET's
+                                                    that found one */
+    size_t                           length;     /* an APPEND's: what it
+                                                    adds */
     unsigned                         wake:1;     /* a final write, heard */
+    unsigned                         count:1;    /* an execution's first
+                                                    write: counted */
 } ngx_http_idem_redis_first_t;
 
 
@@ -130,6 +139,12 @@ static void ngx_http_idem_redis_owned_written(void *data, ngx_int_t rc,
 static void ngx_http_idem_redis_short_written(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_first_written(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static void ngx_http_idem_redis_fields_written(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n);
+static ngx_int_t ngx_http_idem_redis_expire_nx(ngx_str_t *key,
+    ngx_str_t *ttl);
+static void ngx_http_idem_redis_expired_nx(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_counted(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
@@ -237,7 +252,7 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
     ngx_int_t                     rc;
     ngx_str_t                     argv_buf[NGX_HTTP_IDEM_REDIS_ARGS], *argv,
                                   cmd[3];
-    ngx_uint_t                    n, i;
+    ngx_uint_t                    n, i, nx;
     ngx_http_idem_store_op_t     *known_op;
     ngx_http_idem_redis_first_t  *first;
 
@@ -269,9 +284,20 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
         return NGX_DECLINED;
     }
 
-    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "idem store: write \"%V\": %ui fields, ttl %M, first %d",
-                   &w->key, w->nfields / 2, w->ttl, (int) w->first);
+    /*
+     * Not a short claim's owner's write (those are APPENDs): its PEXPIRE
+     * must not move the expiry of a short claim there, from which the
+     * claim's lease counts (NX), before its HSET has made the record a
+     * hash, the lease then in Redis's time; the refresh follows the
+     * HSET's reply (fields_written).
+     */
+
+    nx = (w->ttl && w->nfields && !ngx_http_idem_redis.no_expire_nx);
+
+    ngx_log_debug5(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: write \"%V\": %ui fields, ttl %M%s, "
+                   "first %d", &w->key, w->nfields / 2, w->ttl,
+                   nx ? " (NX, then after the fields)" : "", (int) w->first);
 
     rc = NGX_OK;
 
@@ -297,12 +323,19 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
 
         i += 2;
 
-        if (w->first) {
+        if (w->first || nx) {
             known_op = ngx_http_idem_redis_write_read(i, argv,
-                                            ngx_http_idem_redis_first_written,
-                                            w->max_executions, (i - 2) / 2,
-                                            w, 1);
+                                            ngx_http_idem_redis_fields_written,
+                                            w->first ? w->max_executions : 0,
+                                            (i - 2) / 2, w->first ? w : NULL,
+                                            1);
             rc = (known_op != NULL) ? NGX_OK : NGX_ERROR;
+
+            if (known_op != NULL) {
+                first = known_op->ext;
+                first->count = w->first;
+                first->expiry = nx ? w->ttl : 0;
+            }
 
         } else {
             rc = ngx_http_idem_redis_write(i, argv,
@@ -324,7 +357,10 @@ ngx_http_idem_redis_write_fields(ngx_http_idem_store_write_t *w)
         cmd[2].data = ttl;
         cmd[2].len = ngx_sprintf(ttl, "%M", w->ttl) - ttl;
 
-        if (ngx_http_idem_redis_write(3, cmd, NULL) != NGX_OK) {
+        rc = nx ? ngx_http_idem_redis_expire_nx(&w->key, &cmd[2])
+                : ngx_http_idem_redis_write(3, cmd, NULL);
+
+        if (rc != NGX_OK) {
             goto failed;
         }
     }
@@ -610,6 +646,7 @@ ngx_http_idem_redis_write_append(ngx_http_idem_store_write_t *w)
 
     op->data = op;
     op->upgrade = &ngx_http_idem_redis_upgrade_lua;
+    op->write = 1;
 
     first = op->ext;
     first->max_executions = 0;
@@ -748,6 +785,7 @@ ngx_http_idem_redis_write_owned(ngx_http_idem_store_write_t *w)
     }
 
     op->data = op;
+    op->write = 1;
 
     first = op->ext;
     first->max_executions = w->first ? w->max_executions : 0;
@@ -879,6 +917,138 @@ ngx_http_idem_redis_first_written(void *data, ngx_int_t rc, ngx_str_t *elts,
 
 
 /*
+ * A record-only route's HSET is in, through the upgrade script if it met
+ * a short record (the record a hash now, a short claim's lease in Redis's
+ * time): an execution's first write is counted, and the expiry, which
+ * its PEXPIRE ... NX set only on a record the HSET made, is refreshed now
+ * where the record was there before (its fields not all new).  Lost with
+ * the connection, the record keeps the expiry it had.
+ */
+
+static void
+ngx_http_idem_redis_fields_written(void *data, ngx_int_t rc,
+    ngx_str_t *elts, ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    u_char                        ttl[NGX_INT64_LEN];
+    ngx_int_t                     added;
+    ngx_str_t                     cmd[3];
+    ngx_uint_t                    k;
+    ngx_http_idem_redis_first_t  *first;
+
+    first = op->ext;
+
+    added = (rc == NGX_OK && n == 1) ? ngx_atoi(elts[0].data, elts[0].len)
+                                     : NGX_ERROR;
+
+    if (first->count) {
+        ngx_http_idem_redis_first_written(data, rc, elts, n);
+    }
+
+    k = ngx_http_idem_redis_op_key(op);
+
+    if (added == NGX_ERROR || first->expiry == 0 || k == 0
+        || (first->count && (ngx_uint_t) added == first->nfields))
+    {
+        return;
+    }
+
+    ngx_str_set(&cmd[0], "PEXPIRE");
+    cmd[1].data = (u_char *) op->argv[k];
+    cmd[1].len = op->lens[k];
+    cmd[2].data = ttl;
+    cmd[2].len = ngx_sprintf(ttl, "%M", first->expiry) - ttl;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: \"%V\" was there: its expiry refreshed "
+                   "after the fields, %M ms", &cmd[1], first->expiry);
+
+    (void) ngx_http_idem_redis_write(3, cmd, NULL);
+}
+
+
+/*
+ * PEXPIRE key ttl NX, with a record-only route's HSET: a record that HSET
+ * makes gets its expiry in the same round trip, and an expiry there is
+ * left alone, a short claim's above all, whose lease counts from it
+ * ("+<ms> <ttl>"): nothing but its owner's writes may move that.  Redis
+ * takes NX from 7.0 on, as SET with NX and GET, without which there are
+ * no short claims: refused (5, 6), it goes plainly, and every one after.
+ */
+
+static ngx_int_t
+ngx_http_idem_redis_expire_nx(ngx_str_t *key, ngx_str_t *ttl)
+{
+    ngx_str_t                  argv[4];
+    ngx_http_idem_store_op_t  *op;
+
+    ngx_str_set(&argv[0], "PEXPIRE");
+    argv[1] = *key;
+    argv[2] = *ttl;
+    ngx_str_set(&argv[3], "NX");
+
+    ngx_http_idem_redis_lazy(1);
+
+    op = ngx_http_idem_redis_read(NULL, 4, argv,
+                                  ngx_http_idem_redis_expired_nx, NULL, 0);
+
+    ngx_http_idem_redis_lazy(0);
+
+    if (op == NULL) {
+        return NGX_DECLINED;
+    }
+
+    op->data = op;
+    op->errors = 1;
+    op->write = 1;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_idem_redis_expired_nx(void *data, ngx_int_t rc, ngx_str_t *elts,
+    ngx_uint_t n)
+{
+    ngx_http_idem_store_op_t *op = data;
+
+    ngx_str_t               cmd[3];
+    ngx_http_idem_redis_t  *rd;
+
+    rd = &ngx_http_idem_redis;
+
+    /* set, an expiry there kept, or no answer (said where it is counted) */
+
+    if (rc != NGX_DECLINED || op->argc != 4) {
+        return;
+    }
+
+    if (!rd->no_expire_nx && n == 1 && elts[0].len >= sizeof("ERR ") - 1
+        && ngx_strncmp(elts[0].data, "ERR ", sizeof("ERR ") - 1) == 0)
+    {
+        ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                      "idem: Redis refused PEXPIRE with NX (\"%V\"): "
+                      "expiries are set without it from now on (Redis 7.0 "
+                      "takes it; before 7.0 no claim is short)", &elts[0]);
+        rd->no_expire_nx = 1;
+    }
+
+    ngx_str_set(&cmd[0], "PEXPIRE");
+    cmd[1].data = (u_char *) op->argv[1];
+    cmd[1].len = op->lens[1];
+    cmd[2].data = (u_char *) op->argv[2];
+    cmd[2].len = op->lens[2];
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "idem store: PEXPIRE ... NX of \"%V\" refused: sent "
+                   "without NX", &cmd[1]);
+
+    (void) ngx_http_idem_redis_write(3, cmd, NULL);
+}
+
+
+/*
  * A write whose reply is looked at: it leaves with the writes (no request
  * waits for it), and the cap on executions and the write's fields go with
  * the op, as the request may be gone by the time the reply is in; an
@@ -907,6 +1077,7 @@ ngx_http_idem_redis_write_read(ngx_uint_t argc, ngx_str_t *argv,
 
     op->data = op;
     op->upgrade = &ngx_http_idem_redis_upgrade_lua;
+    op->write = 1;
 
     first = op->ext;
     first->max_executions = max_executions;
@@ -936,6 +1107,7 @@ ngx_http_idem_redis_counted(void *data, ngx_int_t rc, ngx_str_t *elts,
     ngx_int_t                     count, max;
     ngx_str_t                     argv[3];
     ngx_uint_t                    k;
+    ngx_http_idem_store_op_t     *trim;
     ngx_http_idem_redis_first_t  *first;
 
     first = op->ext;
@@ -961,8 +1133,12 @@ ngx_http_idem_redis_counted(void *data, ngx_int_t rc, ngx_str_t *elts,
                    "idem store: \"%V\" has %i executions, over %i: trim",
                    &argv[1], count + 1, max);
 
-    (void) ngx_http_idem_redis_read(&ngx_http_idem_redis_trim_lua, 3, argv,
+    trim = ngx_http_idem_redis_read(&ngx_http_idem_redis_trim_lua, 3, argv,
                                     ngx_http_idem_redis_trimmed, NULL, 0);
+
+    if (trim != NULL) {
+        trim->write = 1;
+    }
 }
 
 
