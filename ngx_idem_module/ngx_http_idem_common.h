@@ -627,6 +627,10 @@ struct ngx_http_idem_ctx_s {
     /* problem.c: a problem's body sent in place of nginx's own page */
     ngx_chain_t              *problem_body;
 
+    /* µs of a monotonic clock when the module first saw the call, 0: none
+       (metrics.c: idem_metrics is off) */
+    uint64_t                  start_us;
+
     ngx_http_idem_ids_ctx_t       ids;
     ngx_http_idem_trace_ctx_t     trace;
     ngx_http_idem_deadline_ctx_t  deadline;

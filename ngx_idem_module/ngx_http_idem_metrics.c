@@ -51,6 +51,7 @@ static ngx_int_t ngx_http_idem_metrics_init_zone(ngx_shm_zone_t *shm_zone,
 static ngx_int_t ngx_http_idem_metrics_handler(ngx_http_request_t *r);
 static ngx_http_idem_metrics_shm_t *ngx_http_idem_metrics_shm(void);
 static void ngx_http_idem_observe(ngx_http_idem_histogram_t *h, uint64_t us);
+static ngx_uint_t ngx_http_idem_metrics_refusal(ngx_http_idem_ctx_t *ctx);
 static u_char *ngx_http_idem_metrics_histograms(u_char *p,
     ngx_http_idem_metrics_shm_t *shm);
 static ngx_array_t *ngx_http_idem_metrics_workers(ngx_http_request_t *r,
@@ -105,8 +106,9 @@ static ngx_http_idem_metrics_hist_t  ngx_http_idem_metrics_hists[] = {
 
     ngx_http_idem_metrics_hist("idem_call_duration_seconds",
         "Executions of calls (every call on routes with idem on, the "
-        "owner's on dedupe routes), from the request's arrival to its end, "
-        "by the execution's final state.", "state",
+        "owner's on dedupe routes; not the calls the module refused), from "
+        "the module's first sight of the request to its end, by the "
+        "execution's final state.", "state",
         ngx_http_idem_metrics_states, calls),
     ngx_http_idem_metrics_hist("idem_dedupe_claim_duration_seconds",
         "Dedupe claims, from sent to answered (a durable claim's WAIT "
@@ -152,7 +154,8 @@ static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
         "Bodies with no call id at idem_call_id_json's path (past max=, "
         "not JSON, no string or integer there).", body_ids_missing),
     ngx_http_idem_metric("idem_rejected_total", "reason=\"invalid_call_id\"",
-        "Calls answered 400 by the module.", invalid_call_id),
+        "Calls answered 400 by the module before they were executions (in "
+        "no idem_call_duration_seconds state).", invalid_call_id),
     ngx_http_idem_metric("idem_rejected_total", "reason=\"missing_call_id\"",
         NULL, missing_call_id),
     ngx_http_idem_metric("idem_rejected_total", "reason=\"invalid_trace_id\"",
@@ -923,16 +926,19 @@ ngx_http_idem_metrics_clock(void)
 
 
 /*
- * An execution ended (the log phase): its duration since the request
- * came, by its final state.  A duplicate that a dedupe route answered
- * itself (replayed, 409, 422, 503) is not an execution and is not shown.
+ * An execution ended (the log phase): its duration since the module first
+ * saw the request (its rewrite phase), in µs of a monotonic clock, by its
+ * final state.  A duplicate that a dedupe route answered itself
+ * (replayed, 409, 422, 503) is not an execution and is not shown, nor is
+ * a call the module refused before it existed: its ids or its budget
+ * invalid, no scope, a resend over idem_resend_limit (idem_rejected_total
+ * and idem_resends_refused_total count those).
  */
 
 void
 ngx_http_idem_observe_call(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
-    ngx_msec_int_t                ms;
-    ngx_time_t                   *tp;
+    uint64_t                      now;
     ngx_http_idem_metrics_shm_t  *shm;
 
     shm = ngx_http_idem_metrics_shm();
@@ -946,14 +952,52 @@ ngx_http_idem_observe_call(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return;
     }
 
-    tp = ngx_timeofday();
+    if (!ctx->ids.settled || ngx_http_idem_metrics_refusal(ctx)) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem metrics: a refused call, no execution");
+        return;
+    }
 
-    ms = (ngx_msec_int_t) ((tp->sec - r->start_sec) * 1000
-                           + (tp->msec - r->start_msec));
+    now = ngx_http_idem_metrics_clock();
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem metrics: execution of %uL us",
+                   (ctx->start_us && now > ctx->start_us)
+                   ? now - ctx->start_us : 0);
 
     ngx_http_idem_observe(&shm->calls[ctx->record.final_state
                                       - NGX_HTTP_IDEM_SUCCESS],
-                          (uint64_t) ngx_max(ms, 0) * 1000);
+                          (ctx->start_us && now > ctx->start_us)
+                          ? now - ctx->start_us : 0);
+}
+
+
+/*
+ * The module's answer to a call that never became an execution: nothing
+ * forwarded, nothing in its record.  A budget spent before the first
+ * attempt (504) or a breaker's 503 is an execution: its record has it.
+ */
+
+static ngx_uint_t
+ngx_http_idem_metrics_refusal(ngx_http_idem_ctx_t *ctx)
+{
+    if (ctx->refused == NULL) {
+        return 0;
+    }
+
+    switch (ctx->refused->id) {
+
+    case NGX_HTTP_IDEM_P_MISSING_CALL_ID:
+    case NGX_HTTP_IDEM_P_INVALID_CALL_ID:
+    case NGX_HTTP_IDEM_P_INVALID_TRACE_ID:
+    case NGX_HTTP_IDEM_P_INVALID_DEADLINE:
+    case NGX_HTTP_IDEM_P_EMPTY_SCOPE:
+    case NGX_HTTP_IDEM_P_TOO_MANY_RESENDS:
+        return 1;
+
+    default:
+        return 0;
+    }
 }
 
 

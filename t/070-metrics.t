@@ -167,7 +167,7 @@ x
 
 
 
-=== TEST 6: a call's duration, by its final state: a call of 300 ms is in no bucket of 0.25 s or less
+=== TEST 6: a call's duration, by its final state: a call the backend holds 300 ms is in the bucket of 0.5 s, in none of 0.25 s or less
 --- config
     location /t {
         idem on;
@@ -187,6 +187,73 @@ x
 --- error_code eval
 [200, 500, 200]
 --- response_body_like eval
-["n=1", "", '(?s)state="SUCCESS",le="0\.25"\} 0\n.*state="SUCCESS",le="\+Inf"\} 1\nidem_call_duration_seconds_sum\{state="SUCCESS"\} (?:0\.[3-9]|[1-9]\d*\.)\d{5,6}\nidem_call_duration_seconds_count\{state="SUCCESS"\} 1\n.*idem_call_duration_seconds_count\{state="FAILED"\} 1\nidem_call_duration_seconds_bucket\{state="UNKNOWN",le="0\.00025"\} 0\n']
+["n=1", "", '(?s)state="SUCCESS",le="0\.25"\} 0\nidem_call_duration_seconds_bucket\{state="SUCCESS",le="0\.5"\} 1\n.*state="SUCCESS",le="\+Inf"\} 1\nidem_call_duration_seconds_sum\{state="SUCCESS"\} (?:0\.[3-9]|[1-9]\d*\.)\d{5,6}\nidem_call_duration_seconds_count\{state="SUCCESS"\} 1\n.*idem_call_duration_seconds_count\{state="FAILED"\} 1\nidem_call_duration_seconds_bucket\{state="UNKNOWN",le="0\.00025"\} 0\n']
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: refusals before a call exists (ids, budget, scope, a resend over the limit) count in idem_rejected_total and idem_resends_refused_total, in no execution's state
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_resend_limit_zone $binary_remote_addr zone=ip:1m rate=1r/m;
+--- config
+    location /r {
+        idem on;
+        idem_call_id_missing reject;
+        return 200 "ok\n";
+    }
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope $http_x_tenant;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /rec {
+        idem on;
+        idem_record on;
+        idem_resend_limit zone=ip;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- init
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+--- request eval
+["GET /r", "GET /r", "GET /r", "GET /r", "POST /d\nx=1", "GET /rec",
+ "GET /rec", "GET /rec", "GET /metrics"]
+--- more_headers eval
+["", "X-Call-Id: a b", "X-Call-Id: m-ref-1\nX-Deadline-Ms: soon",
+ "X-Call-Id: m-ref-2\nX-Trace-Id: \x01", "X-Call-Id: m-ref-3",
+ "X-Call-Id: m-ref-4", "X-Call-Id: m-ref-4", "X-Call-Id: m-ref-4", ""]
+--- error_code eval
+[400, 400, 400, 400, 400, 200, 200, 429, 200]
+--- response_body_like eval
+["missing-call-id", "invalid-call-id", "invalid-deadline", "invalid-trace-id",
+ "empty-dedupe-scope", "n=1", "n=1", "too-many-resends",
+ '(?s)reason="invalid_call_id"\} 1\nidem_rejected_total\{reason="missing_call_id"\} 1\nidem_rejected_total\{reason="invalid_trace_id"\} 1\nidem_rejected_total\{reason="invalid_deadline"\} 1\nidem_rejected_total\{reason="empty_scope"\} 1\n.*idem_resends_refused_total 1\n.*idem_call_duration_seconds_count\{state="SUCCESS"\} 2\n.*idem_call_duration_seconds_count\{state="FAILED"\} 0\n.*idem_call_duration_seconds_count\{state="UNKNOWN"\} 0\n']
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: durations in µs of a monotonic clock: a call the gateway answers itself at once lands under 1 ms, its sum not a whole millisecond
+--- config
+    location /r {
+        idem on;
+        return 200 "ok\n";
+    }
+    location /metrics {
+        idem_metrics;
+    }
+--- request eval
+["GET /r", "GET /metrics"]
+--- more_headers eval
+["X-Call-Id: m-fast-1", ""]
+--- error_code eval
+[200, 200]
+--- response_body_like eval
+["ok", '(?s)idem_call_duration_seconds_bucket\{state="SUCCESS",le="0\.001"\} 1\n.*idem_call_duration_seconds_sum\{state="SUCCESS"\} 0\.000(?!000)\d{3}\nidem_call_duration_seconds_count\{state="SUCCESS"\} 1\n']
 --- no_error_log
 [error]
