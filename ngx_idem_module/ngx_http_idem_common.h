@@ -234,6 +234,13 @@ struct ngx_http_idem_main_conf_s {
     /* the counters' zone (idem_metrics), NULL: nothing is counted */
     ngx_shm_zone_t           *metrics_zone;
 
+    /* idem_metrics' count of unresolved UNKNOWN calls: the streams
+       (ngx_str_t, every idem_unknown_stream's name once, NULL: none), how
+       often and how far they are read (0: the defaults) */
+    ngx_array_t              *unknown_streams;
+    ngx_msec_t                metrics_unknown_interval;
+    ngx_uint_t                metrics_unknown_max;
+
     ngx_http_idem_otel_conf_t  otel;
 };
 

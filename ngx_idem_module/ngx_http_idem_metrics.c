@@ -46,6 +46,7 @@ typedef struct {
 } ngx_http_idem_metrics_redis_t;
 
 
+static char *ngx_http_idem_metrics_args(ngx_conf_t *cf, ngx_command_t *cmd);
 static ngx_int_t ngx_http_idem_metrics_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 static ngx_int_t ngx_http_idem_metrics_handler(ngx_http_request_t *r);
@@ -279,6 +280,10 @@ ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ilcf->metrics = 1;
 
+    if (ngx_http_idem_metrics_args(cf, cmd) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     /* one zone for every location that shows the counters */
 
     ngx_str_set(&name, "idem_metrics");
@@ -298,6 +303,97 @@ ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     imcf->metrics_zone = shm_zone;
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * [unknown_interval=time] [unknown_max=number]: how often and how far a
+ * scrape has the streams of UNKNOWN calls read.  One zone shows them for
+ * every location: each location that sets them sets the same.
+ */
+
+static char *
+ngx_http_idem_metrics_args(ngx_conf_t *cf, ngx_command_t *cmd)
+{
+    ngx_int_t                   n;
+    ngx_str_t                  *value, v;
+    ngx_uint_t                  i, max;
+    ngx_msec_t                  interval;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "unknown_interval=", 17) == 0) {
+            v.data = value[i].data + 17;
+            v.len = value[i].len - 17;
+
+            interval = ngx_parse_time(&v, 0);
+
+            if (interval == (ngx_msec_t) NGX_ERROR || interval == 0) {
+                goto invalid;
+            }
+
+            if (imcf->metrics_unknown_interval
+                && imcf->metrics_unknown_interval != interval)
+            {
+                goto conflict;
+            }
+
+            imcf->metrics_unknown_interval = interval;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "unknown_max=", 12) == 0) {
+            n = ngx_atoi(value[i].data + 12, value[i].len - 12);
+
+            if (n < 1 || n > NGX_HTTP_IDEM_UNKNOWN_MAX_LIMIT) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid value \"%V\" in \"%V\" "
+                                   "directive, unknown_max takes 1 to %d",
+                                   &value[i], &cmd->name,
+                                   NGX_HTTP_IDEM_UNKNOWN_MAX_LIMIT);
+                return NGX_CONF_ERROR;
+            }
+
+            max = (ngx_uint_t) n;
+
+            if (imcf->metrics_unknown_max
+                && imcf->metrics_unknown_max != max)
+            {
+                goto conflict;
+            }
+
+            imcf->metrics_unknown_max = max;
+            continue;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\" in \"%V\" directive",
+                           &value[i], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid value \"%V\" in \"%V\" directive, "
+                       "unknown_interval takes a time over 0",
+                       &value[i], &cmd->name);
+    return NGX_CONF_ERROR;
+
+conflict:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"%V\" in \"%V\" directive differs from an "
+                       "earlier idem_metrics: one zone shows every "
+                       "location's", &value[i], &cmd->name);
+    return NGX_CONF_ERROR;
 }
 
 
@@ -421,6 +517,10 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
 
     counters = &shm->counters;
 
+    /* the UNKNOWN calls' count: a read due starts, never waited for */
+
+    ngx_http_idem_metrics_unknown_refresh(r, shm->streams);
+
     nodes = ngx_http_idem_metrics_workers(r, shm, &waiters);
     if (nodes == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -457,6 +557,7 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
     }
 
     len += ngx_http_idem_storm_metrics_len(r);
+    len += ngx_http_idem_metrics_unknown_len(r);
 
     b = ngx_create_temp_buf(r->pool, len);
     if (b == NULL) {
@@ -515,6 +616,8 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
                                   node[i].up);
         }
     }
+
+    b->last = ngx_http_idem_metrics_unknown_show(r, b->last, shm->streams);
 
     b->last = ngx_http_idem_storm_metrics(r, b->last);
 
@@ -824,6 +927,10 @@ ngx_http_idem_metrics_exit_process(ngx_cycle_t *cycle)
     }
 
     shm = ngx_http_idem_metrics_shm();
+
+    if (shm != NULL) {
+        ngx_http_idem_metrics_unknown_exit(shm->streams);
+    }
 
     if (ngx_http_idem_metrics_slot == -1 || shm == NULL) {
         return;

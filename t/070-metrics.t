@@ -257,3 +257,63 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 ["ok", '(?s)idem_call_duration_seconds_bucket\{state="SUCCESS",le="0\.001"\} 1\n.*idem_call_duration_seconds_sum\{state="SUCCESS"\} 0\.000(?!000)\d{3}\nidem_call_duration_seconds_count\{state="SUCCESS"\} 1\n']
 --- no_error_log
 [error]
+
+
+
+=== TEST 9: idem_unknown_unresolved: an UNKNOWN call (a timeout) counts once a scrape's read has found it, as long as it waits; resolved, it leaves the count
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream people;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 100ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /ok {
+        idem on;
+        idem_record on;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+    location /calls/ {
+        idem_status resolve=on;
+    }
+    location /metrics {
+        idem_metrics unknown_interval=100ms;
+    }
+--- init
+use lib 't/lib';
+use IdemWait ();
+my $port = $ENV{TEST_NGINX_SERVER_PORT};
+my $gauge = sub {
+    my $m = IdemWait::get($port, '/metrics');
+    return $m =~ /^idem_unknown_unresolved\{stream="people"\} (\d+)$/m
+           ? $1 : -1;
+};
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+Test::More::like(`curl -s -i --max-time 10 -H 'X-Call-Id: m-unk-1' --data x=1 http://127.0.0.1:$port/pay`,
+                 qr{^HTTP/1.1 504 }, 'the call timed out: UNKNOWN');
+Test::More::like(`curl -s -i --max-time 10 -H 'X-Call-Id: m-unk-2' http://127.0.0.1:$port/ok`,
+                 qr{^HTTP/1.1 200 }, 'a call that succeeded');
+Test::More::ok(IdemWait::wait_for('the gauge at 1', sub { $gauge->() == 1 }),
+               'the UNKNOWN call counts');
+Test::More::like(`curl -s -i --max-time 10 -H 'Content-Type: application/json' --data '{"outcome":"applied","by":"ops"}' http://127.0.0.1:$port/calls/m-unk-1`,
+                 qr{^HTTP/1.1 200 }, 'resolved');
+Test::More::ok(IdemWait::wait_for('the gauge at 0', sub { $gauge->() == 0 }),
+               'resolved, it no longer counts');
+--- request
+GET /metrics
+--- response_body_like
+(?s)# TYPE idem_unknown_unresolved gauge
+idem_unknown_unresolved\{stream="people"\} 0
+# HELP idem_unknown_unresolved_age_seconds .*
+# TYPE idem_unknown_unresolved_age_seconds gauge
+idem_unknown_unresolved_age_seconds\{stream="people"\} \d+\.\d{3}
+# HELP idem_unknown_unresolved_truncated .*
+# TYPE idem_unknown_unresolved_truncated gauge
+idem_unknown_unresolved_truncated\{stream="people"\} 0
+--- no_error_log
+[alert]
+[crit]
+[emerg]
