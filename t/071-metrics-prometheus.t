@@ -51,6 +51,7 @@ $ng->write_conf(<<"HTTP", log_level => 'debug');
 
         idem on;
         idem_call_id_missing reject;
+        idem_unknown_stream people;
 
         location /ok {
             idem_breaker;
@@ -92,12 +93,13 @@ $ng->write_conf(<<"HTTP", log_level => 'debug');
             proxy_pass http://127.0.0.1:$backend/ok;
         }
         location /metrics {
-            idem_metrics;
+            idem_metrics unknown_interval=500ms;
         }
     }
 HTTP
 
 $ng->start or BAIL_OUT('nginx does not start: ' . $ng->out);
+my $started = time;
 
 sub request {
     my ($p, $method, $path, $id, $timeout) = @_;
@@ -352,13 +354,40 @@ $m = scrape();
 is(value($m, qq{idem_redis_up{node="127.0.0.1:$redis",role="data"}}), 1,
    'idem_redis_up 1');
 
+# the owner that ended UNKNOWN on a dedupe route (h-pay-4, in its record
+# and its stream; /lost has no record): idem_unknown_unresolved counts it;
+# however often both workers are scraped, the stream is read at most once
+# every unknown_interval (500 ms), by one of them
+
+ok(wait_for('idem_unknown_unresolved 1',
+            sub {
+                (value(scrape(), 'idem_unknown_unresolved{stream="people"}')
+                 // -1) == 1
+            }),
+   'idem_unknown_unresolved{stream="people"} 1: h-pay-4');
+scrape() for 1 .. 50;
+$m = scrape();
+{
+    my $spent = time - $started;
+    my $reads = () = $ng->log_text =~ /idem metrics: reading "people"/g;
+    ok($reads >= 1 && $reads <= int($spent / 0.5) + 1,
+       "$reads reads of the stream in $spent s of scrapes: at most one "
+       . "every 500 ms");
+}
+like(value($m, 'idem_unknown_unresolved_age_seconds{stream="people"}'),
+     qr/^\d+\.\d{3}$/, 'the age of that count, in seconds');
+is(value($m, 'idem_unknown_unresolved_truncated{stream="people"}'), 0,
+   'the stream read whole');
+
 
 # 2. promtool check metrics
 
 my @series = qw(idem_call_duration_seconds idem_dedupe_claim_duration_seconds
                 idem_dedupe_wait_duration_seconds idem_dedupe_waiters
                 idem_redis_up idem_redis_connections idem_calls_total
-                idem_breaker_state);
+                idem_breaker_state idem_unknown_unresolved
+                idem_unknown_unresolved_age_seconds
+                idem_unknown_unresolved_truncated);
 
 for my $name (@series) {
     like($m, qr/^# TYPE \Q$name\E (?:counter|gauge|histogram)$/m,
