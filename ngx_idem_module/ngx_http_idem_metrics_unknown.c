@@ -114,6 +114,15 @@ ngx_http_idem_metrics_unknown_refresh(ngx_http_request_t *r,
             continue;
         }
 
+        /* a read that ended between the two loads above set "next" */
+
+        if ((ngx_msec_int_t) (ngx_current_msec - (ngx_msec_t) slot->next)
+            < 0)
+        {
+            slot->busy = 0;
+            continue;
+        }
+
         slot->next = (ngx_atomic_uint_t) (ngx_current_msec + interval);
 
         ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,

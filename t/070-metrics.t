@@ -317,3 +317,43 @@ idem_unknown_unresolved_truncated\{stream="people"\} 0
 [alert]
 [crit]
 [emerg]
+
+
+
+=== TEST 10: idem_unknown_unresolved: absent before a first read has ended; a read stops at unknown_max entries (the newest) and says so
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream people;
+--- config
+    location /pay {
+        idem on;
+        idem_record on;
+        proxy_read_timeout 100ms;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/1000/1;
+    }
+    location /metrics {
+        idem_metrics unknown_interval=100ms unknown_max=1;
+    }
+--- init
+use lib 't/lib';
+use IdemWait ();
+my $port = $ENV{TEST_NGINX_SERVER_PORT};
+system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
+for my $id ('m-unk-3', 'm-unk-4') {
+    Test::More::like(`curl -s -i --max-time 10 -H 'X-Call-Id: $id' --data x=1 http://127.0.0.1:$port/pay`,
+                     qr{^HTTP/1.1 504 }, "$id timed out: UNKNOWN");
+}
+Test::More::unlike(IdemWait::get($port, '/metrics'), qr/idem_unknown_unresolved/,
+                   'the first scrape: no read has ended, no gauge');
+Test::More::ok(IdemWait::wait_for('the truncated read',
+    sub { IdemWait::get($port, '/metrics')
+          =~ /^idem_unknown_unresolved_truncated\{stream="people"\} 1$/m }),
+    'a read of 1 entry');
+--- request
+GET /metrics
+--- response_body_like
+(?ms)^idem_unknown_unresolved\{stream="people"\} 1\n.*^idem_unknown_unresolved_truncated\{stream="people"\} 1$
+--- no_error_log
+[alert]
+[crit]
+[emerg]
