@@ -51,7 +51,7 @@ $ng->write_conf(<<"HTTP", log_level => 'debug');
 
         idem on;
         idem_call_id_missing reject;
-        idem_unknown_stream people;
+        idem_unknown_stream prom-071;
 
         location /ok {
             idem_breaker;
@@ -361,22 +361,22 @@ is(value($m, qq{idem_redis_up{node="127.0.0.1:$redis",role="data"}}), 1,
 
 ok(wait_for('idem_unknown_unresolved 1',
             sub {
-                (value(scrape(), 'idem_unknown_unresolved{stream="people"}')
+                (value(scrape(), 'idem_unknown_unresolved{stream="prom-071"}')
                  // -1) == 1
             }),
-   'idem_unknown_unresolved{stream="people"} 1: h-pay-4');
+   'idem_unknown_unresolved{stream="prom-071"} 1: h-pay-4');
 scrape() for 1 .. 50;
 $m = scrape();
 {
     my $spent = time - $started;
-    my $reads = () = $ng->log_text =~ /idem metrics: reading "people"/g;
+    my $reads = () = $ng->log_text =~ /idem metrics: reading "prom-071"/g;
     ok($reads >= 1 && $reads <= int($spent / 0.5) + 1,
        "$reads reads of the stream in $spent s of scrapes: at most one "
        . "every 500 ms");
 }
-like(value($m, 'idem_unknown_unresolved_age_seconds{stream="people"}'),
+like(value($m, 'idem_unknown_unresolved_age_seconds{stream="prom-071"}'),
      qr/^\d+\.\d{3}$/, 'the age of that count, in seconds');
-is(value($m, 'idem_unknown_unresolved_truncated{stream="people"}'), 0,
+is(value($m, 'idem_unknown_unresolved_truncated{stream="prom-071"}'), 0,
    'the stream read whole');
 
 
