@@ -6,6 +6,45 @@ use Test::Nginx::Socket 'no_plan';
 # No repeat_each(2): the blocks read the counters exactly; a second run's
 # counters include the first run's calls.
 
+use lib 't/lib';
+use IdemWait ();
+
+my @bounds = qw(0.00025 0.0005 0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25
+                0.5 1 2.5 5 10);
+
+# the SUCCESS histogram as a scrape shows it: its count, its sum in µs and
+# its cumulative buckets by bound
+sub success {
+    my $m = IdemWait::get($ENV{TEST_NGINX_SERVER_PORT}, '/metrics');
+    my %le = $m =~ /^idem_call_duration_seconds_bucket\{state="SUCCESS",le="([^"]+)"\} (\d+)$/mg;
+    my ($s, $f) = $m =~ /^idem_call_duration_seconds_sum\{state="SUCCESS"\} (\d+)\.(\d{6})$/m;
+    my ($n) = $m =~ /^idem_call_duration_seconds_count\{state="SUCCESS"\} (\d+)$/m;
+    return { n => $n // -1, us => defined $s ? $s * 1000000 + $f : -1,
+             le => \%le };
+}
+
+# the bucket a duration of $us lands in: its bound, as shown
+sub bucket_of {
+    my ($us) = @_;
+    for my $b (@bounds) {
+        return $b if $us <= $b * 1000000;
+    }
+    return '+Inf';
+}
+
+# the SUCCESS calls counted since $before: how many landed in each bucket
+sub landed {
+    my ($before, $after) = @_;
+    my (%n, $below);
+    $below = 0;
+    for my $b (@bounds, '+Inf') {
+        my $c = $after->{le}{$b} - $before->{le}{$b};
+        $n{$b} = $c - $below;
+        $below = $c;
+    }
+    return \%n;
+}
+
 no_long_string();
 no_shuffle();
 run_tests();
@@ -167,7 +206,7 @@ x
 
 
 
-=== TEST 6: a call's duration, by its final state: a call the backend holds 300 ms is in the bucket of 0.5 s, in none of 0.25 s or less
+=== TEST 6: a call's duration, by its final state: a call the backend holds 300 ms is in the bucket its duration falls in (0.5 s, or more on a slow machine), in none of 0.25 s or less
 --- config
     location /t {
         idem on;
@@ -180,6 +219,20 @@ x
     location /metrics {
         idem_metrics;
     }
+--- init
+my $port = $ENV{TEST_NGINX_SERVER_PORT};
+my $before = main::success();
+Test::More::like(`curl -s --max-time 10 -H 'X-Call-Id: m-hist-0' http://127.0.0.1:$port/t`,
+                 qr/^n=1/, 'the held call: 200');
+my $after;
+Test::More::ok(IdemWait::wait_for('the held call counted',
+                                  sub { ($after = main::success())->{n} == 1 }),
+               'the held call counted');
+my $us = $after->{us} - $before->{us};
+Test::More::cmp_ok($us, '>=', 300000, "held 300 ms: $us us");
+my $b = main::bucket_of($us);
+Test::More::is(main::landed($before, $after)->{$b}, 1,
+               "it lands in the bucket of $b s, the one its $us us fall in");
 --- request eval
 ["GET /t", "GET /f", "GET /metrics"]
 --- more_headers eval
@@ -187,7 +240,7 @@ x
 --- error_code eval
 [200, 500, 200]
 --- response_body_like eval
-["n=1", "", '(?s)state="SUCCESS",le="0\.25"\} 0\nidem_call_duration_seconds_bucket\{state="SUCCESS",le="0\.5"\} 1\n.*state="SUCCESS",le="\+Inf"\} 1\nidem_call_duration_seconds_sum\{state="SUCCESS"\} (?:0\.[3-9]|[1-9]\d*\.)\d{5,6}\nidem_call_duration_seconds_count\{state="SUCCESS"\} 1\n.*idem_call_duration_seconds_count\{state="FAILED"\} 1\nidem_call_duration_seconds_bucket\{state="UNKNOWN",le="0\.00025"\} 0\n']
+["n=1", "", '(?s)state="SUCCESS",le="0\.25"\} 0\n.*state="SUCCESS",le="\+Inf"\} 2\nidem_call_duration_seconds_sum\{state="SUCCESS"\} (?:0\.[6-9]|[1-9]\d*\.)\d{5,6}\nidem_call_duration_seconds_count\{state="SUCCESS"\} 2\n.*idem_call_duration_seconds_count\{state="FAILED"\} 1\nidem_call_duration_seconds_bucket\{state="UNKNOWN",le="0\.00025"\} 0\n']
 --- no_error_log
 [error]
 
@@ -238,7 +291,7 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
 
 
 
-=== TEST 8: durations in µs of a monotonic clock: a call the gateway answers itself at once lands under 1 ms, its sum not a whole millisecond
+=== TEST 8: durations in µs of a monotonic clock: a call the gateway answers itself lands under 1 ms, in the bucket its duration falls in, and durations are not whole milliseconds
 --- config
     location /r {
         idem on;
@@ -247,14 +300,35 @@ system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
     location /metrics {
         idem_metrics;
     }
---- request eval
-["GET /r", "GET /metrics"]
---- more_headers eval
-["X-Call-Id: m-fast-1", ""]
---- error_code eval
-[200, 200]
---- response_body_like eval
-["ok", '(?s)idem_call_duration_seconds_bucket\{state="SUCCESS",le="0\.001"\} 1\n.*idem_call_duration_seconds_sum\{state="SUCCESS"\} 0\.000(?!000)\d{3}\nidem_call_duration_seconds_count\{state="SUCCESS"\} 1\n']
+--- init
+my $port = $ENV{TEST_NGINX_SERVER_PORT};
+my ($sub_ms, $fraction, $wrong) = (0, 0, '');
+my $before = main::success();
+# a loaded machine may hold one call past 1 ms: up to 20 calls, each
+# checked, until one was under 1 ms and one not a whole millisecond
+for my $i (1 .. 20) {
+    Test::More::like(`curl -s --max-time 10 -H 'X-Call-Id: m-fast-$i' http://127.0.0.1:$port/r`,
+                     qr/^ok/, "fast call $i: 200");
+    my $after;
+    IdemWait::wait_for("fast call $i counted",
+                       sub { ($after = main::success())->{n} == $i })
+        or last;
+    my $us = $after->{us} - $before->{us};
+    my $b = main::bucket_of($us);
+    $wrong .= "call $i: $us us, not in le=$b; "
+        unless main::landed($before, $after)->{$b} == 1;
+    $sub_ms = 1 if $us < 1000;
+    $fraction = 1 if $us % 1000;
+    $before = $after;
+    last if $sub_ms && $fraction;
+}
+Test::More::ok($sub_ms, 'a call under 1 ms, in a bucket under 1 ms');
+Test::More::ok($fraction, 'a duration of µs, not whole milliseconds');
+Test::More::is($wrong, '', 'each call in the bucket its duration falls in');
+--- request
+GET /metrics
+--- response_body_like
+(?m)^idem_call_duration_seconds_count\{state="SUCCESS"\} [1-9]\d*$
 --- no_error_log
 [error]
 
