@@ -561,6 +561,7 @@ typedef struct {
     ngx_msec_t                poll;         /* the next delay */
     ngx_msec_t                asked;        /* the last claim sent */
     uint64_t                  asked_us;     /* the same, µs (metrics) */
+    uint64_t                  claimed_us;   /* the first claim's, µs */
     ngx_msec_t                lease_end;    /* the owner's, 0: not known */
     ngx_http_idem_store_watch_t   watch;    /* woken by the final write */
     time_t                    expires;      /* the id known until, 0: ? */

@@ -1139,6 +1139,7 @@ ngx_http_idem_observe_claim(ngx_http_idem_ctx_t *ctx)
 void
 ngx_http_idem_observe_wait(ngx_http_idem_ctx_t *ctx, ngx_uint_t result)
 {
+    uint64_t                      now;
     ngx_http_idem_metrics_shm_t  *shm;
 
     shm = ngx_http_idem_metrics_shm();
@@ -1147,9 +1148,12 @@ ngx_http_idem_observe_wait(ngx_http_idem_ctx_t *ctx, ngx_uint_t result)
         return;
     }
 
+    now = ngx_http_idem_metrics_clock();
+
     ngx_http_idem_observe(&shm->waits[result],
-                          (uint64_t) (ngx_current_msec - ctx->dedupe.claimed)
-                          * 1000);
+                          (ctx->dedupe.claimed_us
+                           && now > ctx->dedupe.claimed_us)
+                          ? now - ctx->dedupe.claimed_us : 0);
 }
 
 

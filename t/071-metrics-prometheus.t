@@ -322,6 +322,17 @@ is(value($m, 'idem_dedupe_wait_duration_seconds_bucket{result="conflict",'
              . 'le="2.5"}'),
    0, 'it waited for the owner\'s 3 s: in no bucket of 2.5 s or less');
 
+# waits are timed in µs, as calls are: of the waits' sums (replayed,
+# timed_out, client_gone, conflict), not all whole milliseconds (each is
+# one by chance once in a thousand)
+{
+    my @sums = grep { defined && $_ > 0 }
+               map { value($m, "idem_dedupe_wait_duration_seconds_sum{result=\"$_\"}") }
+               qw(replayed timed_out client_gone conflict);
+    cmp_ok(scalar @sums, '>=', 3, 'at least three kinds of waits timed');
+    ok((grep { !/\.\d{3}000$/ } @sums), 'wait sums in µs: ' . join(' ', @sums));
+}
+
 # a durable claim no replica confirms (the test's Redis has none): its
 # WAIT runs out after 100 ms, the call is refused 503
 
