@@ -220,8 +220,9 @@ ngx_http_idem_unknown_page(void *data, ngx_int_t rc, uint64_t now,
     rd->truncated = (n > 0 && n >= rd->n);
     rd->n = 0;
 
-    rd->entries = ngx_pcalloc(rd->pool, (n ? n : 1)
-                                        * sizeof(ngx_http_idem_unknown_entry_t));
+    rd->entries = ngx_pcalloc(rd->pool,
+                              (n ? n : 1)
+                              * sizeof(ngx_http_idem_unknown_entry_t));
     if (rd->entries == NULL) {
         rd->failed = 1;
         ngx_http_idem_unknown_done(rd);
