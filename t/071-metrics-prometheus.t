@@ -6,7 +6,9 @@
 #
 #   1. calls of known durations and ends, two waiting duplicates, a
 #      duplicate parked now: each series with its value; the Redis node up
-#      in both workers;
+#      in both workers; the UNKNOWN owner counted by
+#      idem_unknown_unresolved, its stream read at most once every
+#      unknown_interval however often the two workers are scraped;
 #   2. "promtool check metrics" on that output, every series present;
 #   3. a gateway whose Redis is down: idem_redis_up 0, no worker connected;
 #   4. the shipped rules (conf-examples/prometheus/idem-rules.yml):
