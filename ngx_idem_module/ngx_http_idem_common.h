@@ -234,6 +234,13 @@ struct ngx_http_idem_main_conf_s {
     /* the counters' zone (idem_metrics), NULL: nothing is counted */
     ngx_shm_zone_t           *metrics_zone;
 
+    /* idem_metrics' count of unresolved UNKNOWN calls: the streams
+       (ngx_str_t, every idem_unknown_stream's name once, NULL: none), how
+       often and how far they are read (0: the defaults) */
+    ngx_array_t              *unknown_streams;
+    ngx_msec_t                metrics_unknown_interval;
+    ngx_uint_t                metrics_unknown_max;
+
     ngx_http_idem_otel_conf_t  otel;
 };
 
@@ -554,6 +561,7 @@ typedef struct {
     ngx_msec_t                poll;         /* the next delay */
     ngx_msec_t                asked;        /* the last claim sent */
     uint64_t                  asked_us;     /* the same, µs (metrics) */
+    uint64_t                  claimed_us;   /* the first claim's, µs */
     ngx_msec_t                lease_end;    /* the owner's, 0: not known */
     ngx_http_idem_store_watch_t   watch;    /* woken by the final write */
     time_t                    expires;      /* the id known until, 0: ? */
@@ -626,6 +634,10 @@ struct ngx_http_idem_ctx_s {
 
     /* problem.c: a problem's body sent in place of nginx's own page */
     ngx_chain_t              *problem_body;
+
+    /* µs of a monotonic clock when the module first saw the call, 0: none
+       (metrics.c: idem_metrics is off) */
+    uint64_t                  start_us;
 
     ngx_http_idem_ids_ctx_t       ids;
     ngx_http_idem_trace_ctx_t     trace;

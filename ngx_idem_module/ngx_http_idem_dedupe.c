@@ -437,6 +437,7 @@ ngx_http_idem_dedupe_claim(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 
     ctx->dedupe.claim.short_record = 0;
     ctx->dedupe.asked_us = ngx_http_idem_metrics_clock();
+    ctx->dedupe.claimed_us = ctx->dedupe.asked_us;
 
     /*
      * Decided here, not by the location the request ends in (an

@@ -100,6 +100,7 @@ ngx_http_idem_handler(ngx_http_request_t *r)
 
     ctx->request = r;
     ctx->conf = ilcf;
+    ctx->start_us = ngx_http_idem_metrics_clock();
     ctx->grpc.on = ngx_http_idem_grpc_request(r);
     ctx->ids.call_id_header = &ilcf->call_id_header;
     ctx->ids.trace_id_header = &ilcf->trace_id_header;

@@ -46,11 +46,13 @@ typedef struct {
 } ngx_http_idem_metrics_redis_t;
 
 
+static char *ngx_http_idem_metrics_args(ngx_conf_t *cf, ngx_command_t *cmd);
 static ngx_int_t ngx_http_idem_metrics_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
 static ngx_int_t ngx_http_idem_metrics_handler(ngx_http_request_t *r);
 static ngx_http_idem_metrics_shm_t *ngx_http_idem_metrics_shm(void);
 static void ngx_http_idem_observe(ngx_http_idem_histogram_t *h, uint64_t us);
+static ngx_uint_t ngx_http_idem_metrics_refusal(ngx_http_idem_ctx_t *ctx);
 static u_char *ngx_http_idem_metrics_histograms(u_char *p,
     ngx_http_idem_metrics_shm_t *shm);
 static ngx_array_t *ngx_http_idem_metrics_workers(ngx_http_request_t *r,
@@ -105,8 +107,9 @@ static ngx_http_idem_metrics_hist_t  ngx_http_idem_metrics_hists[] = {
 
     ngx_http_idem_metrics_hist("idem_call_duration_seconds",
         "Executions of calls (every call on routes with idem on, the "
-        "owner's on dedupe routes), from the request's arrival to its end, "
-        "by the execution's final state.", "state",
+        "owner's on dedupe routes; not the calls the module refused), from "
+        "the module's first sight of the request to its end, by the "
+        "execution's final state.", "state",
         ngx_http_idem_metrics_states, calls),
     ngx_http_idem_metrics_hist("idem_dedupe_claim_duration_seconds",
         "Dedupe claims, from sent to answered (a durable claim's WAIT "
@@ -152,7 +155,8 @@ static ngx_http_idem_metric_t  ngx_http_idem_metrics_list[] = {
         "Bodies with no call id at idem_call_id_json's path (past max=, "
         "not JSON, no string or integer there).", body_ids_missing),
     ngx_http_idem_metric("idem_rejected_total", "reason=\"invalid_call_id\"",
-        "Calls answered 400 by the module.", invalid_call_id),
+        "Calls answered 400 by the module before they were executions (in "
+        "no idem_call_duration_seconds state).", invalid_call_id),
     ngx_http_idem_metric("idem_rejected_total", "reason=\"missing_call_id\"",
         NULL, missing_call_id),
     ngx_http_idem_metric("idem_rejected_total", "reason=\"invalid_trace_id\"",
@@ -276,6 +280,10 @@ ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ilcf->metrics = 1;
 
+    if (ngx_http_idem_metrics_args(cf, cmd) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     /* one zone for every location that shows the counters */
 
     ngx_str_set(&name, "idem_metrics");
@@ -295,6 +303,97 @@ ngx_http_idem_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     imcf->metrics_zone = shm_zone;
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * [unknown_interval=time] [unknown_max=number]: how often and how far a
+ * scrape has the streams of UNKNOWN calls read.  One zone shows them for
+ * every location: each location that sets them sets the same.
+ */
+
+static char *
+ngx_http_idem_metrics_args(ngx_conf_t *cf, ngx_command_t *cmd)
+{
+    ngx_int_t                   n;
+    ngx_str_t                  *value, v;
+    ngx_uint_t                  i, max;
+    ngx_msec_t                  interval;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
+
+    value = cf->args->elts;
+
+    for (i = 1; i < cf->args->nelts; i++) {
+
+        if (ngx_strncmp(value[i].data, "unknown_interval=", 17) == 0) {
+            v.data = value[i].data + 17;
+            v.len = value[i].len - 17;
+
+            interval = ngx_parse_time(&v, 0);
+
+            if (interval == (ngx_msec_t) NGX_ERROR || interval == 0) {
+                goto invalid;
+            }
+
+            if (imcf->metrics_unknown_interval
+                && imcf->metrics_unknown_interval != interval)
+            {
+                goto conflict;
+            }
+
+            imcf->metrics_unknown_interval = interval;
+            continue;
+        }
+
+        if (ngx_strncmp(value[i].data, "unknown_max=", 12) == 0) {
+            n = ngx_atoi(value[i].data + 12, value[i].len - 12);
+
+            if (n < 1 || n > NGX_HTTP_IDEM_UNKNOWN_MAX_LIMIT) {
+                ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                                   "invalid value \"%V\" in \"%V\" "
+                                   "directive, unknown_max takes 1 to %d",
+                                   &value[i], &cmd->name,
+                                   NGX_HTTP_IDEM_UNKNOWN_MAX_LIMIT);
+                return NGX_CONF_ERROR;
+            }
+
+            max = (ngx_uint_t) n;
+
+            if (imcf->metrics_unknown_max
+                && imcf->metrics_unknown_max != max)
+            {
+                goto conflict;
+            }
+
+            imcf->metrics_unknown_max = max;
+            continue;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\" in \"%V\" directive",
+                           &value[i], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+
+invalid:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid value \"%V\" in \"%V\" directive, "
+                       "unknown_interval takes a time over 0",
+                       &value[i], &cmd->name);
+    return NGX_CONF_ERROR;
+
+conflict:
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"%V\" in \"%V\" directive differs from an "
+                       "earlier idem_metrics: one zone shows every "
+                       "location's", &value[i], &cmd->name);
+    return NGX_CONF_ERROR;
 }
 
 
@@ -418,6 +517,10 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
 
     counters = &shm->counters;
 
+    /* the UNKNOWN calls' count: a read due starts, never waited for */
+
+    ngx_http_idem_metrics_unknown_refresh(r, shm->streams);
+
     nodes = ngx_http_idem_metrics_workers(r, shm, &waiters);
     if (nodes == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -454,6 +557,7 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
     }
 
     len += ngx_http_idem_storm_metrics_len(r);
+    len += ngx_http_idem_metrics_unknown_len(r);
 
     b = ngx_create_temp_buf(r->pool, len);
     if (b == NULL) {
@@ -512,6 +616,8 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
                                   node[i].up);
         }
     }
+
+    b->last = ngx_http_idem_metrics_unknown_show(r, b->last, shm->streams);
 
     b->last = ngx_http_idem_storm_metrics(r, b->last);
 
@@ -822,6 +928,10 @@ ngx_http_idem_metrics_exit_process(ngx_cycle_t *cycle)
 
     shm = ngx_http_idem_metrics_shm();
 
+    if (shm != NULL) {
+        ngx_http_idem_metrics_unknown_exit(shm->streams);
+    }
+
     if (ngx_http_idem_metrics_slot == -1 || shm == NULL) {
         return;
     }
@@ -923,16 +1033,19 @@ ngx_http_idem_metrics_clock(void)
 
 
 /*
- * An execution ended (the log phase): its duration since the request
- * came, by its final state.  A duplicate that a dedupe route answered
- * itself (replayed, 409, 422, 503) is not an execution and is not shown.
+ * An execution ended (the log phase): its duration since the module first
+ * saw the request (its rewrite phase), in µs of a monotonic clock, by its
+ * final state.  A duplicate that a dedupe route answered itself
+ * (replayed, 409, 422, 503) is not an execution and is not shown, nor is
+ * a call the module refused before it existed: its ids or its budget
+ * invalid, no scope, a resend over idem_resend_limit (idem_rejected_total
+ * and idem_resends_refused_total count those).
  */
 
 void
 ngx_http_idem_observe_call(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
 {
-    ngx_msec_int_t                ms;
-    ngx_time_t                   *tp;
+    uint64_t                      now;
     ngx_http_idem_metrics_shm_t  *shm;
 
     shm = ngx_http_idem_metrics_shm();
@@ -946,14 +1059,52 @@ ngx_http_idem_observe_call(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx)
         return;
     }
 
-    tp = ngx_timeofday();
+    if (!ctx->ids.settled || ngx_http_idem_metrics_refusal(ctx)) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "idem metrics: a refused call, no execution");
+        return;
+    }
 
-    ms = (ngx_msec_int_t) ((tp->sec - r->start_sec) * 1000
-                           + (tp->msec - r->start_msec));
+    now = ngx_http_idem_metrics_clock();
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "idem metrics: execution of %uL us",
+                   (ctx->start_us && now > ctx->start_us)
+                   ? now - ctx->start_us : 0);
 
     ngx_http_idem_observe(&shm->calls[ctx->record.final_state
                                       - NGX_HTTP_IDEM_SUCCESS],
-                          (uint64_t) ngx_max(ms, 0) * 1000);
+                          (ctx->start_us && now > ctx->start_us)
+                          ? now - ctx->start_us : 0);
+}
+
+
+/*
+ * The module's answer to a call that never became an execution: nothing
+ * forwarded, nothing in its record.  A budget spent before the first
+ * attempt (504) or a breaker's 503 is an execution: its record has it.
+ */
+
+static ngx_uint_t
+ngx_http_idem_metrics_refusal(ngx_http_idem_ctx_t *ctx)
+{
+    if (ctx->refused == NULL) {
+        return 0;
+    }
+
+    switch (ctx->refused->id) {
+
+    case NGX_HTTP_IDEM_P_MISSING_CALL_ID:
+    case NGX_HTTP_IDEM_P_INVALID_CALL_ID:
+    case NGX_HTTP_IDEM_P_INVALID_TRACE_ID:
+    case NGX_HTTP_IDEM_P_INVALID_DEADLINE:
+    case NGX_HTTP_IDEM_P_EMPTY_SCOPE:
+    case NGX_HTTP_IDEM_P_TOO_MANY_RESENDS:
+        return 1;
+
+    default:
+        return 0;
+    }
 }
 
 
@@ -988,6 +1139,7 @@ ngx_http_idem_observe_claim(ngx_http_idem_ctx_t *ctx)
 void
 ngx_http_idem_observe_wait(ngx_http_idem_ctx_t *ctx, ngx_uint_t result)
 {
+    uint64_t                      now;
     ngx_http_idem_metrics_shm_t  *shm;
 
     shm = ngx_http_idem_metrics_shm();
@@ -996,9 +1148,12 @@ ngx_http_idem_observe_wait(ngx_http_idem_ctx_t *ctx, ngx_uint_t result)
         return;
     }
 
+    now = ngx_http_idem_metrics_clock();
+
     ngx_http_idem_observe(&shm->waits[result],
-                          (uint64_t) (ngx_current_msec - ctx->dedupe.claimed)
-                          * 1000);
+                          (ctx->dedupe.claimed_us
+                           && now > ctx->dedupe.claimed_us)
+                          ? now - ctx->dedupe.claimed_us : 0);
 }
 
 

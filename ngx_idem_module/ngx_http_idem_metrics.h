@@ -9,6 +9,7 @@
 
 
 #include "ngx_http_idem_common.h"
+#include "ngx_http_idem_metrics_unknown.h"
 
 
 /*
@@ -87,6 +88,9 @@ typedef struct {
     ngx_http_idem_histogram_t waits[NGX_HTTP_IDEM_WAITED_N];
 
     ngx_http_idem_metrics_worker_t  workers[NGX_HTTP_IDEM_METRICS_WORKERS];
+
+    /* idem_unknown_unresolved: by idem_unknown_streams' order */
+    ngx_http_idem_metrics_stream_t  streams[NGX_HTTP_IDEM_METRICS_STREAMS];
 } ngx_http_idem_metrics_shm_t;
 
 

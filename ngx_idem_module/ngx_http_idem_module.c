@@ -391,7 +391,7 @@ static ngx_command_t  ngx_http_idem_commands[] = {
       NULL },
 
     { ngx_string("idem_metrics"),
-      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS|NGX_CONF_TAKE12,
       ngx_http_idem_metrics,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,

@@ -36,6 +36,7 @@
 
 
 static void ngx_http_idem_stream_added(void *data, ngx_int_t rc);
+static ngx_int_t ngx_http_idem_stream_named(ngx_conf_t *cf, ngx_str_t *name);
 
 
 /* idem_unknown_stream NAME [maxlen=N] | off */
@@ -83,6 +84,10 @@ ngx_http_idem_unknown_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ilcf->unknown_stream = value[1];
     ilcf->unknown_stream_maxlen = NGX_HTTP_IDEM_STREAM_MAXLEN;
 
+    if (ngx_http_idem_stream_named(cf, &value[1]) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     if (cf->args->nelts == 2) {
         return NGX_CONF_OK;
     }
@@ -107,6 +112,46 @@ ngx_http_idem_unknown_stream(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ilcf->unknown_stream_maxlen = n;
 
     return NGX_CONF_OK;
+}
+
+
+/* every stream the configuration names, once: idem_metrics counts them */
+
+static ngx_int_t
+ngx_http_idem_stream_named(ngx_conf_t *cf, ngx_str_t *name)
+{
+    ngx_str_t                  *s;
+    ngx_uint_t                  i;
+    ngx_http_idem_main_conf_t  *imcf;
+
+    imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
+
+    if (imcf->unknown_streams == NULL) {
+        imcf->unknown_streams = ngx_array_create(cf->pool, 2,
+                                                 sizeof(ngx_str_t));
+        if (imcf->unknown_streams == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    s = imcf->unknown_streams->elts;
+
+    for (i = 0; i < imcf->unknown_streams->nelts; i++) {
+        if (s[i].len == name->len
+            && ngx_strncmp(s[i].data, name->data, name->len) == 0)
+        {
+            return NGX_OK;
+        }
+    }
+
+    s = ngx_array_push(imcf->unknown_streams);
+    if (s == NULL) {
+        return NGX_ERROR;
+    }
+
+    *s = *name;
+
+    return NGX_OK;
 }
 
 

@@ -409,12 +409,12 @@ invalid number of arguments in "idem_status" directive
 
 
 
-=== TEST 42: idem_metrics takes no argument
+=== TEST 42: idem_metrics takes unknown_interval= and unknown_max= only
 --- config
     location /m { idem_metrics on; }
 --- must_die
 --- error_log
-invalid number of arguments in "idem_metrics" directive
+invalid parameter "on" in "idem_metrics" directive
 
 
 
@@ -879,3 +879,41 @@ idem_otel_buffer must be at least 16k
 --- must_die
 --- error_log
 "idem_otel_endpoint" directive is not allowed here
+
+
+
+=== TEST 80: idem_metrics unknown_interval= takes a time over 0
+--- config
+    location /m { idem_metrics unknown_interval=0; }
+--- must_die
+--- error_log
+invalid value "unknown_interval=0" in "idem_metrics" directive, unknown_interval takes a time over 0
+
+
+
+=== TEST 81: idem_metrics unknown_max= takes 1 to 10000
+--- config
+    location /m { idem_metrics unknown_max=10001; }
+--- must_die
+--- error_log
+invalid value "unknown_max=10001" in "idem_metrics" directive, unknown_max takes 1 to 10000
+
+
+
+=== TEST 82: two idem_metrics locations show one zone: their unknown_interval= must agree
+--- config
+    location /m { idem_metrics unknown_interval=5s unknown_max=50; }
+    location /m2 { idem_metrics unknown_interval=10s; }
+--- must_die
+--- error_log
+"unknown_interval=10s" in "idem_metrics" directive differs from an earlier idem_metrics
+
+
+
+=== TEST 83: idem_metrics with both parameters, and one that repeats them
+--- config
+    location /m { idem_metrics unknown_interval=5s unknown_max=50; }
+    location /m2 { idem_metrics unknown_max=50; }
+--- request
+GET /m
+--- error_code: 200

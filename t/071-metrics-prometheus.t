@@ -6,7 +6,9 @@
 #
 #   1. calls of known durations and ends, two waiting duplicates, a
 #      duplicate parked now: each series with its value; the Redis node up
-#      in both workers;
+#      in both workers; the UNKNOWN owner counted by
+#      idem_unknown_unresolved, its stream read at most once every
+#      unknown_interval however often the two workers are scraped;
 #   2. "promtool check metrics" on that output, every series present;
 #   3. a gateway whose Redis is down: idem_redis_up 0, no worker connected;
 #   4. the shipped rules (conf-examples/prometheus/idem-rules.yml):
@@ -51,6 +53,7 @@ $ng->write_conf(<<"HTTP", log_level => 'debug');
 
         idem on;
         idem_call_id_missing reject;
+        idem_unknown_stream prom-071;
 
         location /ok {
             idem_breaker;
@@ -92,12 +95,13 @@ $ng->write_conf(<<"HTTP", log_level => 'debug');
             proxy_pass http://127.0.0.1:$backend/ok;
         }
         location /metrics {
-            idem_metrics;
+            idem_metrics unknown_interval=500ms;
         }
     }
 HTTP
 
 $ng->start or BAIL_OUT('nginx does not start: ' . $ng->out);
+my $started = time;
 
 sub request {
     my ($p, $method, $path, $id, $timeout) = @_;
@@ -320,6 +324,17 @@ is(value($m, 'idem_dedupe_wait_duration_seconds_bucket{result="conflict",'
              . 'le="2.5"}'),
    0, 'it waited for the owner\'s 3 s: in no bucket of 2.5 s or less');
 
+# waits are timed in µs, as calls are: of the waits' sums (replayed,
+# timed_out, client_gone, conflict), not all whole milliseconds (each is
+# one by chance once in a thousand)
+{
+    my @sums = grep { defined && $_ > 0 }
+               map { value($m, "idem_dedupe_wait_duration_seconds_sum{result=\"$_\"}") }
+               qw(replayed timed_out client_gone conflict);
+    cmp_ok(scalar @sums, '>=', 3, 'at least three kinds of waits timed');
+    ok((grep { !/\.\d{3}000$/ } @sums), 'wait sums in µs: ' . join(' ', @sums));
+}
+
 # a durable claim no replica confirms (the test's Redis has none): its
 # WAIT runs out after 100 ms, the call is refused 503
 
@@ -352,13 +367,40 @@ $m = scrape();
 is(value($m, qq{idem_redis_up{node="127.0.0.1:$redis",role="data"}}), 1,
    'idem_redis_up 1');
 
+# the owner that ended UNKNOWN on a dedupe route (h-pay-4, in its record
+# and its stream; /lost has no record): idem_unknown_unresolved counts it;
+# however often both workers are scraped, the stream is read at most once
+# every unknown_interval (500 ms), by one of them
+
+ok(wait_for('idem_unknown_unresolved 1',
+            sub {
+                (value(scrape(), 'idem_unknown_unresolved{stream="prom-071"}')
+                 // -1) == 1
+            }),
+   'idem_unknown_unresolved{stream="prom-071"} 1: h-pay-4');
+scrape() for 1 .. 50;
+$m = scrape();
+{
+    my $spent = time - $started;
+    my $reads = () = $ng->log_text =~ /idem metrics: reading "prom-071"/g;
+    ok($reads >= 1 && $reads <= int($spent / 0.5) + 1,
+       "$reads reads of the stream in $spent s of scrapes: at most one "
+       . "every 500 ms");
+}
+like(value($m, 'idem_unknown_unresolved_age_seconds{stream="prom-071"}'),
+     qr/^\d+\.\d{3}$/, 'the age of that count, in seconds');
+is(value($m, 'idem_unknown_unresolved_truncated{stream="prom-071"}'), 0,
+   'the stream read whole');
+
 
 # 2. promtool check metrics
 
 my @series = qw(idem_call_duration_seconds idem_dedupe_claim_duration_seconds
                 idem_dedupe_wait_duration_seconds idem_dedupe_waiters
                 idem_redis_up idem_redis_connections idem_calls_total
-                idem_breaker_state);
+                idem_breaker_state idem_unknown_unresolved
+                idem_unknown_unresolved_age_seconds
+                idem_unknown_unresolved_truncated);
 
 for my $name (@series) {
     like($m, qr/^# TYPE \Q$name\E (?:counter|gauge|histogram)$/m,
