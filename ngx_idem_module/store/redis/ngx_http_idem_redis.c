@@ -267,8 +267,11 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
         lens[i] = argv[i].len;
     }
 
+    /* a record's write whose first command it is: its count, as privdata */
+
     rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_written,
-                                          NULL, argc, args, lens, 0);
+                                          (void *) rd->write_dropped, argc,
+                                          args, lens, 0);
 
     if (args != args_buf) {
         ngx_free(args);
@@ -277,6 +280,8 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
     if (rc != NGX_OK) {
         return ngx_http_idem_redis_drop(rd, &rd->down);
     }
+
+    rd->write_dropped = NULL;
 
     return NGX_OK;
 }
@@ -337,7 +342,10 @@ ngx_http_idem_redis_room(ngx_uint_t n)
 }
 
 
-/* the answer to a write: only an error matters */
+/*
+ * The answer to a write: only an error matters.  privdata: the counter of
+ * the record's write it carries, which an error or no answer loses.
+ */
 
 void
 ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
@@ -351,6 +359,12 @@ ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
     rd = node->rd;
 
     ngx_http_idem_redis_pending_done(rd);
+
+    if (privdata != NULL
+        && (reply == NULL || reply->type == REDIS_REPLY_ERROR))
+    {
+        ngx_http_idem_redis_write_dropped((ngx_atomic_t *) privdata);
+    }
 
     if (rd->closing) {
         return;

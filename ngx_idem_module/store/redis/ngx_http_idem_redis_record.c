@@ -204,9 +204,36 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_owned_lua = {
 ngx_int_t
 ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 {
-    ngx_int_t  rc;
+    ngx_int_t               rc;
+    ngx_http_idem_redis_t  *rd;
+
+    rd = &ngx_http_idem_redis;
+
+    /*
+     * Its first command carries its count of writes given up: what
+     * becomes of that command is what becomes of the write (the fields;
+     * a PEXPIRE after them is lost at worst).  Not taken at all, or only
+     * partly: counted now, and the command sent keeps no count.
+     */
+
+    rd->write_dropped = w->dropped;
+    rd->write_op = NULL;
 
     rc = ngx_http_idem_redis_write_fields(w);
+
+    if (rc != NGX_OK && w->dropped != NULL) {
+
+        if (rd->write_op != NULL) {
+            rd->write_op->dropped = NULL;
+        }
+
+        if (rd->write_dropped != NULL || rd->write_op != NULL) {
+            ngx_http_idem_redis_write_dropped(w->dropped);
+        }
+    }
+
+    rd->write_dropped = NULL;
+    rd->write_op = NULL;
 
     if (rc != NGX_OK || w->wake.len == 0) {
         return rc;
