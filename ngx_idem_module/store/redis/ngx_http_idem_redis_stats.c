@@ -190,10 +190,10 @@ ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd, ngx_uint_t *why)
 
 
 /*
- * A record's write given up after the store took it (held past its
+ * A record's write given up: not taken, or taken and then held past its
  * timeout, lost with its connection before its answer, refused by Redis,
- * left when the worker exits): idem_record_writes_total{result="dropped"}
- * (the counter its caller gave, in the metrics' zone).
+ * left when the worker exits: idem_record_writes_total{result="dropped"}
+ * (the counter its caller gave, in the metrics' zone), once a write.
  */
 
 void
