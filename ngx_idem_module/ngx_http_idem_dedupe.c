@@ -827,6 +827,7 @@ ngx_http_idem_dedupe_bound(ngx_event_t *ev)
     u_char                       *p;
     ngx_str_t                     fields[2];
     ngx_http_request_t           *r;
+    ngx_http_idem_counters_t     *counters;
     ngx_http_idem_store_write_t   w;
 
     r = ctx->request;
@@ -851,12 +852,17 @@ ngx_http_idem_dedupe_bound(ngx_event_t *ev)
     w.fields = fields;
     w.nfields = 2;
 
+    /* given up, at once or later: the store counts it there */
+
+    counters = ngx_http_idem_counters();
+    w.dropped = (counters != NULL) ? &counters->record_drops : NULL;
+
     ngx_log_error(NGX_LOG_INFO, ev->log, 0,
                   "idem: call \"%V\" still running at its bound: its "
                   "resolution waits for its final write", &ctx->ids.call_id);
 
-    if (ngx_http_idem_store_write(&w) != NGX_OK) {
-        ngx_http_idem_count(record_drops);
+    if (ngx_http_idem_store_write(&w) == NGX_OK) {
+        ngx_http_idem_count(record_writes);
     }
 }
 

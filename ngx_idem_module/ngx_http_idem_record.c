@@ -778,6 +778,7 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     ngx_str_t                  *argv, answer, *outcome;
     ngx_uint_t                  i, n, argc, status, unanswered;
     ngx_http_idem_attempt_t     *a;
+    ngx_http_idem_counters_t    *counters;
     ngx_http_idem_main_conf_t   *imcf;
     ngx_http_idem_store_write_t  w;
 
@@ -956,6 +957,11 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
     w.fields = &argv[1];
     w.nfields = argc - 1;
 
+    /* given up, at once or later: the store counts it there */
+
+    counters = ngx_http_idem_counters();
+    w.dropped = (counters != NULL) ? &counters->record_drops : NULL;
+
     if (!ctx->record.expire_sent
         || ngx_current_msec - ctx->record.expired
            >= NGX_HTTP_IDEM_RECORD_EXPIRE_SLACK(imcf->record_ttl))
@@ -1040,11 +1046,9 @@ ngx_http_idem_record_write(ngx_http_request_t *r, ngx_http_idem_ctx_t *ctx,
 
     rc = ngx_http_idem_store_write(&w);
 
-    if (rc != NGX_OK) {
-        /* the store logs drops itself, rate limited */
-        ngx_http_idem_count(record_drops);
+    /* a drop is counted by the store, and logged by it, rate limited */
 
-    } else {
+    if (rc == NGX_OK) {
         if (w.ttl) {
             ngx_http_idem_record_expiring(ctx);
         }

@@ -78,8 +78,17 @@ sub conf {
     server {
         listen 127.0.0.1:$port;
 $loc        location /calls/ { idem_status; }
+        location /metrics { idem_metrics; }
     }
 HTTP
+}
+
+# the record writes given up, as the metrics say (all workers, the old
+# ones' too)
+sub dropped {
+    my $m = IdemWait::get($port, '/metrics');
+    return $m =~ /^idem_record_writes_total\{result="dropped"\} (\d+)$/m
+           ? $1 : -1;
 }
 
 # nginx (again) with the store's timeout, its log from here on
@@ -198,6 +207,7 @@ restart('3s');
     my @new = ends('kill', 10, \@held);
     count('kill', @held, @new);
     is(log_n(qr/dropped \(not connected\)/), 0, 'kill: nothing dropped');
+    is(dropped(), 0, 'kill: no record write counted dropped');
     no_alert('kill');
 }
 
@@ -220,6 +230,7 @@ restart('5s');
     RedisSentinel::start_redis($rport);
     count('restart', @held, @new);
     is(log_n(qr/dropped \(not connected\)/), 0, 'restart: nothing dropped');
+    is(dropped(), 0, 'restart: no record write counted dropped');
     no_alert('restart');
 }
 
@@ -353,6 +364,7 @@ sub drain {
            sub { log_n(qr/nothing outstanding after/) >= 1 }),
        'drain: the replies came, the worker exits');
     count('drain', @held);
+    is(dropped(), 0, 'drain: the final writes answered late, none dropped');
     no_alert('drain');
 }
 
@@ -365,6 +377,7 @@ sub drain {
                =~ /gave up waiting for \d+ replies after (\d+) ms/;
     cmp_ok($ms // 99999, '<', 4000,
            'bound: after worker_shutdown_timeout + timeout, not 5 x timeout');
+    is(dropped(), 2, 'bound: the two final writes given up, counted dropped');
     kill 'CONT', RedisSentinel::pid($rport);
     no_alert('bound');
 }

@@ -9,7 +9,8 @@
 # owner's writes through the upgrade script (t/114 TEST 8).  With
 # idem_record_short off the claim is the script's hash, as before.  A
 # Redis that refuses SET with NX and GET (5 and 6) gets one notice, then
-# every claim by script.  Each block's --- init looks at what the block
+# every claim by script; another error (a Redis out of memory) sends only
+# that claim by script.  Each block's --- init looks at what the block
 # before it left.
 
 use lib 't/lib';
@@ -70,6 +71,12 @@ sub put {
     print $p $value;
     close $p;
     redis('pexpire', "'$key'", $px);
+}
+
+# a POST of "pay" to /d under call id $id, its answer (headers and body)
+sub call {
+    my ($id) = @_;
+    return scalar `curl -s -i --noproxy '*' --max-time 10 -H 'X-Call-Id: $id' --data-binary pay http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}/d`;
 }
 
 # calls of a command since the last CONFIG RESETSTAT (0: none)
@@ -486,5 +493,62 @@ Test::More::ok(IdemWait::wait_for('its final write', sub {
 GET /calls/sc-16
 --- response_body_like eval
 qr/"state":"SUCCESS"/
+--- no_error_log
+[error]
+
+
+
+=== TEST 17: a Redis out of memory (maxmemory 1: OOM to every write) answers a short claim with an error: that claim asks by script (OOM too: 503, nothing forwarded), a duplicate of a short record is still replayed by script; the worker goes on claiming with SET ... NX GET
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+--- config
+    location /d {
+        idem on;
+        idem_dedupe on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/ok;
+    }
+--- init
+main::redis('del', "'idem:c:{sc-17a}'", "'idem:c:{sc-17b}'", "'idem:c:{sc-17c}'");
+Test::More::like(main::call('sc-17a'), qr{^HTTP/1.1 200 }, 'a call: 200');
+main::final_record('idem:c:{sc-17a}');
+Test::More::is(main::type('idem:c:{sc-17a}'), 'string', '... a short record');
+main::redis('config set maxmemory 1');
+my $oom = main::call('sc-17b');
+my $dup = main::call('sc-17a');
+main::redis('config set maxmemory 0');
+Test::More::like($oom, qr{^HTTP/1.1 503 .*dedupe-unavailable}s,
+                 'a new id while Redis is out of memory: 503');
+Test::More::is(IdemWait::backend_runs('sc-17b'), 0, '... not forwarded');
+Test::More::is(main::type('idem:c:{sc-17b}'), 'none', '... no record');
+Test::More::like($dup, qr{^HTTP/1.1 200 .*Idempotent-Replayed: true}s,
+                 'a duplicate then: replayed (the script reads)');
+IdemWait::log_ok('the OOM reported',
+                 qr/\[error\].*since the last report: .*failed \(last error: "OOM /);
+--- request
+POST /d
+pay
+--- more_headers
+X-Call-Id: sc-17c
+--- error_code: 200
+--- response_body_like: ^n=1 
+--- error_log eval
+qr/claim of "idem:c:\{sc-17c\}" sent, 0 replicas, short/
+--- no_error_log
+[crit]
+[alert]
+Redis refused a short claim
+
+
+
+=== TEST 18: ... (the claim after the OOM made a short record)
+--- init
+my %r = main::final_record('idem:c:{sc-17c}');
+Test::More::is(main::type('idem:c:{sc-17c}'), 'string', 'a short record');
+Test::More::is($r{"k:$r{o}"}, 'R', 'the answer kept');
+--- config
+    location /t { return 200; }
+--- request
+GET /t
 --- no_error_log
 [error]

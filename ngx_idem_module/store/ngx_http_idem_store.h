@@ -202,6 +202,10 @@ typedef struct {
     unsigned                   final:1;
     unsigned                   short_record:1; /* the owner's, whose claim
                                                   made it short */
+    ngx_atomic_t              *dropped;        /* one added when the write
+                                                  is given up, at once
+                                                  (NGX_DECLINED) or later;
+                                                  NULL: not counted */
 } ngx_http_idem_store_write_t;
 
 
@@ -314,7 +318,11 @@ ngx_int_t ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
     ngx_http_idem_store_conf_t *conf);
 void ngx_http_idem_store_exit_process(ngx_cycle_t *cycle);
 
-/* NGX_OK: queued; NGX_DECLINED: dropped (the store logs why) */
+/*
+ * NGX_OK: queued; NGX_DECLINED: dropped (the store logs why).  Either way
+ * a write given up, then or later (held past its timeout, its connection
+ * lost before its answer, an error reply), is counted once in w->dropped.
+ */
 ngx_int_t ngx_http_idem_store_write(ngx_http_idem_store_write_t *w);
 
 /*

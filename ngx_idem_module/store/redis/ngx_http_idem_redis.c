@@ -46,7 +46,6 @@
 
 
 static void ngx_http_idem_redis_pending_handler(ngx_event_t *ev);
-static const char *ngx_http_idem_redis_name(ngx_str_t *cmd);
 
 
 ngx_http_idem_redis_t  ngx_http_idem_redis;
@@ -268,9 +267,11 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
         lens[i] = argv[i].len;
     }
 
+    /* a record's write whose first command it is: its count, as privdata */
+
     rc = ngx_http_idem_redis_node_command(node, ngx_http_idem_redis_written,
-                                    (void *) ngx_http_idem_redis_name(argv),
-                                    argc, args, lens, 0);
+                                          (void *) rd->write_dropped, argc,
+                                          args, lens, 0);
 
     if (args != args_buf) {
         ngx_free(args);
@@ -279,6 +280,8 @@ ngx_http_idem_redis_write(ngx_uint_t argc, ngx_str_t *argv,
     if (rc != NGX_OK) {
         return ngx_http_idem_redis_drop(rd, &rd->down);
     }
+
+    rd->write_dropped = NULL;
 
     return NGX_OK;
 }
@@ -340,39 +343,15 @@ ngx_http_idem_redis_room(ngx_uint_t n)
 
 
 /*
- * A write's command, by a name that outlives it (its reply's privdata):
- * its error is reported with it.  NULL: none of the module's own.
+ * The answer to a write: only an error matters.  privdata: the counter of
+ * the record's write it carries, which an error or no answer loses.
  */
-
-static const char *
-ngx_http_idem_redis_name(ngx_str_t *cmd)
-{
-    ngx_uint_t           i;
-    static const char   *names[] = {
-        "HSET", "PEXPIRE", "SET", "APPEND", "HINCRBY", "XADD", "PUBLISH",
-        "EVALSHA", "EVAL", NULL
-    };
-
-    for (i = 0; names[i]; i++) {
-        if (cmd->len == ngx_strlen(names[i])
-            && ngx_strncasecmp(cmd->data, (u_char *) names[i], cmd->len) == 0)
-        {
-            return names[i];
-        }
-    }
-
-    return NULL;
-}
-
-
-/* the answer to a write: only an error matters */
 
 void
 ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
 {
     redisReply *reply = r;
 
-    const char                  *name;
     ngx_http_idem_redis_t       *rd;
     ngx_http_idem_redis_node_t  *node;
 
@@ -380,6 +359,12 @@ ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
     rd = node->rd;
 
     ngx_http_idem_redis_pending_done(rd);
+
+    if (privdata != NULL
+        && (reply == NULL || reply->type == REDIS_REPLY_ERROR))
+    {
+        ngx_http_idem_redis_write_dropped((ngx_atomic_t *) privdata);
+    }
 
     if (rd->closing) {
         return;
@@ -401,10 +386,9 @@ ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
 
     rd->stats.failed++;
 
-    name = privdata;
+    /* its command is not kept: Redis's words alone (a NOPERM names it) */
 
-    ngx_http_idem_redis_error_reply(rd, (u_char *) name,
-                                    name ? ngx_strlen(name) : 0, reply);
+    ngx_http_idem_redis_error_reply(rd, NULL, 0, reply);
 }
 
 static void

@@ -135,6 +135,9 @@ struct ngx_http_idem_store_op_s {
     ngx_http_idem_redis_script_t    *upgrade;    /* WRONGTYPE: run by it */
     void                            *ext;        /* the caller's */
 
+    /* a record's write that it carries: given up, one added here */
+    ngx_atomic_t                    *dropped;
+
     /* durable: its kind's connections to the nodes, and its WAIT's */
     ngx_msec_t                       wait;       /* 0: not durable */
     ngx_uint_t                       replicas;   /* needed */
@@ -162,6 +165,7 @@ struct ngx_http_idem_store_op_s {
     unsigned                         flying:1;   /* in node->flight now */
     unsigned                         write:1;    /* waited for past its
                                                     timeout (redis_op.c) */
+    unsigned                         landed:1;   /* a reply, not an error */
 };
 
 
@@ -304,6 +308,13 @@ struct ngx_http_idem_redis_s {
 
     ngx_msec_t                       durable;    /* reads: durable, WAIT */
     ngx_uint_t                       replicas;   /* ... for so many */
+
+    /*
+     * A record's write on its way (store_write): its counter of writes
+     * given up, which its first command takes (write_op, if an op).
+     */
+    ngx_atomic_t                    *write_dropped;
+    ngx_http_idem_store_op_t        *write_op;
 };
 
 
@@ -339,6 +350,7 @@ ngx_int_t ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd,
     ngx_uint_t *why);
 void ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd,
     u_char *cmd, size_t len, redisReply *reply);
+void ngx_http_idem_redis_write_dropped(ngx_atomic_t *dropped);
 void ngx_http_idem_redis_report_later(ngx_http_idem_redis_t *rd);
 void ngx_http_idem_redis_report_handler(ngx_event_t *ev);
 void ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd);

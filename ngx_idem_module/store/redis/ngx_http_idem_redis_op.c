@@ -76,6 +76,14 @@ ngx_http_idem_redis_op_create(ngx_http_idem_redis_t *rd,
         return NULL;
     }
 
+    /* a record's write: its first command carries its count */
+
+    if (rd->write_dropped != NULL) {
+        op->dropped = rd->write_dropped;
+        rd->write_dropped = NULL;
+        rd->write_op = op;
+    }
+
     return op;
 }
 
@@ -203,6 +211,20 @@ ngx_http_idem_redis_op_key(ngx_http_idem_store_op_t *op)
 void
 ngx_http_idem_redis_op_free(ngx_http_idem_store_op_t *op)
 {
+    ngx_http_idem_redis_t  *rd;
+
+    rd = &ngx_http_idem_redis;
+
+    /* freed without a reply that is not an error: the write is lost */
+
+    if (op->dropped != NULL && !op->landed) {
+        ngx_http_idem_redis_write_dropped(op->dropped);
+    }
+
+    if (rd->write_op == op) {
+        rd->write_op = NULL;
+    }
+
     if (op->argv != NULL) {
         ngx_free(op->argv);
     }
@@ -331,6 +353,10 @@ ngx_http_idem_redis_again(ngx_http_idem_store_op_t *op,
 
     rd = &ngx_http_idem_redis;
 
+    /* what it writes is not in until this answer */
+
+    op->landed = 0;
+
     if (rd->closing
         || ngx_http_idem_redis_op_command(rd, op, script, argc, argv)
            != NGX_OK)
@@ -351,6 +377,8 @@ ngx_http_idem_redis_again_through(ngx_http_idem_store_op_t *op,
     ngx_http_idem_redis_t  *rd;
 
     rd = &ngx_http_idem_redis;
+
+    op->landed = 0;
 
     if (rd->closing
         || ngx_http_idem_redis_op_through(rd, op, script) != NGX_OK)
@@ -450,6 +478,12 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
         {
             return;
         }
+    }
+
+    /* a write it carries is in, even after its timeout */
+
+    if (reply != NULL && reply->type != REDIS_REPLY_ERROR) {
+        op->landed = 1;
     }
 
     if (op->timeout.timer_set) {

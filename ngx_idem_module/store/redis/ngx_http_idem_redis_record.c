@@ -110,6 +110,7 @@ static ngx_http_idem_store_op_t *ngx_http_idem_redis_claim_short(
 static ngx_int_t ngx_http_idem_redis_claim_set(ngx_http_idem_store_op_t *op,
     ngx_int_t rc, ngx_str_t *elts, ngx_uint_t n,
     ngx_http_idem_store_found_t *found);
+static ngx_uint_t ngx_http_idem_redis_syntax_error(ngx_str_t *err);
 static void ngx_http_idem_redis_claim_verdict(void *data, ngx_int_t rc,
     ngx_str_t *elts, ngx_uint_t n);
 static void ngx_http_idem_redis_claim_waited(void *data, ngx_int_t rc,
@@ -218,9 +219,36 @@ static ngx_http_idem_redis_script_t  ngx_http_idem_redis_owned_lua = {
 ngx_int_t
 ngx_http_idem_store_write(ngx_http_idem_store_write_t *w)
 {
-    ngx_int_t  rc;
+    ngx_int_t               rc;
+    ngx_http_idem_redis_t  *rd;
+
+    rd = &ngx_http_idem_redis;
+
+    /*
+     * Its first command carries its count of writes given up: what
+     * becomes of that command is what becomes of the write (the fields;
+     * a PEXPIRE after them is lost at worst).  Not taken at all, or only
+     * partly: counted now, and the command sent keeps no count.
+     */
+
+    rd->write_dropped = w->dropped;
+    rd->write_op = NULL;
 
     rc = ngx_http_idem_redis_write_fields(w);
+
+    if (rc != NGX_OK && w->dropped != NULL) {
+
+        if (rd->write_op != NULL) {
+            rd->write_op->dropped = NULL;
+        }
+
+        if (rd->write_dropped != NULL || rd->write_op != NULL) {
+            ngx_http_idem_redis_write_dropped(w->dropped);
+        }
+    }
+
+    rd->write_dropped = NULL;
+    rd->write_op = NULL;
 
     if (rc != NGX_OK || w->wake.len == 0) {
         return rc;
@@ -1502,7 +1530,8 @@ done:
 /*
  * The short claim's answer.  Nil: the claim made the record, short
  * (NGX_OK).  The record there (its value: a short record), a hash there
- * (WRONGTYPE), or a Redis that refuses NX with GET (before 7.0): the
+ * (WRONGTYPE), a Redis that refuses NX with GET (before 7.0: short claims
+ * off in this worker), or another error reply (this claim only): the
  * claim script, asked by the same op, decides (NGX_AGAIN).  NGX_ERROR:
  * no answer.
  */
@@ -1534,12 +1563,17 @@ ngx_http_idem_redis_claim_set(ngx_http_idem_store_op_t *op, ngx_int_t rc,
         return NGX_ERROR;
     }
 
-    if (rc == NGX_DECLINED
-        && !(n == 1 && elts[0].len >= sizeof("WRONGTYPE") - 1
-             && ngx_strncmp(elts[0].data, "WRONGTYPE",
-                            sizeof("WRONGTYPE") - 1) == 0))
+    if (rc == NGX_DECLINED && n == 1
+        && ngx_http_idem_redis_syntax_error(&elts[0]))
     {
-        /* not a record's type: the command itself is refused */
+        /*
+         * The command itself is refused: only that turns short claims
+         * off.  Any other error (OOM, LOADING, READONLY, BUSY,
+         * CLUSTERDOWN ...) is this Redis now, not its version: this
+         * claim asks by script as after a WRONGTYPE (the script answers
+         * a duplicate that needs no write, or meets the same error: a
+         * store error), the next claims are short again.
+         */
 
         if (!rd->no_set_get) {
             ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
@@ -1567,6 +1601,26 @@ ngx_http_idem_redis_claim_set(ngx_http_idem_store_op_t *op, ngx_int_t rc,
     }
 
     return NGX_AGAIN;
+}
+
+
+/*
+ * "ERR syntax error": what Redis before 7.0 answers SET with NX and GET
+ * (6.2 takes GET, not with NX); a fork may word it a little otherwise.
+ */
+
+static ngx_uint_t
+ngx_http_idem_redis_syntax_error(ngx_str_t *err)
+{
+    if (err->len < sizeof("ERR ") - 1
+        || ngx_strncmp(err->data, "ERR ", sizeof("ERR ") - 1) != 0)
+    {
+        return 0;
+    }
+
+    return ngx_strlcasestrn(err->data + 4, err->data + err->len,
+                            (u_char *) "syntax", sizeof("syntax") - 2)
+           != NULL;
 }
 
 

@@ -192,6 +192,23 @@ ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd, ngx_uint_t *why)
 
 
 /*
+ * A record's write given up: not taken, or taken and then held past its
+ * timeout, lost with its connection before its answer, refused by Redis,
+ * left when the worker exits: idem_record_writes_total{result="dropped"}
+ * (the counter its caller gave, in the metrics' zone), once a write.
+ */
+
+void
+ngx_http_idem_redis_write_dropped(ngx_atomic_t *dropped)
+{
+    ngx_log_debug0(NGX_LOG_DEBUG_EVENT, ngx_cycle->log, 0,
+                   "idem redis: a record's write given up, counted");
+
+    (void) ngx_atomic_fetch_add(dropped, 1);
+}
+
+
+/*
  * OOM, READONLY (a replica), MOVED (not a cluster, or too many
  * redirects), CLUSTERDOWN, LOADING ...: the store cannot take the command
  * now; counted and reported.
