@@ -401,7 +401,7 @@ my $port = $ENV{TEST_NGINX_SERVER_PORT};
 my $l = main::consume("--group scoped --check $check --resolve-url http://127.0.0.1:$port/calls/");
 my $u8 = join("\n", grep { / uc-8: / } @$l);
 Test::More::like($u8,
-    qr{ uc-8: round 1/3: took effect \(receipt pay_s8\): the gateway answered 400\n.* uc-8: round 1/3: still UNKNOWN .*, the gateway was not told: }s,
+    qr{ uc-8: round 1/3: took effect \(receipt pay_s8\): the gateway answered 400 \(invalid-scope-digest\)\n.* uc-8: round 1/3: still UNKNOWN .*, the gateway was not told: }s,
     'uc-8: a client location refuses the digest: not resolved, pending');
 $l = main::consume("--group scoped-ops --check $check --resolve-url http://127.0.0.1:$port/ops/calls/");
 Test::More::like(main::line_of($l, 'uc-8'),
@@ -484,6 +484,107 @@ Test::More::is(main::pending('refused'), 0, 'nothing pending');
 --- response_body_like eval
 ['"state":"UNKNOWN",',
  '"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied",']
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 15: --resolve-url at the operators' location of a server with a dedupe scope: three unscoped calls (idem_dedupe_scope off) and a scoped one end UNKNOWN
+--- init
+main::redis("del idem:comp");
+--- http_config
+    idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
+    idem_unknown_stream comp;
+--- config
+    idem_dedupe_scope $http_x_tenant;
+    location /t {
+        idem on;
+        idem_record on;
+        idem_dedupe_scope off;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/9;
+    }
+    location /scoped {
+        idem on;
+        idem_dedupe on;
+        idem_call_id_missing reject;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/close/9;
+    }
+    location /_idem/calls/ {
+        idem_status resolve=on scope_digest=on;
+    }
+    location /v1/calls/ {
+        idem_status resolve=on;
+    }
+    location /plain/calls/ {
+        idem_dedupe_scope off;
+        idem_status;
+    }
+    location /_idem/ip/calls/ {
+        idem_dedupe_scope $remote_addr;
+        idem_status resolve=on scope_digest=on;
+    }
+--- request eval
+["POST /t\na=1", "POST /t\na=2", "POST /scoped\na=3", "POST /t\na=4"]
+--- more_headers eval
+["X-Call-Id: uc-12", "X-Call-Id: uc-13",
+ "X-Call-Id: uc-14\nX-Tenant: tenant-secret-14", "X-Call-Id: uc-15"]
+--- error_code eval
+[502, 502, 502, 502]
+--- wait: 0.1
+--- no_error_log
+[alert]
+[crit]
+
+
+
+=== TEST 16: ... each verdict is posted as the list links the call: the unscoped ones by scope_digest=none (bare, the location would read them under the consumer's empty scope: 400 empty-dedupe-scope; or under its address, where that is the scope: a 404 that would pass for a record gone), the scoped one by its digest; a client's location refuses none and the digest, and the entries stay pending
+--- init
+Test::More::like(main::redis("xrange idem:comp - + count 1"),
+                 qr/\nkey\nidem:c:\{uc-12\}\n/, 'uc-12 is recorded without a scope');
+my $check = q{'case $IDEM_CALL_ID in uc-12) echo pay_u12; exit 0;; uc-13) exit 1;; uc-14) echo pay_s14; exit 0;; *) exit 75;; esac'};
+my $url = "http://127.0.0.1:$ENV{TEST_NGINX_SERVER_PORT}";
+my $l = main::consume("--group client --check $check --resolve-url $url/v1/calls/");
+my $u12 = join("\n", grep { / uc-12: / } @$l);
+Test::More::like($u12,
+    qr{ uc-12: round 1/3: took effect \(receipt pay_u12\): the gateway answered 400 \(empty-dedupe-scope\)\n.* uc-12: round 1/3: still UNKNOWN .*, the gateway was not told: }s,
+    'uc-12: a client location refuses none, then has no scope: pending');
+Test::More::like(join("\n", grep { / uc-14: / } @$l),
+    qr{ uc-14: round 1/3: took effect \(receipt pay_s14\): the gateway answered 400 \(invalid-scope-digest\)\n}s,
+    'uc-14: a client location refuses the digest: pending');
+Test::More::is(main::pending('client'), 4, 'all 4 pending');
+$l = main::consume("--group ops --check $check --resolve-url $url/_idem/calls/");
+Test::More::like(main::line_of($l, 'uc-12'),
+    qr{ uc-12: round 1/3: took effect \(receipt pay_u12\): resolved in the record \(200\)$},
+    'uc-12: resolved by scope_digest=none');
+Test::More::like(main::line_of($l, 'uc-13'),
+    qr{ uc-13: round 1/3: did not take effect: resolved in the record \(200\)$},
+    'uc-13: resolved by scope_digest=none');
+Test::More::like(main::line_of($l, 'uc-14'),
+    qr{ uc-14: round 1/3: took effect \(receipt pay_s14\): resolved in the record \(200\)$},
+    'uc-14: resolved by its scope\'s digest');
+Test::More::is(main::pending('ops'), 1, 'uc-15 left pending');
+Test::More::unlike(join("\n", @$l), qr/tenant-secret/, 'no scope value');
+$l = main::consume(q{--group ip --check 'case $IDEM_CALL_ID in uc-15) exit 0;; *) exit 75;; esac'} . " --resolve-url $url/_idem/ip/calls/");
+Test::More::like(main::line_of($l, 'uc-15'),
+    qr{ uc-15: round 1/3: took effect: resolved in the record \(200\)$},
+    'uc-15: resolved by scope_digest=none where the scope is the address');
+Test::More::is(main::pending('ip'), 0, 'nothing pending');
+--- request eval
+my $d = Digest::SHA::sha256_hex("tenant-secret-14");
+["GET /_idem/calls/uc-12?scope_digest=none", "GET /plain/calls/uc-13",
+ "GET /_idem/calls/uc-14?scope_digest=$d", "GET /plain/calls/uc-15",
+ "GET /_idem/calls/"]
+--- more_headers eval
+["", "", "", "", "Accept: application/json"]
+--- error_code eval
+[200, 200, 200, 200, 200]
+--- response_body_like eval
+['^\{"call_id":"uc-12",.*"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":"pay_u12","by":"unknown-consumer:[^"]+"\}',
+ '^\{"call_id":"uc-13",.*"state":"FAILED",.*"resolved":\{"execution":1,"outcome":"not_applied",',
+ '^\{"call_id":"uc-14",.*"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied","at_ms":\d+,"receipt":"pay_s14",',
+ '^\{"call_id":"uc-15",.*"state":"SUCCESS",.*"resolved":\{"execution":1,"outcome":"applied",',
+ '^\{"calls":\[\],"next":null\}$']
 --- no_error_log
 [alert]
 [crit]

@@ -40,11 +40,24 @@ stands in front of this one; or it answers 409 resolution-too-early: the
 latest execution's claim lapsed, but its owner may still answer) the
 entry stays pending, a round used, and goes to a person after the last
 round.  No answer keeps the entry
-pending too, a round used.  A call under a dedupe scope is posted with
-its scope's digest (the entry's key carries it): POST URL<call
-id>?scope_digest=<digest>, which only a status location with
-"idem_status ... scope_digest=on" takes (one for operators: any other
-answers 400, and the entry stays pending).
+pending too, a round used.  Each call is posted the way the list's
+links name it (idem_status without an id, docs/records.md):
+
+  - under a dedupe scope: with its scope's digest (the entry's key
+    carries it), POST URL<call id>?scope_digest=<digest>, which only a
+    status location with "idem_status ... scope_digest=on" takes (one for
+    operators: any other answers 400, and the entry stays pending);
+  - recorded without a scope: POST URL<call id>?scope_digest=none first,
+    which a scope_digest=on location reads as that call even where it has
+    an idem_dedupe_scope of its own (inherited from server {}, say);
+    posted bare there, the call would be read under the consumer's own
+    scope: 400 empty-dedupe-scope, or, where that scope has a value for
+    the consumer (a $remote_addr), another record, whose 404 would pass
+    for "gone" and drop the entry.  A location without scope_digest=on
+    (or a gateway before 0.8.0, which knows no "none") refuses it with
+    400 invalid-scope-digest, never reads it otherwise; on that answer
+    alone the verdict is posted again once, bare, as such a location
+    links its calls.
 
 Without --resolve-url it never changes the record.  --once makes one pass
 (entries due again, then the new ones) and exits, for cron or for tests.
@@ -94,7 +107,8 @@ def parse_args():
                     help="a status location with idem_status resolve=on "
                          "(and scope_digest=on, for calls under a dedupe "
                          "scope; e.g. http://127.0.0.1:8080/_idem/calls/): "
-                         "the check's verdict is posted there")
+                         "the check's verdict is posted there, each call "
+                         "named as the location's list links it")
     ap.add_argument("--escalate-to", metavar="STREAM",
                     help="also XADD escalated entries there")
     ap.add_argument("--count", type=int, default=10)
@@ -178,32 +192,69 @@ def check(cmd, f, rnd):
 # a receipt, or "by": what the gateway keeps (a call id's characters)
 PLAIN = re.compile(r"^[A-Za-z0-9._~:-]{1,128}$")
 
+# the prefix of the gateway's problem types (RFC 9457 "type")
+PROBLEM = "urn:ngx-idem:problem:"
+
+
+def problem(e):
+    """An error answer's problem document ({} when it has none), read
+    once: the type and detail say why."""
+    if not hasattr(e, "problem"):
+        try:
+            doc = json.loads(e.read().decode(errors="replace"))
+        except (ValueError, AttributeError, OSError,
+                http.client.HTTPException):
+            doc = None
+        e.problem = doc if isinstance(doc, dict) else {}
+    return e.problem
+
+
+def post(args, f, body, query):
+    """POST the verdict; the answer's status (HTTPError for 4xx, 5xx)."""
+    req = urllib.request.Request(
+        args.resolve_url + f["call_id"] + query,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json",
+                 "Accept": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=10) as rsp:
+        return rsp.status
+
 
 def resolve(r, args, f, applied, receipt):
     """Posts the verdict to the gateway: (done, what happened, and when
     not done, what the entry's detail says of it)."""
     # a scoped record's key names the scope by its digest, and so does
-    # the post: the status location reads the record under it
+    # the post: the status location reads the record under it.  An
+    # unscoped one is named "none", as the list links it where the
+    # location has a scope of its own (bare, it would be read under the
+    # consumer's scope); a location that takes no scope_digest refuses
+    # that, and only then is it posted bare, as such a location reads it
     scoped = re.search(r"s:\{([0-9a-f]{64}):", f.get("key", ""))
-    query = "?scope_digest=" + scoped.group(1) if scoped else ""
+    query = "?scope_digest=" + (scoped.group(1) if scoped else "none")
     body = {"outcome": "applied" if applied else "not_applied",
             "by": "unknown-consumer:" + re.sub(r"[^A-Za-z0-9._~:-]", "-",
                                                args.consumer)[:100]}
     if receipt:
         body["receipt"] = receipt
-    req = urllib.request.Request(
-        args.resolve_url + f["call_id"] + query,
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"}, method="POST")
     try:
-        with urllib.request.urlopen(req, timeout=10) as rsp:
-            return True, "resolved in the record (%d)" % rsp.status, None
+        try:
+            status = post(args, f, body, query)
+        except urllib.error.HTTPError as e:
+            if scoped or e.code != 400 or problem(e).get("type") \
+                    != PROBLEM + "invalid-scope-digest":
+                raise
+            status = post(args, f, body, "")
+        return True, "resolved in the record (%d)" % status, None
     except urllib.error.HTTPError as e:
         if e.code == 409:
             return refused(r, f, e)
         if e.code == 404:
             return True, "its record is gone (404)", None
-        return False, "the gateway answered %d" % e.code, \
+        kind = problem(e).get("type")
+        kind = kind[len(PROBLEM):] if isinstance(kind, str) \
+            and kind.startswith(PROBLEM) else None
+        return False, "the gateway answered %d%s" % (
+            e.code, " (%s)" % kind if kind and PLAIN.match(kind) else ""), \
             "the gateway was not told"
     except (urllib.error.URLError, OSError) as e:
         return False, "the gateway did not answer (%s)" % e, \
@@ -214,10 +265,7 @@ def refused(r, f, e):
     """A 409: done only if the record, read again, is settled (someone
     resolved it first, an execution succeeded); a 409 alone says only that
     the gateway did not take this verdict."""
-    try:
-        why = json.loads(e.read().decode(errors="replace")).get("detail")
-    except (ValueError, AttributeError, OSError, http.client.HTTPException):
-        why = None
+    why = problem(e).get("detail")
     why = "refused (409%s)" % (": " + why if isinstance(why, str) else "")
     verdict, detail = judge(f, record(r, f["key"]) if "key" in f else {})
     if verdict == "resolved":
