@@ -40,7 +40,7 @@ static void ngx_http_idem_redis_script_loaded(redisAsyncContext *ac,
 static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
     void *r, void *privdata);
 static void ngx_http_idem_redis_node_resolve(ngx_http_idem_redis_node_t *node);
-static void ngx_http_idem_redis_resolved(ngx_resolver_ctx_t *ctx);
+static void ngx_http_idem_redis_node_resolved(ngx_resolver_ctx_t *ctx);
 static void ngx_http_idem_redis_resolve_again(ngx_event_t *ev);
 static void ngx_http_idem_redis_unresolve(ngx_http_idem_redis_node_t *node);
 
@@ -1079,8 +1079,8 @@ ngx_http_idem_redis_node_wake(ngx_http_idem_redis_node_t *node)
 
 /*
  * A host name, through http{}'s resolver (nginx's own: nothing blocks):
- * the connect goes on in ngx_http_idem_redis_resolved() with the address
- * it names now.  Commands meanwhile are held, as for any connect.
+ * the connect goes on in ngx_http_idem_redis_node_resolved() with the
+ * address it names now.  Commands meanwhile are held, as for any connect.
  */
 
 static void
@@ -1098,7 +1098,7 @@ ngx_http_idem_redis_node_resolve(ngx_http_idem_redis_node_t *node)
     }
 
     ctx->name = node->resolve;
-    ctx->handler = ngx_http_idem_redis_resolved;
+    ctx->handler = ngx_http_idem_redis_node_resolved;
     ctx->data = node;
     ctx->timeout = rd->conf->resolver_timeout;
 
@@ -1129,7 +1129,7 @@ ngx_http_idem_redis_node_resolve(ngx_http_idem_redis_node_t *node)
  */
 
 static void
-ngx_http_idem_redis_resolved(ngx_resolver_ctx_t *ctx)
+ngx_http_idem_redis_node_resolved(ngx_resolver_ctx_t *ctx)
 {
     u_char                       text[NGX_SOCKADDR_STRLEN + 1];
     u_char                       err[NGX_HTTP_IDEM_REDIS_ERRSTR_LEN];
