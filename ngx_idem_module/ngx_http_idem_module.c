@@ -532,10 +532,22 @@ static ngx_int_t
 ngx_http_idem_postconfiguration(ngx_conf_t *cf)
 {
     ngx_http_handler_pt        *h;
+    ngx_http_core_loc_conf_t   *clcf;
     ngx_http_core_main_conf_t  *cmcf;
     ngx_http_idem_main_conf_t  *imcf;
 
     imcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_idem_module);
+
+    /* a Redis named by a host name is resolved with http{}'s resolver */
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    imcf->store.resolver = clcf->resolver;
+    imcf->store.resolver_timeout = clcf->resolver_timeout;
+
+    if (ngx_http_idem_store_check(cf, &imcf->store) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     /* the zone of idem_retry_budget and idem_breaker needs its size */
 

@@ -351,13 +351,13 @@ ok
 
 
 
-=== TEST 36: idem_redis refuses host names (they would be resolved with a blocking call)
+=== TEST 36: idem_redis takes a host name only with a resolver in http{} (a name is never resolved with a blocking call)
 --- http_config
     idem_redis redis.example:6379;
 --- config
 --- must_die
 --- error_log
-invalid value "redis.example:6379" in "idem_redis" directive
+"idem_redis redis.example:6379" names a host: add a "resolver" to http{}
 
 
 

@@ -26,6 +26,7 @@ typedef struct {
     ngx_str_t                  host;           /* an IP, or empty */
     ngx_int_t                  port;
     ngx_str_t                  unix_path;      /* "unix:/path": the path */
+    ngx_uint_t                 resolve;        /* host is a name */
 } ngx_http_idem_store_addr_t;
 
 
@@ -57,9 +58,12 @@ typedef struct {
  */
 typedef struct {
     ngx_str_t                  addr;           /* as written, or the mode */
-    ngx_str_t                  host;           /* an IP, or empty */
+    ngx_str_t                  host;           /* an IP, a name, or empty */
     ngx_int_t                  port;
     ngx_str_t                  unix_path;      /* "unix:/path": the path */
+    ngx_uint_t                 resolve;        /* host is a name */
+    ngx_resolver_t            *resolver;       /* http{}'s, for a name */
+    ngx_msec_t                 resolver_timeout;
     ngx_uint_t                 mode;           /* NGX_HTTP_IDEM_STORE_* */
     ngx_array_t               *seeds;          /* cluster nodes, sentinels */
     ngx_str_t                  master_name;    /* sentinel=NAME */
@@ -311,6 +315,8 @@ typedef struct {
 
 /* configuration time: "idem_redis ADDR ..." (messages name the directive) */
 char *ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_http_idem_store_conf_t *conf);
+ngx_int_t ngx_http_idem_store_check(ngx_conf_t *cf,
     ngx_http_idem_store_conf_t *conf);
 
 /* worker start and exit (a NULL conf: no store configured) */

@@ -6,6 +6,11 @@ package IdemDns;
 # TEST_NGINX_DNS_PORT, by default the number of the (TCP) backend port,
 # which is already this run's own.  Started by "use IdemDns", it ends with
 # the test file.
+#
+# With $IdemDns::Map set (before "use IdemDns", in a BEGIN block) to a
+# file of "name address [ttl]" lines, read again at each query, a name in
+# it is answered its address (TTL 3600 s unless given) and any other name
+# NXDOMAIN: a test points a name elsewhere by writing the file (map()).
 
 use strict;
 use warnings;
@@ -14,6 +19,31 @@ use IO::Select;
 
 our $Port = $ENV{TEST_NGINX_DNS_PORT} ||= $ENV{TEST_NGINX_BACKEND_PORT}
     or die "TEST_NGINX_BACKEND_PORT is not set\n";
+
+our $Map;
+
+# writes the map: name => "address" or [address, ttl]
+sub map {
+    my (%names) = @_;
+    open my $fh, '>', "$Map.new" or die "$Map.new: $!\n";
+    for my $name (sort keys %names) {
+        my $v = $names{$name};
+        print $fh join(' ', $name, ref $v ? @$v : $v), "\n";
+    }
+    close $fh;
+    rename "$Map.new", $Map or die "$Map: $!\n";
+}
+
+# the map's entry for a name: (address, ttl), or () for NXDOMAIN
+sub lookup {
+    my ($name) = @_;
+    open my $fh, '<', $Map or return ();
+    while (<$fh>) {
+        my ($n, $addr, $ttl) = split;
+        return ($addr, $ttl // 3600) if defined $n && lc $n eq lc $name;
+    }
+    return ();
+}
 
 my $parent = $$;
 my $child;
@@ -28,8 +58,10 @@ sub answer {
 
     # the question: labels, then type and class
     my $pos = 12;
+    my @labels;
     while ($pos < length $query) {
         my $len = ord substr $query, $pos, 1;
+        push @labels, substr $query, $pos + 1, $len if $len;
         $pos += 1 + $len;
         last if $len == 0;
     }
@@ -39,11 +71,21 @@ sub answer {
     my ($type) = unpack 'n', substr $query, $pos, 2;
     my $a = $type == 1;
 
+    my ($addr, $ttl) = ('127.0.0.1', 3600);
+
+    if (defined $Map) {
+        ($addr, $ttl) = lookup(join '.', @labels);
+
+        # not in the map: NXDOMAIN
+        return pack('n n n n n n', $id, 0x8183, 1, 0, 0, 0) . $question
+            unless defined $addr;
+    }
+
     my $reply = pack('n n n n n n', $id, 0x8180, 1, $a ? 1 : 0, 0, 0)
                 . $question;
 
-    # the name by a pointer to the question's, TTL 1 hour, 127.0.0.1
-    $reply .= pack('n n n N n C4', 0xc00c, 1, 1, 3600, 4, 127, 0, 0, 1)
+    # the name by a pointer to the question's
+    $reply .= pack('n n n N n C4', 0xc00c, 1, 1, $ttl, 4, split /\./, $addr)
         if $a;
 
     return $reply;

@@ -133,6 +133,10 @@ ngx_http_idem_store_init_process(ngx_cycle_t *cycle,
 
     node->name = conf->addr;
     node->unix_path = conf->unix_path;
+
+    if (conf->resolve) {
+        node->resolve = conf->host;
+    }
     node->auth = &conf->auth;
     node->db = conf->db;
 
@@ -385,6 +389,10 @@ ngx_http_idem_redis_written(redisAsyncContext *ac, void *r, void *privdata)
     }
 
     rd->stats.failed++;
+
+    /* a primary demoted behind its name: reconnect, resolving it again */
+
+    (void) ngx_http_idem_redis_node_readonly(node, reply);
 
     /* its command is not kept: Redis's words alone (a NOPERM names it) */
 

@@ -210,6 +210,14 @@ struct ngx_http_idem_redis_node_s {
     ngx_event_t                      connect_ev; /* connect timeout */
     ngx_event_t                      reconnect_ev;
 
+    ngx_str_t                        resolve;    /* a host name, resolved
+                                                    at each connect; empty:
+                                                    an IP or a path */
+    ngx_resolver_ctx_t              *resolving;
+    time_t                           valid;      /* until: the answer's */
+    ngx_event_t                      resolve_ev; /* its answer's validity
+                                                    ended: asked again */
+
     /* the cluster's or the sentinel's: up, and down or failed */
     ngx_http_idem_redis_node_pt      up;
     ngx_http_idem_redis_node_pt      down;
@@ -250,6 +258,8 @@ struct ngx_http_idem_redis_node_s {
     u_char                           name_buf[NGX_HTTP_IDEM_REDIS_NAME_LEN];
 
     unsigned                         dropping:1; /* we free the context */
+    unsigned                         resolved:1; /* host is the name's, now:
+                                                    the next connect uses it */
     unsigned                         failing:1;  /* not up since a loss */
     unsigned                         idle:1;     /* no reconnects */
     unsigned                         serving:1;  /* cluster: has slots */
@@ -327,6 +337,8 @@ void ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
     u_char *host, size_t len, ngx_int_t port);
 void ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node);
 void ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node);
+ngx_int_t ngx_http_idem_redis_node_readonly(ngx_http_idem_redis_node_t *node,
+    redisReply *reply);
 void ngx_http_idem_redis_node_drop(ngx_http_idem_redis_node_t *node);
 ngx_int_t ngx_http_idem_redis_node_command(ngx_http_idem_redis_node_t *node,
     redisCallbackFn *fn, void *privdata, ngx_uint_t argc, const char **argv,

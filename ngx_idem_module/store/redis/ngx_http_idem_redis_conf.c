@@ -23,6 +23,7 @@ static ngx_int_t ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf,
     ngx_http_idem_store_conf_t *conf);
 static ngx_int_t ngx_http_idem_redis_parse_msec(ngx_str_t *value,
     size_t skip, ngx_msec_t *msec);
+static ngx_int_t ngx_http_idem_redis_host_name(ngx_str_t *host);
 static ngx_int_t ngx_http_idem_redis_parse_auth(ngx_conf_t *cf,
     ngx_command_t *cmd, ngx_str_t *arg, ngx_str_t *value,
     ngx_http_idem_store_auth_t *auth);
@@ -86,6 +87,7 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
         conf->host = a.host;
         conf->port = a.port;
         conf->unix_path = a.unix_path;
+        conf->resolve = a.resolve;
     }
 
     if (conf->mode != NGX_HTTP_IDEM_STORE_SINGLE
@@ -467,7 +469,14 @@ ngx_http_idem_redis_parse_addr(ngx_conf_t *cf, ngx_command_t *cmd,
         host.len = p - addr->data;
 
         if (ngx_inet_addr(host.data, host.len) == INADDR_NONE) {
-            goto invalid;
+
+            /* a host name: resolved by nginx's resolver, never here */
+
+            if (ip_only || ngx_http_idem_redis_host_name(&host) != NGX_OK) {
+                goto invalid;
+            }
+
+            a->resolve = 1;
         }
 
         p++;
@@ -494,7 +503,8 @@ invalid:
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                        "invalid value \"%V\" in \"%V\" directive, "
                        "it must be an IP address and port%s",
-                       addr, &cmd->name, ip_only ? "" : ", or unix:/path");
+                       addr, &cmd->name,
+                       ip_only ? "" : ", a host name and port, or unix:/path");
 
     return NGX_ERROR;
 }
@@ -516,6 +526,74 @@ ngx_http_idem_redis_parse_msec(ngx_str_t *value, size_t skip,
     }
 
     *msec = ms;
+
+    return NGX_OK;
+}
+
+
+/* letters, digits, '-' and '.' in labels of 1 to 63: what DNS can look up */
+
+static ngx_int_t
+ngx_http_idem_redis_host_name(ngx_str_t *host)
+{
+    u_char      c;
+    size_t      i, label;
+
+    if (host->len == 0 || host->len > 253) {
+        return NGX_ERROR;
+    }
+
+    label = 0;
+
+    for (i = 0; i < host->len; i++) {
+        c = host->data[i];
+
+        if (c == '.') {
+            if (label == 0) {
+                return NGX_ERROR;
+            }
+
+            label = 0;
+            continue;
+        }
+
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+              || (c >= '0' && c <= '9') || c == '-' || c == '_')
+            || ++label > 63)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * After http{} is read (its resolver may follow idem_redis): a host name
+ * needs a resolver there, which the caller has put in conf.  nginx's own
+ * resolver, so that no worker ever blocks on DNS.
+ */
+
+ngx_int_t
+ngx_http_idem_store_check(ngx_conf_t *cf, ngx_http_idem_store_conf_t *conf)
+{
+    if (conf->addr.data == NULL || !conf->resolve) {
+        return NGX_OK;
+    }
+
+    if (conf->resolver == NULL || conf->resolver->connections.nelts == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"idem_redis %V\" names a host: add a "
+                           "\"resolver\" to http{}, which the module "
+                           "resolves it with (without blocking a worker)",
+                           &conf->addr);
+        return NGX_ERROR;
+    }
+
+    if (conf->resolver_timeout == NGX_CONF_UNSET_MSEC) {
+        conf->resolver_timeout = 30000;
+    }
 
     return NGX_OK;
 }

@@ -39,6 +39,10 @@ static void ngx_http_idem_redis_script_loaded(redisAsyncContext *ac,
     void *r, void *privdata);
 static void ngx_http_idem_redis_handshake_done(redisAsyncContext *ac,
     void *r, void *privdata);
+static void ngx_http_idem_redis_node_resolve(ngx_http_idem_redis_node_t *node);
+static void ngx_http_idem_redis_node_resolved(ngx_resolver_ctx_t *ctx);
+static void ngx_http_idem_redis_resolve_again(ngx_event_t *ev);
+static void ngx_http_idem_redis_unresolve(ngx_http_idem_redis_node_t *node);
 
 
 /*
@@ -135,6 +139,11 @@ ngx_http_idem_redis_node_alloc(ngx_http_idem_redis_t *rd, ngx_uint_t role)
     node->reconnect_ev.log = rd->log;
     node->reconnect_ev.cancelable = 1;
 
+    node->resolve_ev.handler = ngx_http_idem_redis_resolve_again;
+    node->resolve_ev.data = node;
+    node->resolve_ev.log = rd->log;
+    node->resolve_ev.cancelable = 1;
+
     ngx_queue_init(&node->held);
     ngx_queue_init(&node->flight);
 
@@ -180,7 +189,9 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
 
     rd = node->rd;
 
-    if (node->ac != NULL || rd->closing || ngx_terminate) {
+    if (node->ac != NULL || node->resolving != NULL || rd->closing
+        || ngx_terminate)
+    {
         return;
     }
 
@@ -193,6 +204,15 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
     if (node->unix_path.len == 0 && node->port == 0) {
         return;
     }
+
+    /* a host name: where it points now, at every connect (a failover) */
+
+    if (node->resolve.len && !node->resolved) {
+        ngx_http_idem_redis_node_resolve(node);
+        return;
+    }
+
+    node->resolved = 0;
 
     for (durable = node->durable; durable; durable = durable->next) {
         if (durable->ac == NULL) {
@@ -467,6 +487,8 @@ ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node)
     ngx_memcpy(node->host, main->host, sizeof(node->host));
     node->port = main->port;
     node->unix_path = main->unix_path;
+    node->resolve = main->resolve;
+    node->valid = main->valid;
     node->auth = main->auth;
     node->db = main->db;
     node->name = main->name;
@@ -607,6 +629,14 @@ ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
     node->state = NGX_HTTP_IDEM_REDIS_UP;
     rd->stats.connects++;
 
+    /* the name is asked again when its answer's validity ends */
+
+    if (node->resolve.len && node->valid) {
+        ngx_add_timer(&node->resolve_ev,
+                      (ngx_msec_t) ngx_max(node->valid - ngx_time(), 1)
+                      * 1000);
+    }
+
     level = node->failing ? NGX_LOG_NOTICE : NGX_LOG_INFO;
 
     ngx_log_error(level, rd->log, 0, "idem: redis \"%V\": connected%s",
@@ -643,6 +673,10 @@ ngx_http_idem_redis_disconnected(const redisAsyncContext *ac, int status)
 
     node->ac = NULL;
     node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+
+    if (node->resolve_ev.timer_set) {
+        ngx_del_timer(&node->resolve_ev);
+    }
 
     /* durable claims made on it wait for no WAIT on the next one */
 
@@ -781,6 +815,8 @@ ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node)
         ngx_del_timer(&node->reconnect_ev);
     }
 
+    ngx_http_idem_redis_unresolve(node);
+
     ac = node->ac;
 
     if (ac == NULL) {
@@ -831,6 +867,8 @@ static void
 ngx_http_idem_redis_node_free(ngx_http_idem_redis_node_t *node)
 {
     redisAsyncContext  *ac;
+
+    ngx_http_idem_redis_unresolve(node);
 
     if (node->ac == NULL) {
         return;
@@ -1036,4 +1074,209 @@ ngx_http_idem_redis_node_wake(ngx_http_idem_redis_node_t *node)
     }
 
     ngx_http_idem_redis_node_connect(node);
+}
+
+
+/*
+ * A host name, through http{}'s resolver (nginx's own: nothing blocks):
+ * the connect goes on in ngx_http_idem_redis_node_resolved() with the
+ * address it names now.  Commands meanwhile are held, as for any connect.
+ */
+
+static void
+ngx_http_idem_redis_node_resolve(ngx_http_idem_redis_node_t *node)
+{
+    ngx_resolver_ctx_t     *ctx;
+    ngx_http_idem_redis_t  *rd;
+
+    rd = node->rd;
+
+    ctx = ngx_resolve_start(rd->conf->resolver, NULL);
+    if (ctx == NULL || ctx == NGX_NO_RESOLVER) {
+        ngx_http_idem_redis_connect_failed(node, "no resolver");
+        return;
+    }
+
+    ctx->name = node->resolve;
+    ctx->handler = ngx_http_idem_redis_node_resolved;
+    ctx->data = node;
+    ctx->timeout = rd->conf->resolver_timeout;
+
+    node->resolving = ctx;
+
+    if (node->ac == NULL) {
+        node->state = NGX_HTTP_IDEM_REDIS_CONNECTING;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: resolving \"%V\"", &node->resolve);
+
+    /* the handler may run now, from the resolver's cache */
+
+    if (ngx_resolve_name(ctx) != NGX_OK) {
+        node->resolving = NULL;
+        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+        ngx_http_idem_redis_connect_failed(node, "resolving failed");
+    }
+}
+
+
+/*
+ * The name's answer.  Before a connect: its first address, then the
+ * connect.  While connected (its validity ended): an address that is
+ * not the connection's any more ends the connection gracefully, and the
+ * next one resolves the name again.
+ */
+
+static void
+ngx_http_idem_redis_node_resolved(ngx_resolver_ctx_t *ctx)
+{
+    u_char                       text[NGX_SOCKADDR_STRLEN + 1];
+    u_char                       err[NGX_HTTP_IDEM_REDIS_ERRSTR_LEN];
+    size_t                       len;
+    ngx_http_idem_redis_t       *rd;
+    ngx_http_idem_redis_node_t  *node;
+
+    node = ctx->data;
+    rd = node->rd;
+
+    node->resolving = NULL;
+
+    if (ctx->state) {
+        ngx_snprintf(err, sizeof(err) - 1, "\"%V\" could not be resolved "
+                     "(%i: %s)%Z", &ctx->name, ctx->state,
+                     ngx_resolver_strerror(ctx->state));
+        ngx_resolve_name_done(ctx);
+        err[sizeof(err) - 1] = '\0';
+
+        if (node->ac != NULL) {
+
+            /* keep what works; ask again a validity period later */
+
+            ngx_log_error(NGX_LOG_WARN, rd->log, 0,
+                          "idem: redis \"%V\": %s, keeping its connection",
+                          &node->name, err);
+
+            ngx_add_timer(&node->resolve_ev,
+                          NGX_HTTP_IDEM_REDIS_BACKOFF_MAX);
+            return;
+        }
+
+        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+        ngx_http_idem_redis_connect_failed(node, (char *) err);
+        return;
+    }
+
+    len = ngx_sock_ntop(ctx->addrs[0].sockaddr, ctx->addrs[0].socklen, text,
+                        NGX_SOCKADDR_STRLEN, 0);
+    text[len] = '\0';
+
+    node->valid = ctx->valid;
+
+    ngx_resolve_name_done(ctx);
+
+    ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis: \"%V\" is %s for %T s", &node->resolve,
+                   text, node->valid - ngx_time());
+
+    if (node->ac != NULL) {
+
+        if (ngx_strcmp(text, node->host) == 0) {
+            ngx_add_timer(&node->resolve_ev,
+                          (ngx_msec_t) ngx_max(node->valid - ngx_time(), 1)
+                          * 1000);
+            return;
+        }
+
+        ngx_log_error(NGX_LOG_NOTICE, rd->log, 0,
+                      "idem: redis \"%V\": its name is %s now, not %s: "
+                      "connecting there", &node->name, text, node->host);
+
+        ngx_memcpy(node->host, text, len + 1);
+        node->resolved = 1;
+
+        /* its replies still come; then it reconnects (disconnected()) */
+
+        node->dropping = 1;
+        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+        redisAsyncDisconnect(node->ac);
+        return;
+    }
+
+    ngx_memcpy(node->host, text, len + 1);
+    node->resolved = 1;
+    node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+
+    ngx_http_idem_redis_node_connect(node);
+}
+
+
+static void
+ngx_http_idem_redis_resolve_again(ngx_event_t *ev)
+{
+    ngx_http_idem_redis_node_t *node = ev->data;
+
+    if (node->ac == NULL || node->resolving != NULL
+        || node->state != NGX_HTTP_IDEM_REDIS_UP || node->rd->closing)
+    {
+        return;
+    }
+
+    ngx_http_idem_redis_node_resolve(node);
+}
+
+
+static void
+ngx_http_idem_redis_unresolve(ngx_http_idem_redis_node_t *node)
+{
+    if (node->resolve_ev.timer_set) {
+        ngx_del_timer(&node->resolve_ev);
+    }
+
+    if (node->resolving != NULL) {
+        ngx_resolve_name_done(node->resolving);
+        node->resolving = NULL;
+    }
+}
+
+
+/*
+ * READONLY from a node named by a host name: the primary behind the name
+ * was demoted (a DNS failover).  The connection ends once the replies
+ * still expected have come (each refused write is held again by its op,
+ * and sent after the reconnect, which resolves the name again).  NGX_OK:
+ * so handled.
+ */
+
+ngx_int_t
+ngx_http_idem_redis_node_readonly(ngx_http_idem_redis_node_t *node,
+    redisReply *reply)
+{
+    ngx_uint_t  level;
+
+    if (node->resolve.len == 0
+        || reply == NULL || reply->type != REDIS_REPLY_ERROR
+        || reply->len < sizeof("READONLY") - 1
+        || ngx_strncmp(reply->str, "READONLY", sizeof("READONLY") - 1) != 0)
+    {
+        return NGX_DECLINED;
+    }
+
+    if (node->ac != NULL && !node->dropping) {
+
+        /* once, then a second apart: the name may point there a while */
+
+        level = ngx_http_idem_redis_conn_level(node);
+
+        ngx_log_error(level, node->rd->log, 0,
+                      "idem: redis \"%V\": READONLY from %s: a replica "
+                      "now, connecting again to where its name points",
+                      &node->name, node->host);
+
+        node->dropping = 1;
+        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+        redisAsyncDisconnect(node->ac);
+    }
+
+    return NGX_OK;
 }

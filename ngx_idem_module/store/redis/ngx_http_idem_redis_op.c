@@ -478,6 +478,18 @@ ngx_http_idem_redis_op_done(redisAsyncContext *ac, void *r, void *privdata)
         {
             return;
         }
+
+        /*
+         * a primary demoted behind its name (a DNS failover): the command
+         * did not run; held, and sent once the name's new primary is
+         * connected
+         */
+
+        if (ngx_http_idem_redis_node_readonly(node, reply) == NGX_OK
+            && ngx_http_idem_redis_op_send_to(node, op) == NGX_OK)
+        {
+            return;
+        }
     }
 
     /* a write it carries is in, even after its timeout */

@@ -222,6 +222,8 @@ ngx_http_idem_redis_subscribe_follow(ngx_http_idem_redis_sub_t *sub)
     ngx_memcpy(node->host, from->host, sizeof(node->host));
     node->port = from->port;
     node->unix_path = from->unix_path;
+    node->resolve = from->resolve;
+    node->valid = from->valid;
     node->auth = from->auth;
     node->db = from->db;
 
