@@ -1,29 +1,13 @@
 # Call records in Redis, read back through the status endpoint.
 
 use lib 't/lib';
+use IdemWait ();
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): each block reads the record of a fixed call id, which a
 # second run would find with one execution more (--- init runs once).
 use IdemRecord;
-use IO::Socket::INET ();
 use JSON::PP ();
-
-# a request written byte for byte (bytes over 0x7f in its line too): the
-# answer's status and body
-sub raw {
-    my ($bytes) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                  PeerPort => $ENV{TEST_NGINX_SERVER_PORT},
-                                  Timeout => 10)
-        or die "connect: $!";
-    binmode $s;
-    print $s $bytes;
-    local $/;
-    my $res = <$s> // '';
-    close $s;
-    return $res =~ m{^HTTP/1\.\d (\d+).*?\r\n\r\n(.*)\z}s ? ($1, $2) : (0, '');
-}
 
 no_long_string();
 no_shuffle();
@@ -670,10 +654,10 @@ X-Content-Type-Options: nosniff
     }
 --- init
 system("redis-cli -p $ENV{TEST_NGINX_REDIS_PORT} flushall >/dev/null");
-my ($code) = main::raw("GET /t/\xe9t\xc3\xa9\xc0\xaf HTTP/1.0\r\n"
+my ($code) = IdemWait::raw("GET /t/\xe9t\xc3\xa9\xc0\xaf HTTP/1.0\r\n"
                        . "Host: localhost\r\nX-Call-Id: rec-utf8\r\n\r\n");
 Test::More::is($code, 200, 'the call with a raw 0xE9');
-my ($status, $body) = main::raw("GET /calls/rec-utf8 HTTP/1.0\r\n"
+my ($status, $body) = IdemWait::raw("GET /calls/rec-utf8 HTTP/1.0\r\n"
                                 . "Host: localhost\r\n\r\n");
 Test::More::is($status, 200, 'its status');
 my $rec = eval { JSON::PP->new->utf8->decode($body) };

@@ -8,8 +8,8 @@
 # by hand (main::seed): the record's fields as the module writes them.
 
 use lib 't/lib';
+use IdemWait ();
 use Digest::SHA ();
-use IO::Socket::INET ();
 use JSON::PP ();
 use Test::Nginx::Socket 'no_plan';
 
@@ -48,22 +48,6 @@ sub seed {
 
 sub flush {
     redis('flushall');
-}
-
-# a request written byte for byte (bytes over 0x7f in its line too): the
-# answer's status and body
-sub raw {
-    my ($bytes) = @_;
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                  PeerPort => $ENV{TEST_NGINX_SERVER_PORT},
-                                  Timeout => 10)
-        or die "connect: $!";
-    binmode $s;
-    print $s $bytes;
-    local $/;
-    my $res = <$s> // '';
-    close $s;
-    return $res =~ m{^HTTP/1\.\d (\d+).*?\r\n\r\n(.*)\z}s ? ($1, $2) : (0, '');
 }
 
 no_long_string();
@@ -579,11 +563,11 @@ qr{^(?!.*<b>)(?!.*last <code>).*<code>wd-5</code>.*<span class="attempts">0 atte
 main::flush();
 main::seed('utf8-seed', '1000-1', uri => "/p/caf\xc3\xa9/\xe9\xed\xa0\x80",
            entry => [node => "n\xff"]);
-my ($code) = main::raw("POST /pay/\xe9t\xc3\xa9?q=\xe9 HTTP/1.0\r\n"
+my ($code) = IdemWait::raw("POST /pay/\xe9t\xc3\xa9?q=\xe9 HTTP/1.0\r\n"
                        . "Host: localhost\r\nX-Call-Id: ul-utf8\r\n"
                        . "Content-Length: 3\r\n\r\nx=1");
 Test::More::is($code, 504, 'the call with a raw 0xE9 timed out: UNKNOWN');
-my ($status, $body) = main::raw("GET /_idem/calls/ HTTP/1.0\r\n"
+my ($status, $body) = IdemWait::raw("GET /_idem/calls/ HTTP/1.0\r\n"
                                 . "Host: localhost\r\n"
                                 . "Accept: application/json\r\n\r\n");
 Test::More::is($status, 200, 'the list');

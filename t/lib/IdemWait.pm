@@ -54,6 +54,22 @@ sub get {
     return $res =~ /\r\n\r\n(.*)\z/s ? $1 : '';
 }
 
+# a request written byte for byte to the Test::Nginx server (bytes over
+# 0x7f in its line too): the answer's status and body
+sub raw {
+    my ($bytes) = @_;
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $ENV{TEST_NGINX_SERVER_PORT},
+                                  Timeout => 10)
+        or die "connect: $!";
+    binmode $s;
+    print $s $bytes;
+    local $/;
+    my $res = <$s> // '';
+    close $s;
+    return $res =~ m{^HTTP/1\.\d (\d+).*?\r\n\r\n(.*)\z}s ? ($1, $2) : (0, '');
+}
+
 # how many requests of call id $id util/backend.pl has seen (counted when
 # each arrived, before it sleeps or is held)
 sub backend_runs {
