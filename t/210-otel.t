@@ -788,9 +788,17 @@ my %path = (
                          "/o/\x{e9}\x{20ac}\x{1f600}"],
     'otel-utf8-ctl'  => ['/o/%01%1F%7F%22%5C', "/o/\x01\x1f\x7f\"\\"],
 );
+# nginx 1.22 to 1.28 let a Host with a byte over 0x7f through; later ones
+# answer 400 before any module sees it: there the call goes without it
+my $raw_host = 1;
 for my $id (sort keys %path) {
     my @host = $id eq 'otel-utf8-good' ? ('-H', "Host: gw\xe9") : ();
-    main::call($path{$id}[0], $id, main::tp($t, IdemOtel::hexid(16)), @host);
+    my ($code) = main::call($path{$id}[0], $id,
+                            main::tp($t, IdemOtel::hexid(16)), @host);
+    if (@host && $code eq '400') {
+        $raw_host = 0;
+        main::call($path{$id}[0], $id, main::tp($t, IdemOtel::hexid(16)));
+    }
 }
 # the four calls' 8 spans: one batch, sent when the eighth is queued
 Test::More::is(scalar IdemOtel::wait_spans($t, 8), 8,
@@ -804,7 +812,9 @@ for my $id (sort keys %path) {
 }
 Test::More::is($srv{'otel-utf8-good'}
                && $srv{'otel-utf8-good'}{attributes}{'server.address'},
-               "gw\x{fffd}", 'a Host with 0xE9: server.address');
+               $raw_host ? "gw\x{fffd}" : '127.0.0.1',
+               $raw_host ? 'a Host with 0xE9: server.address'
+                         : 'this nginx refuses a Host with 0xE9 itself');
 Test::More::is($srv{'otel-utf8-ff'}
                && $srv{'otel-utf8-ff'}{attributes}{'server.address'},
                '127.0.0.1', 'another Host, as sent');
