@@ -35,6 +35,7 @@ typedef struct {
 
 
 struct ngx_http_idem_unknown_read_s {
+    ngx_queue_t                       queue;    /* this worker's reads */
     ngx_pool_t                       *pool;
     ngx_log_t                        *log;
     ngx_http_idem_metrics_stream_t   *slot;
@@ -59,6 +60,13 @@ static void ngx_http_idem_unknown_next(ngx_http_idem_unknown_read_t *rd);
 static void ngx_http_idem_unknown_record(void *data, ngx_int_t rc,
     ngx_http_idem_store_record_t *record);
 static void ngx_http_idem_unknown_done(ngx_http_idem_unknown_read_t *rd);
+
+
+/*
+ * This worker's reads in flight: a worker that exits before their answer
+ * (the store gives up its commands unanswered) frees them itself.
+ */
+static ngx_queue_t  ngx_http_idem_unknown_reads;
 static ngx_uint_t ngx_http_idem_unknown_alive(ngx_pid_t pid);
 
 
@@ -177,10 +185,17 @@ ngx_http_idem_unknown_start(ngx_http_request_t *r,
 
     ngx_str_null(&before);
 
+    if (ngx_http_idem_unknown_reads.next == NULL) {
+        ngx_queue_init(&ngx_http_idem_unknown_reads);
+    }
+
+    ngx_queue_insert_tail(&ngx_http_idem_unknown_reads, &rd->queue);
+
     if (ngx_http_idem_store_read_stream(&stream, &before, max,
                                         ngx_http_idem_unknown_page, rd)
         == NULL)
     {
+        ngx_queue_remove(&rd->queue);
         ngx_destroy_pool(pool);
         goto failed;
     }
@@ -420,6 +435,7 @@ ngx_http_idem_unknown_done(ngx_http_idem_unknown_read_t *rd)
     ngx_memory_barrier();
     slot->busy = 0;
 
+    ngx_queue_remove(&rd->queue);
     ngx_destroy_pool(rd->pool);
 }
 
@@ -562,11 +578,27 @@ ngx_http_idem_metrics_unknown_show(ngx_http_request_t *r, u_char *p,
 void
 ngx_http_idem_metrics_unknown_exit(ngx_http_idem_metrics_stream_t *slots)
 {
-    ngx_uint_t  i;
+    ngx_uint_t                     i;
+    ngx_queue_t                   *q;
+    ngx_http_idem_unknown_read_t  *rd;
 
     for (i = 0; i < NGX_HTTP_IDEM_METRICS_STREAMS; i++) {
         (void) ngx_atomic_cmp_set(&slots[i].busy,
                                   (ngx_atomic_uint_t) ngx_pid, 0);
+    }
+
+    /* before the store gives up their commands, which answers none */
+
+    if (ngx_http_idem_unknown_reads.next == NULL) {
+        return;
+    }
+
+    while (!ngx_queue_empty(&ngx_http_idem_unknown_reads)) {
+        q = ngx_queue_head(&ngx_http_idem_unknown_reads);
+        rd = ngx_queue_data(q, ngx_http_idem_unknown_read_t, queue);
+
+        ngx_queue_remove(q);
+        ngx_destroy_pool(rd->pool);
     }
 }
 
