@@ -264,7 +264,9 @@ ngx_http_idem_fuzz_otel_call(ngx_http_idem_otel_worker_t *w, size_t len,
 
 /*
  * The answer, read on its own: lines end with LF (a CR before it is
- * dropped), the status line first, the headers up to an empty line.
+ * dropped: RFC 9112 2.2 lets a recipient take a bare LF, and nginx's
+ * parser and otel.c do; the chunked body's lines want CRLF, as in
+ * otel.c), the status line first, the headers up to an empty line.
  * Transfer-Encoding is chunked when one names it (as otel.c reads it); a
  * Content-Length is digits between optional spaces and tabs, and
  * several must agree; "whole" is a body that ends exactly at the end.
@@ -405,7 +407,20 @@ ngx_http_idem_fuzz_otel_header(ngx_str_t *name, ngx_str_t *value,
         ref->plain = 0;
     }
 
-    if (p == last || last - p > 15) {
+    /* 1*DIGIT (RFC 9110 8.6): empty is invalid, leading zeros are not */
+
+    if (p == last) {
+        ref->length = -2;
+        return;
+    }
+
+    while (last - p > 1 && *p == '0') {
+        p++;
+    }
+
+    /* more digits than any buffer's length: never whole */
+
+    if (last - p > 15) {
         ref->length = -2;
         return;
     }

@@ -1093,6 +1093,13 @@ ngx_http_idem_otel_response(ngx_http_idem_otel_worker_t *w,
     body = NULL;
 
     for ( ;; ) {
+
+        /*
+         * a bare LF ends a line too, a CR before it dropped: RFC 9112 2.2
+         * lets a recipient accept it, as nginx's own parser does (the
+         * chunked body below wants CRLF: one without is not kept)
+         */
+
         eol = ngx_strlchr(p, last, '\n');
 
         if (eol == NULL) {
@@ -1113,7 +1120,9 @@ ngx_http_idem_otel_response(ngx_http_idem_otel_worker_t *w,
             break;
         }
 
-        if (line.len > 15
+        /* an empty Content-Length is one too: invalid (1*DIGIT) */
+
+        if (line.len >= 15
             && ngx_strncasecmp(line.data, (u_char *) "content-length:", 15)
                == 0)
         {

@@ -7,8 +7,8 @@
 # the queue's bound; a reload (what the old workers queued is sent); how
 # the exporter reads answers it did not expect (t/lib/RawHttpPeer.pm: a
 # chunk's data that ends as the last chunk does, a 204 with bytes after
-# it, two lengths, a second Connection header): when it keeps the
-# connection.
+# it, two lengths, a second Connection header, an empty Content-Length,
+# lines ended by a bare LF): when it keeps the connection.
 #
 # Each block's --- init makes its calls once nginx runs its config, waits
 # for their spans at the collector and checks them; its request reads the
@@ -756,6 +756,32 @@ idem_otel_spans_total\{result="dropped"\} 0
 --- init
 main::raw_ok("a second Connection", 0,
     "HTTP/1.1 200 OK\r\nConnection: close\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n{}");
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="dropped"\} 0
+--- no_error_log
+[error]
+
+
+
+=== TEST 16b: the collector's answer (the same nginx): a second Content-Length that is empty, its line ended by a bare LF: invalid, no end known, the batch is in, the connection not kept
+--- init
+main::raw_ok("an empty Content-Length", 0,
+    "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length:\n\r\n{}");
+--- request
+GET /metrics
+--- response_body_like
+idem_otel_spans_total\{result="dropped"\} 0
+--- no_error_log
+[error]
+
+
+
+=== TEST 16c: the collector's answer (the same nginx): every line ended by a bare LF (RFC 9112 2.2: a recipient may take it): read as lines, the body's end known, the connection kept
+--- init
+main::raw_ok("bare LF", 1,
+    "HTTP/1.1 200 OK\nContent-Length: 2\n\n{}");
 --- request
 GET /metrics
 --- response_body_like
