@@ -515,7 +515,7 @@ ok
 --- config
     location /t {
         echo_location_async /call;
-        echo_sleep 0.25;
+        echo_sleep 1;
         echo_location /peek;
     }
     location /call {
@@ -529,7 +529,7 @@ ok
         idem on;
         idem_record on;
         idem_record_arrival_delay 50ms;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/600/9;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/2500/9;
     }
     location /calls/ {
         idem_status;

@@ -1282,7 +1282,7 @@ Content-Length: 100\r
 Connection: close\r
 \r
 0123456789"
---- timeout: 1
+--- timeout: 10
 --- ignore_response
 --- error_log
 DD39 408 upstream=-
