@@ -39,7 +39,12 @@
 
 #define NGX_HTTP_IDEM_REDIS_ERRSTR_LEN       128
 #define NGX_HTTP_IDEM_REDIS_ERRCMD_LEN       16
-#define NGX_HTTP_IDEM_REDIS_NAME_LEN         (NGX_SOCKADDR_STRLEN + 8)
+/* a host name as DNS has them; a node's name, for logs: host:port */
+#define NGX_HTTP_IDEM_REDIS_HOST_LEN         253
+#define NGX_HTTP_IDEM_REDIS_NAME_LEN         (NGX_HTTP_IDEM_REDIS_HOST_LEN + 8)
+
+/* parse_addr(): IPs or host names, not unix: (1: IPs only; 0: any) */
+#define NGX_HTTP_IDEM_REDIS_ADDR_NAME        2
 
 /* the first delay before connecting again, doubled up to 5 s */
 #define NGX_HTTP_IDEM_REDIS_BACKOFF_MIN      100
@@ -256,6 +261,7 @@ struct ngx_http_idem_redis_node_s {
     ngx_http_idem_redis_node_pt      flush_held;
 
     u_char                           name_buf[NGX_HTTP_IDEM_REDIS_NAME_LEN];
+    u_char                           resolve_buf[NGX_HTTP_IDEM_REDIS_HOST_LEN];
 
     unsigned                         dropping:1; /* we free the context */
     unsigned                         resolved:1; /* host is the name's, now:
@@ -335,8 +341,11 @@ ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_alloc(
     ngx_http_idem_redis_t *rd, ngx_uint_t role);
 void ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
     u_char *host, size_t len, ngx_int_t port);
+void ngx_http_idem_redis_node_set_name(ngx_http_idem_redis_node_t *node,
+    u_char *name, size_t len, ngx_int_t port);
 void ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node);
 void ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node);
+ngx_int_t ngx_http_idem_redis_host_name(ngx_str_t *host);
 ngx_int_t ngx_http_idem_redis_node_readonly(ngx_http_idem_redis_node_t *node,
     redisReply *reply);
 void ngx_http_idem_redis_node_drop(ngx_http_idem_redis_node_t *node);

@@ -180,6 +180,37 @@ ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
 }
 
 
+/*
+ * A host name (a sentinel's, or the master's as a sentinel names it) and
+ * port: kept in the node's own buffer, resolved at each connect
+ */
+
+void
+ngx_http_idem_redis_node_set_name(ngx_http_idem_redis_node_t *node,
+    u_char *name, size_t len, ngx_int_t port)
+{
+    u_char  *p;
+
+    len = ngx_min(len, NGX_HTTP_IDEM_REDIS_HOST_LEN);
+
+    ngx_memcpy(node->resolve_buf, name, len);
+    node->resolve.data = node->resolve_buf;
+    node->resolve.len = len;
+    node->resolved = 0;
+    node->valid = 0;
+
+    node->host[0] = '\0';
+    node->port = port;
+
+    p = ngx_slprintf(node->name_buf,
+                     node->name_buf + NGX_HTTP_IDEM_REDIS_NAME_LEN,
+                     "%*s:%i", len, name, port);
+
+    node->name.data = node->name_buf;
+    node->name.len = p - node->name_buf;
+}
+
+
 void
 ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
 {
