@@ -193,6 +193,21 @@ typedef struct {
 } ngx_http_idem_redis_batch_t;
 
 
+/*
+ * The connects of one node name (and role) since the worker started, for
+ * idem_metrics (redis_stats.c): a few names, as idem_redis_up shows.
+ */
+#define NGX_HTTP_IDEM_REDIS_COUNTS           16
+
+typedef struct {
+    u_char                           name[NGX_HTTP_IDEM_REDIS_NAME_LEN];
+    size_t                           len;        /* 0: free */
+    ngx_uint_t                       role;
+    ngx_uint_t                       connects;
+    ngx_uint_t                       failures[NGX_HTTP_IDEM_STORE_FAILS];
+} ngx_http_idem_redis_count_t;
+
+
 /* one connection: the Redis, a cluster master, or a sentinel */
 struct ngx_http_idem_redis_node_s {
     ngx_http_idem_redis_t           *rd;
@@ -312,6 +327,7 @@ struct ngx_http_idem_redis_s {
     u_char                           errcmd[NGX_HTTP_IDEM_REDIS_ERRCMD_LEN];
 
     ngx_http_idem_store_stats_t      stats;
+    ngx_http_idem_redis_count_t      counts[NGX_HTTP_IDEM_REDIS_COUNTS];
 
     unsigned                         started:1;
     unsigned                         closing:1;  /* exit_process */
@@ -372,6 +388,9 @@ ngx_int_t ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd,
 void ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd,
     u_char *cmd, size_t len, redisReply *reply);
 void ngx_http_idem_redis_write_dropped(ngx_atomic_t *dropped);
+void ngx_http_idem_redis_count_connect(ngx_http_idem_redis_node_t *node);
+void ngx_http_idem_redis_count_failure(ngx_http_idem_redis_node_t *node,
+    ngx_uint_t reason);
 void ngx_http_idem_redis_report_later(ngx_http_idem_redis_t *rd);
 void ngx_http_idem_redis_report_handler(ngx_event_t *ev);
 void ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd);

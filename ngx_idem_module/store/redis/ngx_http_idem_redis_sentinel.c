@@ -493,6 +493,8 @@ ngx_http_idem_redis_master_role(redisAsyncContext *ac, void *r,
                   "idem: redis sentinel: \"%V\" is not a master (ROLE), "
                   "closing it", &node->name);
 
+    ngx_http_idem_redis_count_failure(node, NGX_HTTP_IDEM_STORE_FAIL_READONLY);
+
     ngx_http_idem_redis_node_drop(node);
     ngx_http_idem_redis_sentinel_ask_next(rd);
 }
