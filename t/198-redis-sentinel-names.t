@@ -7,7 +7,8 @@
 #     NAME:PORT ...), each resolved at its connect, the first one a name
 #     that does not resolve (skipped for the next); the master they name
 #     by its host name ("localhost", announce-hostnames) is resolved and
-#     recorded on;
+#     recorded on; the connects counted by name and role (a sentinel's
+#     name that did not resolve: reason="resolve");
 #  2. the master is killed: the sentinels promote the replica and name it
 #     by its host name (+switch-master), the gateway follows, without a
 #     reload.
@@ -63,8 +64,13 @@ is(join(' ', split /\n/, RedisSentinel::cli($s[0], 'sentinel',
 my $sentinels = join ' ', "nosuch.idem.test:$s[0]",
                           map { "sentinel-$_.idem.test:$s[$_]" } 1 .. 2;
 
+# a server of its own for idem_metrics, beside the gateway's
+my $mport = $gw + 1;
+
 my $master_pid = IdemGateway::start($gw,
     "resolver 127.0.0.1:$IdemDns::Port valid=1s;\n"
+    . "    server { listen 127.0.0.1:$mport; "
+    . "location /metrics { idem_metrics; } }\n"
     . "    idem_redis sentinel=mymaster $sentinels connect_timeout=300ms "
     . "timeout=500ms", $backend);
 
@@ -85,6 +91,19 @@ like($log, qr/${named}localhost:${\RedisSentinel::master()} \(asked, /,
      'the master named by its host name');
 like($log, qr/idem redis: resolving "localhost"/,
      "the master's name is resolved");
+
+# the connects, counted by name and role (t/071 has the others)
+my $scrape;
+wait_for('the master connected, counted', sub {
+    $scrape = IdemWait::get($mport, '/metrics');
+    $scrape =~ /^idem_redis_connects_total\{node="localhost:\d+",role="data"\} [1-9]/m;
+});
+like($scrape, qr/^idem_redis_connect_failures_total\{node="nosuch\.idem\.test:$s[0]",role="sentinel",reason="resolve"\} [1-9]\d*$/m,
+     'the sentinel whose name does not resolve: counted, reason="resolve"');
+like($scrape, qr/^idem_redis_connects_total\{node="sentinel-1\.idem\.test:$s[1]",role="sentinel"\} [1-9]\d*$/m,
+     'the named sentinel: its connections counted');
+like($scrape, qr/^idem_redis_connects_total\{node="localhost:${\RedisSentinel::master()}",role="data"\} [1-9]\d*$/m,
+     'the named master: its connections counted');
 
 my $n = 0;
 sub fresh_id { "t198-$$-" . $n++ }
