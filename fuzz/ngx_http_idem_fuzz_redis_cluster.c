@@ -13,11 +13,14 @@
  * what was asked of them.  Beyond the sanitizers: the slot map is the
  * reply's, entry by entry, read independently; a redirect goes where its
  * error line says, or nowhere when the line is not one; a master address
- * is taken only when it is an IP and a port.
+ * is taken only when it is an IP and a port, or, with a resolver in
+ * http{}, a host name (as DNS has them) and a port, kept as the name the
+ * connect resolves.
  *
  * Input: a flags byte (bits 0-2: which reply, as above; bit 3: the nodes
- * connect at once; bits 4-6: redirects the command had already), then
- * RESP bytes, as the server sends them.
+ * connect at once; bits 4-6: redirects the command had already, or for a
+ * sentinel's answers, bit 4: http{} has a resolver), then RESP bytes, as
+ * the server sends them.
  */
 
 
@@ -59,12 +62,16 @@ static void ngx_http_idem_fuzz_redirect(ngx_http_idem_redis_t *rd,
 static void ngx_http_idem_fuzz_master(ngx_http_idem_redis_t *rd,
     ngx_uint_t which, redisReply *reply);
 static ngx_int_t ngx_http_idem_fuzz_ip(u_char *host, size_t len);
+static ngx_int_t ngx_http_idem_fuzz_name(u_char *host, size_t len);
 static ngx_int_t ngx_http_idem_fuzz_number(u_char *p, size_t len);
 static ngx_http_idem_redis_node_t *ngx_http_idem_fuzz_find(
     ngx_http_idem_redis_t *rd, u_char *host, size_t len, ngx_int_t port);
 
 
 static ngx_http_idem_fuzz_store_t  ngx_http_idem_fuzz_store;
+
+/* http{}'s resolver: never used here, the connects being stand-ins */
+static ngx_resolver_t              ngx_http_idem_fuzz_resolver;
 
 
 int
@@ -121,6 +128,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     conf.max_pending = 10;
     conf.timeout = 1000;
     ngx_str_set(&conf.master_name, "mymaster");
+
+    if (which >= 2 && (flags & 16)) {
+        conf.resolver = &ngx_http_idem_fuzz_resolver;
+    }
 
     conf.seeds = ngx_array_create(fz.pool, 2,
                                   sizeof(ngx_http_idem_store_addr_t));
@@ -618,14 +629,71 @@ ngx_http_idem_fuzz_master(ngx_http_idem_redis_t *rd, ngx_uint_t which,
         && ngx_http_idem_fuzz_ip(host, len) == NGX_OK)
     {
         ngx_http_idem_fuzz_assert(master->port == port
+                                  && master->resolve.len == 0
                                   && ngx_strlen(master->host) == len
                                   && ngx_memcmp(master->host, host, len)
                                      == 0);
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_store.connects >= 2);
 
+    } else if (host != NULL && port >= 1 && port <= 65535
+               && rd->conf->resolver != NULL
+               && ngx_http_idem_fuzz_name(host, len) == NGX_OK)
+    {
+        /* a name, kept whole in the node's own buffer, to be resolved */
+
+        ngx_http_idem_fuzz_assert(master->port == port
+                                  && master->resolve.len == len
+                                  && master->resolve.data
+                                     == master->resolve_buf
+                                  && ngx_memcmp(master->resolve.data, host,
+                                                len) == 0
+                                  && master->host[0] == '\0');
+        ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_store.connects >= 2);
+
     } else {
-        ngx_http_idem_fuzz_assert(master->port == 0);
+        ngx_http_idem_fuzz_assert(master->port == 0
+                                  && master->resolve.len == 0);
     }
+}
+
+
+/*
+ * A host name as DNS has them: 1 to 253 bytes, labels of 1 to 63
+ * letters, digits, '-' or '_' between dots (one may end it)
+ */
+
+static ngx_int_t
+ngx_http_idem_fuzz_name(u_char *host, size_t len)
+{
+    u_char  *p, *last, *dot;
+
+    if (len == 0 || len > 253) {
+        return NGX_ERROR;
+    }
+
+    last = host + len;
+
+    for (p = host; p < last; p = dot + 1) {
+        dot = memchr(p, '.', last - p);
+
+        if (dot == NULL) {
+            dot = last;
+        }
+
+        if (dot == p || dot - p > 63) {
+            return NGX_ERROR;
+        }
+
+        for ( /* void */ ; p < dot; p++) {
+            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
+                  || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
+            {
+                return NGX_ERROR;
+            }
+        }
+    }
+
+    return NGX_OK;
 }
 
 
@@ -739,6 +807,20 @@ ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
 
 
 void
+ngx_http_idem_redis_node_set_name(ngx_http_idem_redis_node_t *node,
+    u_char *name, size_t len, ngx_int_t port)
+{
+    ngx_http_idem_fuzz_assert(len <= NGX_HTTP_IDEM_REDIS_HOST_LEN);
+
+    ngx_memcpy(node->resolve_buf, name, len);
+    node->resolve.data = node->resolve_buf;
+    node->resolve.len = len;
+    node->host[0] = '\0';
+    node->port = port;
+}
+
+
+void
 ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
 {
     ngx_http_idem_fuzz_assert(node->port != 0);
@@ -805,6 +887,14 @@ ngx_http_idem_redis_pending_done(ngx_http_idem_redis_t *rd)
 void
 ngx_http_idem_redis_report_later(ngx_http_idem_redis_t *rd)
 {
+}
+
+
+void
+ngx_http_idem_redis_count_failure(ngx_http_idem_redis_node_t *node,
+    ngx_uint_t reason)
+{
+    ngx_http_idem_fuzz_assert(reason < NGX_HTTP_IDEM_STORE_FAILS);
 }
 
 

@@ -46,6 +46,21 @@ typedef struct {
 } ngx_http_idem_metrics_redis_t;
 
 
+/* the connects to a Redis node name, of every worker, added up */
+typedef struct {
+    ngx_str_t                  name;
+    ngx_uint_t                 sentinel;
+    ngx_uint_t                 connects;
+    ngx_uint_t                 failures[NGX_HTTP_IDEM_STORE_FAILS];
+} ngx_http_idem_metrics_connects_t;
+
+
+/* idem_redis_connect_failures_total's reasons: NGX_HTTP_IDEM_STORE_FAIL_* */
+static char  *ngx_http_idem_metrics_fail_reasons[] = {
+    "connect", "resolve", "auth", "readonly"
+};
+
+
 static char *ngx_http_idem_metrics_args(ngx_conf_t *cf, ngx_command_t *cmd);
 static ngx_int_t ngx_http_idem_metrics_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
@@ -56,7 +71,10 @@ static ngx_uint_t ngx_http_idem_metrics_refusal(ngx_http_idem_ctx_t *ctx);
 static u_char *ngx_http_idem_metrics_histograms(u_char *p,
     ngx_http_idem_metrics_shm_t *shm);
 static ngx_array_t *ngx_http_idem_metrics_workers(ngx_http_request_t *r,
-    ngx_http_idem_metrics_shm_t *shm, ngx_uint_t *waiters);
+    ngx_http_idem_metrics_shm_t *shm, ngx_uint_t *waiters,
+    ngx_array_t **connects);
+static ngx_int_t ngx_http_idem_metrics_add_counts(ngx_http_request_t *r,
+    ngx_array_t *connects, ngx_http_idem_metrics_worker_t *w);
 static ngx_int_t ngx_http_idem_metrics_read_worker(
     ngx_http_idem_metrics_worker_t *w, ngx_http_idem_metrics_worker_t *copy);
 static ngx_uint_t ngx_http_idem_metrics_alive(ngx_pid_t pid);
@@ -479,19 +497,20 @@ ngx_http_idem_metrics_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 static ngx_int_t
 ngx_http_idem_metrics_handler(ngx_http_request_t *r)
 {
-    size_t                          len;
-    ngx_int_t                       rc;
-    ngx_str_t                       body;
-    ngx_buf_t                      *b;
-    ngx_uint_t                      i, waiters;
-    ngx_array_t                    *nodes;
-    ngx_atomic_t                   *value;
-    ngx_http_idem_metric_t         *m;
-    ngx_http_idem_counters_t       *counters;
-    ngx_http_idem_main_conf_t      *imcf;
-    ngx_http_idem_metrics_shm_t    *shm;
-    ngx_http_idem_metrics_hist_t   *h;
-    ngx_http_idem_metrics_redis_t  *node;
+    size_t                             len;
+    ngx_int_t                          rc;
+    ngx_str_t                          body;
+    ngx_buf_t                         *b;
+    ngx_uint_t                         i, k, waiters;
+    ngx_array_t                       *nodes, *connects;
+    ngx_atomic_t                      *value;
+    ngx_http_idem_metric_t            *m;
+    ngx_http_idem_counters_t          *counters;
+    ngx_http_idem_main_conf_t         *imcf;
+    ngx_http_idem_metrics_shm_t       *shm;
+    ngx_http_idem_metrics_hist_t      *h;
+    ngx_http_idem_metrics_redis_t     *node;
+    ngx_http_idem_metrics_connects_t  *count;
 
     if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
         return NGX_HTTP_NOT_ALLOWED;
@@ -521,7 +540,7 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
 
     ngx_http_idem_metrics_unknown_refresh(r, shm->streams);
 
-    nodes = ngx_http_idem_metrics_workers(r, shm, &waiters);
+    nodes = ngx_http_idem_metrics_workers(r, shm, &waiters, &connects);
     if (nodes == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
@@ -554,6 +573,17 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
         len += 2 * (sizeof("idem_redis_connections{node=\"\","
                            "role=\"sentinel\"} \n") + 2 * node[i].name.len
                     + NGX_ATOMIC_T_LEN);
+    }
+
+    len += 1024;    /* the connects' HELP and TYPE */
+
+    count = connects->elts;
+
+    for (i = 0; i < connects->nelts; i++) {
+        len += (1 + NGX_HTTP_IDEM_STORE_FAILS)
+               * (sizeof("idem_redis_connect_failures_total{node=\"\","
+                         "role=\"sentinel\",reason=\"readonly\"} \n")
+                  + 2 * count[i].name.len + NGX_ATOMIC_T_LEN);
     }
 
     len += ngx_http_idem_storm_metrics_len(r);
@@ -614,6 +644,45 @@ ngx_http_idem_metrics_handler(ngx_http_request_t *r)
             b->last = ngx_sprintf(b->last, "\",role=\"%s\"} %ui\n",
                                   node[i].sentinel ? "sentinel" : "data",
                                   node[i].up);
+        }
+
+        /* counters: the workers running now, each since it started */
+
+        b->last = ngx_sprintf(b->last,
+                  "# HELP idem_redis_connects_total Connections made to the "
+                  "Redis node by the workers running now, each since it "
+                  "started.\n"
+                  "# TYPE idem_redis_connects_total counter\n");
+
+        for (i = 0; i < connects->nelts; i++) {
+            b->last = ngx_sprintf(b->last,
+                                  "idem_redis_connects_total{node=\"");
+            b->last = ngx_http_idem_metrics_label(b->last, &count[i].name);
+            b->last = ngx_sprintf(b->last, "\",role=\"%s\"} %ui\n",
+                                  count[i].sentinel ? "sentinel" : "data",
+                                  count[i].connects);
+        }
+
+        b->last = ngx_sprintf(b->last,
+                  "# HELP idem_redis_connect_failures_total Connects to the "
+                  "Redis node that failed, by the workers running now, by "
+                  "why: connect (refused, timed out), resolve (its name did "
+                  "not resolve), auth (AUTH refused), readonly (a replica: "
+                  "connected again).\n"
+                  "# TYPE idem_redis_connect_failures_total counter\n");
+
+        for (i = 0; i < connects->nelts; i++) {
+            for (k = 0; k < NGX_HTTP_IDEM_STORE_FAILS; k++) {
+                b->last = ngx_sprintf(b->last,
+                                 "idem_redis_connect_failures_total{node=\"");
+                b->last = ngx_http_idem_metrics_label(b->last,
+                                                      &count[i].name);
+                b->last = ngx_sprintf(b->last,
+                                      "\",role=\"%s\",reason=\"%s\"} %ui\n",
+                                      count[i].sentinel ? "sentinel" : "data",
+                                      ngx_http_idem_metrics_fail_reasons[k],
+                                      count[i].failures[k]);
+            }
         }
     }
 
@@ -708,7 +777,8 @@ ngx_http_idem_metrics_label(u_char *p, ngx_str_t *value)
 
 static ngx_array_t *
 ngx_http_idem_metrics_workers(ngx_http_request_t *r,
-    ngx_http_idem_metrics_shm_t *shm, ngx_uint_t *waiters)
+    ngx_http_idem_metrics_shm_t *shm, ngx_uint_t *waiters,
+    ngx_array_t **connects)
 {
     ngx_str_t                        name;
     ngx_uint_t                       i, k, j;
@@ -721,6 +791,12 @@ ngx_http_idem_metrics_workers(ngx_http_request_t *r,
 
     nodes = ngx_array_create(r->pool, 4, sizeof(ngx_http_idem_metrics_redis_t));
     if (nodes == NULL) {
+        return NULL;
+    }
+
+    *connects = ngx_array_create(r->pool, 4,
+                                 sizeof(ngx_http_idem_metrics_connects_t));
+    if (*connects == NULL) {
         return NULL;
     }
 
@@ -738,6 +814,10 @@ ngx_http_idem_metrics_workers(ngx_http_request_t *r,
         }
 
         *waiters += copy.waiters;
+
+        if (ngx_http_idem_metrics_add_counts(r, *connects, &copy) != NGX_OK) {
+            return NULL;
+        }
 
         for (k = 0; k < copy.nnodes; k++) {
             n = &copy.nodes[k];
@@ -792,6 +872,64 @@ ngx_http_idem_metrics_workers(ngx_http_request_t *r,
 
 /* a whole copy of a worker's slot, or NGX_DECLINED: it was being written */
 
+/* a worker's connects, added to those of the same node name and role */
+
+static ngx_int_t
+ngx_http_idem_metrics_add_counts(ngx_http_request_t *r,
+    ngx_array_t *connects, ngx_http_idem_metrics_worker_t *w)
+{
+    ngx_str_t                          name;
+    ngx_uint_t                         i, j, k;
+    ngx_http_idem_metrics_count_t     *n;
+    ngx_http_idem_metrics_connects_t  *c;
+
+    for (i = 0; i < w->ncounts; i++) {
+        n = &w->counts[i];
+
+        name.data = n->name;
+        name.len = n->len;
+
+        c = connects->elts;
+
+        for (j = 0; j < connects->nelts; j++) {
+            if (c[j].sentinel == n->sentinel && c[j].name.len == name.len
+                && ngx_strncmp(c[j].name.data, name.data, name.len) == 0)
+            {
+                break;
+            }
+        }
+
+        if (j == connects->nelts) {
+            c = ngx_array_push(connects);
+            if (c == NULL) {
+                return NGX_ERROR;
+            }
+
+            ngx_memzero(c, sizeof(ngx_http_idem_metrics_connects_t));
+
+            c->name.data = ngx_pstrdup(r->pool, &name);
+            if (c->name.data == NULL) {
+                return NGX_ERROR;
+            }
+
+            c->name.len = name.len;
+            c->sentinel = n->sentinel;
+
+        } else {
+            c = &c[j];
+        }
+
+        c->connects += n->connects;
+
+        for (k = 0; k < NGX_HTTP_IDEM_STORE_FAILS; k++) {
+            c->failures[k] += n->failures[k];
+        }
+    }
+
+    return NGX_OK;
+}
+
+
 static ngx_int_t
 ngx_http_idem_metrics_read_worker(ngx_http_idem_metrics_worker_t *w,
     ngx_http_idem_metrics_worker_t *copy)
@@ -815,6 +953,8 @@ ngx_http_idem_metrics_read_worker(ngx_http_idem_metrics_worker_t *w,
 
         if (w->seq == seq) {
             copy->nnodes = ngx_min(copy->nnodes, NGX_HTTP_IDEM_METRICS_NODES);
+            copy->ncounts = ngx_min(copy->ncounts,
+                                    NGX_HTTP_IDEM_METRICS_NODES);
             return NGX_OK;
         }
     }
@@ -968,7 +1108,9 @@ ngx_http_idem_metrics_publish(ngx_http_idem_metrics_shm_t *shm)
 {
     ngx_uint_t                       i, n;
     ngx_http_idem_store_node_t       nodes[NGX_HTTP_IDEM_METRICS_NODES];
+    ngx_http_idem_store_count_t      counts[NGX_HTTP_IDEM_METRICS_NODES];
     ngx_http_idem_metrics_node_t    *node;
+    ngx_http_idem_metrics_count_t   *count;
     ngx_http_idem_metrics_worker_t  *w;
 
     if (ngx_http_idem_metrics_slot == -1) {
@@ -993,6 +1135,22 @@ ngx_http_idem_metrics_publish(ngx_http_idem_metrics_shm_t *shm)
     }
 
     w->nnodes = n;
+
+    n = ngx_http_idem_store_counts(counts, NGX_HTTP_IDEM_METRICS_NODES);
+
+    for (i = 0; i < n; i++) {
+        count = &w->counts[i];
+
+        count->len = (u_char) ngx_min(counts[i].name.len,
+                                      NGX_HTTP_IDEM_METRICS_NAME_LEN);
+        ngx_memcpy(count->name, counts[i].name.data, count->len);
+        count->sentinel = counts[i].sentinel;
+        count->connects = counts[i].connects;
+        ngx_memcpy(count->failures, counts[i].failures,
+                   sizeof(count->failures));
+    }
+
+    w->ncounts = n;
 
     ngx_memory_barrier();
     w->seq++;

@@ -64,6 +64,16 @@ typedef struct {
 } ngx_http_idem_metrics_node_t;
 
 
+/* a Redis node name's connects in one worker, since it started */
+typedef struct {
+    u_char                    name[NGX_HTTP_IDEM_METRICS_NAME_LEN];
+    u_char                    len;
+    u_char                    sentinel;
+    ngx_uint_t                connects;
+    ngx_uint_t                failures[NGX_HTTP_IDEM_STORE_FAILS];
+} ngx_http_idem_metrics_count_t;
+
+
 /*
  * What only a worker knows (its connections, its waiters), written by
  * that worker alone; "seq" is odd while it writes, so that a reader in
@@ -75,6 +85,8 @@ typedef struct {
     ngx_atomic_t              waiters;
     ngx_uint_t                nnodes;
     ngx_http_idem_metrics_node_t  nodes[NGX_HTTP_IDEM_METRICS_NODES];
+    ngx_uint_t                ncounts;
+    ngx_http_idem_metrics_count_t  counts[NGX_HTTP_IDEM_METRICS_NODES];
 } ngx_http_idem_metrics_worker_t;
 
 

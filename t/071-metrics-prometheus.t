@@ -11,6 +11,9 @@
 #      unknown_interval however often the two workers are scraped;
 #   2. "promtool check metrics" on that output, every series present;
 #   3. a gateway whose Redis is down: idem_redis_up 0, no worker connected;
+#      the connects counted (idem_redis_connects_total, and
+#      idem_redis_connect_failures_total by reason): a Redis down, then up,
+#      then restarted; AUTH refused; a name that does not resolve;
 #   4. the shipped rules (conf-examples/prometheus/idem-rules.yml):
 #      "promtool check rules", "promtool test rules" against synthetic
 #      series (t/data/prometheus/idem-rules.test.yml), and every series a
@@ -29,7 +32,20 @@ use IO::Socket::INET;
 use POSIX ();
 use Time::HiRes qw(time);
 
+# the suite's DNS server (section 3b), its map empty: every name NXDOMAIN
+our $Map;
+
+BEGIN {
+    $Map = "/tmp/idem-dns-map-071-" . ($ENV{TEST_NGINX_BACKEND_PORT} // 0);
+    $IdemDns::Map = $Map;
+    open my $fh, '>', $Map or die "$Map: $!";
+    close $fh;
+}
+
+END { unlink $Map if defined $Map }
+
 use lib 't/lib';
+use IdemDns;
 use IdemNginx;
 use IdemWait qw(wait_for);
 
@@ -398,6 +414,7 @@ is(value($m, 'idem_unknown_unresolved_truncated{stream="prom-071"}'), 0,
 my @series = qw(idem_call_duration_seconds idem_dedupe_claim_duration_seconds
                 idem_dedupe_wait_duration_seconds idem_dedupe_waiters
                 idem_redis_up idem_redis_connections idem_calls_total
+                idem_redis_connects_total idem_redis_connect_failures_total
                 idem_breaker_state idem_unknown_unresolved
                 idem_unknown_unresolved_age_seconds
                 idem_unknown_unresolved_truncated);
@@ -461,6 +478,137 @@ is(value($m, qq{idem_redis_connections{node="127.0.0.1:$closed",role="data"}}),
    0, 'idem_redis_connections 0');
 
 ok($ng2->stop, 'the second gateway stops');
+
+
+# 3b. the connects counted, per node: a Redis down then up, then
+# restarted (one worker: connects 1, then 2); AUTH refused; a name that
+# does not resolve (the suite's DNS server, its map empty: NXDOMAIN)
+
+my $cport = $down_port + 2;
+my $credis = $down_port + 3;
+my $cdir = "$tmp/redis-$credis";
+mkdir $cdir or die "$cdir: $!";
+
+sub start_credis {
+    system("redis-server --bind 127.0.0.1 --port $credis --save ''"
+           . " --appendonly no --dir $cdir --daemonize yes"
+           . " --pidfile $cdir/redis.pid --logfile $cdir/redis.log") == 0
+        or die "cannot start redis-server on $credis\n";
+    wait_for("redis on $credis", sub {
+        `redis-cli -p $credis ping 2>&1` =~ /PONG/ });
+}
+
+END { system("redis-cli -p $credis shutdown nosave >/dev/null 2>&1")
+          if defined $credis }
+
+# the gateway's counters once $check holds for them (or the last scrape)
+sub counted {
+    my ($p, $what, $check) = @_;
+    my $m;
+    wait_for($what, sub { $m = scrape($p); $check->($m) });
+    return $m;
+}
+
+my $ng3 = IdemNginx->new(name => 'prom-connects', port => $cport,
+                         workers => 1);
+
+$ng3->write_conf(<<"HTTP");
+    idem_redis 127.0.0.1:$credis connect_timeout=100ms;
+
+    server {
+        listen 127.0.0.1:$cport;
+        location /metrics {
+            idem_metrics;
+        }
+    }
+HTTP
+
+$ng3->start or BAIL_OUT('nginx does not start: ' . $ng3->out);
+
+my $cnode = qq{node="127.0.0.1:$credis",role="data"};
+my $fail = sub { qq{idem_redis_connect_failures_total{$cnode,reason="$_[0]"}} };
+
+$m = counted($cport, 'a refused connect counted',
+             sub { (value($_[0], $fail->('connect')) // 0) >= 1 });
+cmp_ok(value($m, $fail->('connect')) // 0, '>=', 1,
+       'Redis down: its refused connects counted (reason="connect")');
+is(value($m, "idem_redis_connects_total{$cnode}"), 0,
+   'no connection made yet');
+is(value($m, $fail->($_)), 0, "none for reason=\"$_\"")
+    for qw(resolve auth readonly);
+
+start_credis();
+$m = counted($cport, 'a connection made',
+             sub { (value($_[0], "idem_redis_connects_total{$cnode}") // 0)
+                   >= 1 });
+is(value($m, "idem_redis_connects_total{$cnode}"), 1,
+   'Redis up: idem_redis_connects_total 1');
+
+system("redis-cli -p $credis shutdown nosave >/dev/null 2>&1");
+start_credis();
+$m = counted($cport, 'connected again',
+             sub { (value($_[0], "idem_redis_connects_total{$cnode}") // 0)
+                   >= 2 });
+is(value($m, "idem_redis_connects_total{$cnode}"), 2,
+   'Redis restarted: idem_redis_connects_total 2');
+like($m, qr/^# TYPE idem_redis_connects_total counter$/m,
+     'idem_redis_connects_total is a counter');
+like($m, qr/^# TYPE idem_redis_connect_failures_total counter$/m,
+     'idem_redis_connect_failures_total is a counter');
+
+ok($ng3->stop, 'the gateway stops');
+
+# AUTH refused: the suite's Redis has no password
+
+$ng3->write_conf(<<"HTTP");
+    idem_redis 127.0.0.1:$redis password=wrong;
+
+    server {
+        listen 127.0.0.1:$cport;
+        location /metrics {
+            idem_metrics;
+        }
+    }
+HTTP
+
+$ng3->start or BAIL_OUT('nginx does not start: ' . $ng3->out);
+
+$cnode = qq{node="127.0.0.1:$redis",role="data"};
+$m = counted($cport, 'AUTH refused, counted',
+             sub { (value($_[0], $fail->('auth')) // 0) >= 1 });
+cmp_ok(value($m, $fail->('auth')) // 0, '>=', 1,
+       'AUTH refused: counted (reason="auth")');
+cmp_ok(value($m, "idem_redis_connects_total{$cnode}") // 0, '>=', 1,
+       'each after a connection made');
+
+ok($ng3->stop, 'the gateway stops');
+
+# a host name that does not resolve
+
+$ng3->write_conf(<<"HTTP");
+    resolver 127.0.0.1:$IdemDns::Port valid=1s;
+    idem_redis nosuch.idem.test:$redis;
+
+    server {
+        listen 127.0.0.1:$cport;
+        location /metrics {
+            idem_metrics;
+        }
+    }
+HTTP
+
+$ng3->start or BAIL_OUT('nginx does not start: ' . $ng3->out);
+
+$cnode = qq{node="nosuch.idem.test:$redis",role="data"};
+$m = counted($cport, 'the name that does not resolve, counted',
+             sub { (value($_[0], $fail->('resolve')) // 0) >= 1 });
+cmp_ok(value($m, $fail->('resolve')) // 0, '>=', 1,
+       'a name that does not resolve: counted (reason="resolve")');
+is(value($m, $fail->('connect')), 0, 'not as a refused connect');
+is(value($m, "idem_redis_connects_total{$cnode}"), 0,
+   'no connection made');
+
+ok($ng3->stop, 'the gateway stops');
 
 
 # 4. the shipped rules

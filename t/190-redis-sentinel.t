@@ -3,7 +3,7 @@
 # the master and records, reads and claims there; a sentinel that is down
 # is skipped; a name no sentinel knows is Redis down; the directive's
 # checks; a sentinel that names a replica (a fake one).  Failover:
-# t/195-redis-sentinel-failover.t.
+# t/195-redis-sentinel-failover.t; host names: t/198.
 
 use lib 't/lib';
 use RedisSentinel;
@@ -28,6 +28,19 @@ FakeRedisCluster::start($ENV{TEST_NGINX_FAKE_SENTINEL_PORT}, sub {
     my $replica = RedisSentinel::replica();
     return "*2\r\n\$9\r\n127.0.0.1\r\n\$" . length($replica)
            . "\r\n$replica\r\n" if $cmd eq 'SENTINEL';
+    return "*3\r\n\$9\r\nsubscribe\r\n\$14\r\n+switch-master\r\n:1\r\n"
+        if $cmd eq 'SUBSCRIBE';
+    return "+OK\r\n";
+});
+
+# a sentinel that names the master by a host name (announce-hostnames)
+$ENV{TEST_NGINX_NAMING_SENTINEL_PORT} = RedisSentinel::base() + 51;
+FakeRedisCluster::start($ENV{TEST_NGINX_NAMING_SENTINEL_PORT}, sub {
+    my ($args) = @_;
+    my $cmd = uc $args->[0];
+    my $master = RedisSentinel::master();
+    return "*2\r\n\$9\r\nlocalhost\r\n\$" . length($master)
+           . "\r\n$master\r\n" if $cmd eq 'SENTINEL';
     return "*3\r\n\$9\r\nsubscribe\r\n\$14\r\n+switch-master\r\n:1\r\n"
         if $cmd eq 'SUBSCRIBE';
     return "+OK\r\n";
@@ -261,6 +274,29 @@ qr/idem: redis sentinel: "127\.0\.0\.1:\d+" is not a master \(ROLE\), closing it
 
 
 
+=== TEST 5e: a master named by a host name, with no resolver in http{}: ignored, said so (with one: t/198)
+--- http_config
+    idem_redis sentinel=mymaster 127.0.0.1:$TEST_NGINX_NAMING_SENTINEL_PORT
+               timeout=300ms;
+--- config
+    location /calls/ {
+        idem_status;
+    }
+--- init
+IdemWait::log_ok('the host name ignored',
+                  qr/at "localhost" port \d+ is not an IP address/);
+--- request
+GET /calls/sn-5e
+--- error_code: 503
+--- response_body_like: UNKNOWN
+--- error_log eval
+qr/idem: redis sentinel: master "mymaster" at "localhost" port \d+ is not an IP address and port \(a host name needs a "resolver" in http\{\}\), ignored/
+--- no_error_log
+[alert]
+[crit]
+
+
+
 === TEST 6: sentinel= without a name
 --- http_config
     idem_redis sentinel= 127.0.0.1:26379;
@@ -305,11 +341,22 @@ invalid parameter "sentinel_password=x" in "idem_redis" directive
 
 
 
-=== TEST 9: sentinels are IPs, not host names
+=== TEST 9: sentinels named by host names need a resolver in http{} (t/198 resolves them)
 --- http_config
-    idem_redis sentinel=mymaster localhost:26379;
+    idem_redis sentinel=mymaster 127.0.0.1:26379 localhost:26379;
 --- config
     location /t { return 200; }
 --- must_die
 --- error_log
-invalid value "localhost:26379" in "idem_redis" directive, it must be an IP address and port
+"idem_redis localhost:26379" names a host: add a "resolver" to http{}
+
+
+
+=== TEST 9b: a sentinel is an IP or a host name and port, not a path
+--- http_config
+    idem_redis sentinel=mymaster unix:/tmp/sentinel.sock;
+--- config
+    location /t { return 200; }
+--- must_die
+--- error_log
+invalid value "unix:/tmp/sentinel.sock" in "idem_redis" directive, it must be an IP address and port, or a host name and port

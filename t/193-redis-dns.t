@@ -4,8 +4,10 @@
 # Redis that is down (503), logged with the name; a DNS failover (the
 # managed-Redis case: the replica promoted, the old primary made its
 # replica, the name pointed at the new one): the old primary's READONLY
-# makes the connection end and resolve again, the refused writes are held
-# and sent to the new primary, and nothing is lost or run twice.
+# makes the connection end and resolve again (counted:
+# idem_redis_connect_failures_total{reason="readonly"}), the refused
+# writes are held and sent to the new primary, and nothing is lost or run
+# twice.
 # The suite's DNS server (t/lib/IdemDns.pm) answers from a map this file
 # writes; two redis-servers of the file's own listen on the same port of
 # 127.0.0.1 and 127.0.0.2 (both loopback), so that only the name moves.
@@ -177,6 +179,9 @@ qr/idem: redis "nosuch\.idem\.test:\d+": connect failed: "nosuch\.idem\.test" co
     location /log/ {
         proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT;
     }
+    location /metrics {
+        idem_metrics;
+    }
 --- init
 main::cli('127.0.0.1', 'flushall');
 # the worker connected to 127.0.0.1 (a first call on it)
@@ -195,15 +200,16 @@ IdemDns::map('redis.idem.test' => ['127.0.0.2', 1]);
 Test::More::like(main::done('owner6'), qr{^HTTP/1\.1 200 .*\r\n\r\nn=1 }s,
                  'claimed on the new primary, forwarded: 200');
 --- request eval
-["POST /d\nx=1", "GET /log/dns-6"]
+["POST /d\nx=1", "GET /log/dns-6", "GET /metrics"]
 --- more_headers eval
-["X-Call-Id: dns-6", ""]
+["X-Call-Id: dns-6", "", ""]
 --- error_code eval
-[200, 200]
+[200, 200, 200]
 --- response_headers eval
-["Idempotent-Replayed: true", ""]
+["Idempotent-Replayed: true", "", ""]
 --- response_body_like eval
-["^n=1 ", '\An=1 [^\n]*\n\z']
+["^n=1 ", '\An=1 [^\n]*\n\z',
+ qr/^idem_redis_connects_total\{node="redis\.idem\.test:\d+",role="data"\} (?:[2-9]|[1-9]\d+)\n(?:.*\n)*idem_redis_connect_failures_total\{node="redis\.idem\.test:\d+",role="data",reason="readonly"\} [1-9]\d*$/m]
 --- no_error_log
 [alert]
 [crit]

@@ -313,6 +313,26 @@ typedef struct {
 } ngx_http_idem_store_node_t;
 
 
+/*
+ * The connections made to a node of this worker's store (by its name,
+ * as idem_redis_up shows it), and the connects that failed, by why (the
+ * NGX_HTTP_IDEM_STORE_FAIL_*, idem_redis_connect_failures_total's reason):
+ * since the worker started.
+ */
+#define NGX_HTTP_IDEM_STORE_FAIL_CONNECT   0   /* refused, timed out */
+#define NGX_HTTP_IDEM_STORE_FAIL_RESOLVE   1   /* its name did not resolve */
+#define NGX_HTTP_IDEM_STORE_FAIL_AUTH      2   /* AUTH refused */
+#define NGX_HTTP_IDEM_STORE_FAIL_READONLY  3   /* a replica: connected again */
+#define NGX_HTTP_IDEM_STORE_FAILS          4
+
+typedef struct {
+    ngx_str_t                    name;
+    ngx_uint_t                   connects;
+    ngx_uint_t                   failures[NGX_HTTP_IDEM_STORE_FAILS];
+    unsigned                     sentinel:1;
+} ngx_http_idem_store_count_t;
+
+
 /* configuration time: "idem_redis ADDR ..." (messages name the directive) */
 char *ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
     ngx_http_idem_store_conf_t *conf);
@@ -378,6 +398,10 @@ void ngx_http_idem_store_unwatch(ngx_http_idem_store_watch_t *w);
 
 /* this worker's connections, n at most: how many were filled in */
 ngx_uint_t ngx_http_idem_store_nodes(ngx_http_idem_store_node_t *nodes,
+    ngx_uint_t n);
+
+/* this worker's counts of connects, n at most: how many were filled in */
+ngx_uint_t ngx_http_idem_store_counts(ngx_http_idem_store_count_t *counts,
     ngx_uint_t n);
 
 

@@ -7,6 +7,14 @@ package RedisSentinel;
 # loaded machine saw the new master down and failed over again), on
 # loopback ports from TEST_NGINX_REDIS_SENTINEL_PORT: master base,
 # replica base + 1, sentinels base + 10 .. base + 12.
+#
+# start(hostnames => 1): the sentinels resolve and announce host names
+# ("sentinel resolve-hostnames yes", "announce-hostnames yes"), monitor the
+# master as "localhost", and every Redis announces itself as a replica by
+# that name (replica-announce-ip): a sentinel names each master by it, in
+# its answers and in +switch-master (t/198).  "localhost", as the
+# sentinels resolve with the system's resolver; nginx's asks the tests'
+# DNS server (t/lib/IdemDns.pm), which maps it.
 
 use strict;
 use warnings;
@@ -17,6 +25,9 @@ use Cwd qw(abs_path);
 my $base = $ENV{TEST_NGINX_REDIS_SENTINEL_PORT}
     || ($ENV{TEST_NGINX_REDIS_PORT} || 16379) + 400;
 my $root = abs_path(__FILE__ =~ m{^(.*)/lib/} ? $1 : 't');
+
+# start(hostnames => 1)
+my $hostnames = 0;
 
 sub base      { $base }
 sub master    { $base }
@@ -74,6 +85,7 @@ sub start_redis {
            . " --appendonly no --dir $d --daemonize yes"
            . " --maxmemory-policy noeviction --repl-diskless-sync-delay 0"
            . ($replicaof ? " --replicaof 127.0.0.1 $replicaof" : '')
+           . ($hostnames ? ' --replica-announce-ip localhost' : '')
            . " --pidfile $d/redis.pid --logfile $d/redis.log") == 0
         or die "cannot start redis-server on $port\n";
     wait_ping($port);
@@ -84,6 +96,9 @@ sub start_sentinel {
     my $d = dir($port);
     remove_tree($d);
     make_path($d);
+    my $names = $hostnames ? "sentinel resolve-hostnames yes\n"
+                             . "sentinel announce-hostnames yes\n" : '';
+    my $host = $hostnames ? 'localhost' : '127.0.0.1';
     open my $fh, '>', "$d/sentinel.conf" or die "$d/sentinel.conf: $!";
     print $fh <<"CONF";
 bind 127.0.0.1
@@ -92,7 +107,7 @@ daemonize yes
 pidfile $d/redis.pid
 logfile $d/redis.log
 dir $d
-sentinel monitor mymaster 127.0.0.1 $base 2
+${names}sentinel monitor mymaster $host $base 2
 sentinel down-after-milliseconds mymaster 2000
 sentinel failover-timeout mymaster 3000
 sentinel parallel-syncs mymaster 1
@@ -103,9 +118,11 @@ CONF
     wait_ping($port);
 }
 
-# start(replicas => 2): a second replica too (default: one)
+# start(replicas => 2): a second replica too (default: one);
+# start(hostnames => 1): names, above
 sub start {
     my (%opt) = @_;
+    $hostnames = $opt{hostnames} ? 1 : 0;
     my @replicas = ($opt{replicas} // 1) > 1 ? (replica(), replica2())
                                               : (replica());
     stop();

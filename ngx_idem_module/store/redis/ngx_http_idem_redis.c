@@ -510,3 +510,39 @@ ngx_http_idem_store_nodes(ngx_http_idem_store_node_t *nodes, ngx_uint_t n)
 
     return k;
 }
+
+
+/* For idem_metrics: the connects counted for each node name */
+
+ngx_uint_t
+ngx_http_idem_store_counts(ngx_http_idem_store_count_t *counts, ngx_uint_t n)
+{
+    ngx_uint_t                    i, k;
+    ngx_http_idem_redis_t        *rd;
+    ngx_http_idem_redis_count_t  *c;
+
+    rd = &ngx_http_idem_redis;
+
+    if (!rd->started || rd->closing) {
+        return 0;
+    }
+
+    k = 0;
+
+    for (i = 0; i < NGX_HTTP_IDEM_REDIS_COUNTS && k < n; i++) {
+        c = &rd->counts[i];
+
+        if (c->len == 0) {
+            continue;
+        }
+
+        counts[k].name.data = c->name;
+        counts[k].name.len = c->len;
+        counts[k].sentinel = (c->role == NGX_HTTP_IDEM_REDIS_SENTINEL);
+        counts[k].connects = c->connects;
+        ngx_memcpy(counts[k].failures, c->failures, sizeof(c->failures));
+        k++;
+    }
+
+    return k;
+}

@@ -39,7 +39,12 @@
 
 #define NGX_HTTP_IDEM_REDIS_ERRSTR_LEN       128
 #define NGX_HTTP_IDEM_REDIS_ERRCMD_LEN       16
-#define NGX_HTTP_IDEM_REDIS_NAME_LEN         (NGX_SOCKADDR_STRLEN + 8)
+/* a host name as DNS has them; a node's name, for logs: host:port */
+#define NGX_HTTP_IDEM_REDIS_HOST_LEN         253
+#define NGX_HTTP_IDEM_REDIS_NAME_LEN         (NGX_HTTP_IDEM_REDIS_HOST_LEN + 8)
+
+/* parse_addr(): IPs or host names, not unix: (1: IPs only; 0: any) */
+#define NGX_HTTP_IDEM_REDIS_ADDR_NAME        2
 
 /* the first delay before connecting again, doubled up to 5 s */
 #define NGX_HTTP_IDEM_REDIS_BACKOFF_MIN      100
@@ -188,6 +193,21 @@ typedef struct {
 } ngx_http_idem_redis_batch_t;
 
 
+/*
+ * The connects of one node name (and role) since the worker started, for
+ * idem_metrics (redis_stats.c): a few names, as idem_redis_up shows.
+ */
+#define NGX_HTTP_IDEM_REDIS_COUNTS           16
+
+typedef struct {
+    u_char                           name[NGX_HTTP_IDEM_REDIS_NAME_LEN];
+    size_t                           len;        /* 0: free */
+    ngx_uint_t                       role;
+    ngx_uint_t                       connects;
+    ngx_uint_t                       failures[NGX_HTTP_IDEM_STORE_FAILS];
+} ngx_http_idem_redis_count_t;
+
+
 /* one connection: the Redis, a cluster master, or a sentinel */
 struct ngx_http_idem_redis_node_s {
     ngx_http_idem_redis_t           *rd;
@@ -256,6 +276,7 @@ struct ngx_http_idem_redis_node_s {
     ngx_http_idem_redis_node_pt      flush_held;
 
     u_char                           name_buf[NGX_HTTP_IDEM_REDIS_NAME_LEN];
+    u_char                           resolve_buf[NGX_HTTP_IDEM_REDIS_HOST_LEN];
 
     unsigned                         dropping:1; /* we free the context */
     unsigned                         resolved:1; /* host is the name's, now:
@@ -306,6 +327,7 @@ struct ngx_http_idem_redis_s {
     u_char                           errcmd[NGX_HTTP_IDEM_REDIS_ERRCMD_LEN];
 
     ngx_http_idem_store_stats_t      stats;
+    ngx_http_idem_redis_count_t      counts[NGX_HTTP_IDEM_REDIS_COUNTS];
 
     unsigned                         started:1;
     unsigned                         closing:1;  /* exit_process */
@@ -335,8 +357,11 @@ ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_alloc(
     ngx_http_idem_redis_t *rd, ngx_uint_t role);
 void ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
     u_char *host, size_t len, ngx_int_t port);
+void ngx_http_idem_redis_node_set_name(ngx_http_idem_redis_node_t *node,
+    u_char *name, size_t len, ngx_int_t port);
 void ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node);
 void ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node);
+ngx_int_t ngx_http_idem_redis_host_name(ngx_str_t *host);
 ngx_int_t ngx_http_idem_redis_node_readonly(ngx_http_idem_redis_node_t *node,
     redisReply *reply);
 void ngx_http_idem_redis_node_drop(ngx_http_idem_redis_node_t *node);
@@ -363,6 +388,9 @@ ngx_int_t ngx_http_idem_redis_drop(ngx_http_idem_redis_t *rd,
 void ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd,
     u_char *cmd, size_t len, redisReply *reply);
 void ngx_http_idem_redis_write_dropped(ngx_atomic_t *dropped);
+void ngx_http_idem_redis_count_connect(ngx_http_idem_redis_node_t *node);
+void ngx_http_idem_redis_count_failure(ngx_http_idem_redis_node_t *node,
+    ngx_uint_t reason);
 void ngx_http_idem_redis_report_later(ngx_http_idem_redis_t *rd);
 void ngx_http_idem_redis_report_handler(ngx_event_t *ev);
 void ngx_http_idem_redis_report(ngx_http_idem_redis_t *rd);

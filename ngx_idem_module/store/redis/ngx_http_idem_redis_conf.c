@@ -23,7 +23,6 @@ static ngx_int_t ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf,
     ngx_http_idem_store_conf_t *conf);
 static ngx_int_t ngx_http_idem_redis_parse_msec(ngx_str_t *value,
     size_t skip, ngx_msec_t *msec);
-static ngx_int_t ngx_http_idem_redis_host_name(ngx_str_t *host);
 static ngx_int_t ngx_http_idem_redis_parse_auth(ngx_conf_t *cf,
     ngx_command_t *cmd, ngx_str_t *arg, ngx_str_t *value,
     ngx_http_idem_store_auth_t *auth);
@@ -341,7 +340,10 @@ ngx_http_idem_redis_read_secret(ngx_conf_t *cf, ngx_str_t *name,
 }
 
 
-/* cluster nodes or sentinels: the arguments without "=", IPs only */
+/*
+ * cluster nodes or sentinels: the arguments without "=", IPs only (and
+ * host names for sentinels)
+ */
 
 static ngx_int_t
 ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -376,7 +378,11 @@ ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf, ngx_command_t *cmd,
             return NGX_ERROR;
         }
 
-        if (ngx_http_idem_redis_parse_addr(cf, cmd, &value[i], a, 1)
+        /* sentinels may be named: each resolved at its connect */
+
+        if (ngx_http_idem_redis_parse_addr(cf, cmd, &value[i], a,
+                                 conf->mode == NGX_HTTP_IDEM_STORE_SENTINEL
+                                 ? NGX_HTTP_IDEM_REDIS_ADDR_NAME : 1)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -472,7 +478,9 @@ ngx_http_idem_redis_parse_addr(ngx_conf_t *cf, ngx_command_t *cmd,
 
             /* a host name: resolved by nginx's resolver, never here */
 
-            if (ip_only || ngx_http_idem_redis_host_name(&host) != NGX_OK) {
+            if (ip_only == 1
+                || ngx_http_idem_redis_host_name(&host) != NGX_OK)
+            {
                 goto invalid;
             }
 
@@ -504,7 +512,9 @@ invalid:
                        "invalid value \"%V\" in \"%V\" directive, "
                        "it must be an IP address and port%s",
                        addr, &cmd->name,
-                       ip_only ? "" : ", a host name and port, or unix:/path");
+                       ip_only == 1 ? ""
+                       : ip_only ? ", or a host name and port"
+                       : ", a host name and port, or unix:/path");
 
     return NGX_ERROR;
 }
@@ -531,44 +541,6 @@ ngx_http_idem_redis_parse_msec(ngx_str_t *value, size_t skip,
 }
 
 
-/* letters, digits, '-' and '.' in labels of 1 to 63: what DNS can look up */
-
-static ngx_int_t
-ngx_http_idem_redis_host_name(ngx_str_t *host)
-{
-    u_char      c;
-    size_t      i, label;
-
-    if (host->len == 0 || host->len > 253) {
-        return NGX_ERROR;
-    }
-
-    label = 0;
-
-    for (i = 0; i < host->len; i++) {
-        c = host->data[i];
-
-        if (c == '.') {
-            if (label == 0) {
-                return NGX_ERROR;
-            }
-
-            label = 0;
-            continue;
-        }
-
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-              || (c >= '0' && c <= '9') || c == '-' || c == '_')
-            || ++label > 63)
-        {
-            return NGX_ERROR;
-        }
-    }
-
-    return NGX_OK;
-}
-
-
 /*
  * After http{} is read (its resolver may follow idem_redis): a host name
  * needs a resolver there, which the caller has put in conf.  nginx's own
@@ -578,22 +550,46 @@ ngx_http_idem_redis_host_name(ngx_str_t *host)
 ngx_int_t
 ngx_http_idem_store_check(ngx_conf_t *cf, ngx_http_idem_store_conf_t *conf)
 {
-    if (conf->addr.data == NULL || !conf->resolve) {
+    ngx_str_t                   *name;
+    ngx_uint_t                   i;
+    ngx_http_idem_store_addr_t  *seed;
+
+    if (conf->addr.data == NULL) {
         return NGX_OK;
     }
 
-    if (conf->resolver == NULL || conf->resolver->connections.nelts == 0) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"idem_redis %V\" names a host: add a "
-                           "\"resolver\" to http{}, which the module "
-                           "resolves it with (without blocking a worker)",
-                           &conf->addr);
-        return NGX_ERROR;
+    /* http{} has a resolver of its own: else none (NULL) */
+
+    if (conf->resolver != NULL && conf->resolver->connections.nelts == 0) {
+        conf->resolver = NULL;
     }
 
-    if (conf->resolver_timeout == NGX_CONF_UNSET_MSEC) {
+    if (conf->resolver != NULL
+        && conf->resolver_timeout == NGX_CONF_UNSET_MSEC)
+    {
         conf->resolver_timeout = 30000;
     }
 
-    return NGX_OK;
+    name = conf->resolve ? &conf->addr : NULL;
+
+    if (conf->mode == NGX_HTTP_IDEM_STORE_SENTINEL) {
+        seed = conf->seeds->elts;
+
+        for (i = 0; name == NULL && i < conf->seeds->nelts; i++) {
+            if (seed[i].resolve) {
+                name = &seed[i].addr;
+            }
+        }
+    }
+
+    if (name == NULL || conf->resolver != NULL) {
+        return NGX_OK;
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "\"idem_redis %V\" names a host: add a "
+                       "\"resolver\" to http{}, which the module "
+                       "resolves it with (without blocking a worker)",
+                       name);
+    return NGX_ERROR;
 }

@@ -25,7 +25,7 @@ static void ngx_http_idem_redis_node_free(ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_node_handshake(
     ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_connect_failed(
-    ngx_http_idem_redis_node_t *node, const char *err);
+    ngx_http_idem_redis_node_t *node, const char *err, ngx_uint_t reason);
 static void ngx_http_idem_redis_retry(ngx_http_idem_redis_node_t *node);
 static ngx_uint_t ngx_http_idem_redis_conn_level(
     ngx_http_idem_redis_node_t *node);
@@ -180,6 +180,37 @@ ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
 }
 
 
+/*
+ * A host name (a sentinel's, or the master's as a sentinel names it) and
+ * port: kept in the node's own buffer, resolved at each connect
+ */
+
+void
+ngx_http_idem_redis_node_set_name(ngx_http_idem_redis_node_t *node,
+    u_char *name, size_t len, ngx_int_t port)
+{
+    u_char  *p;
+
+    len = ngx_min(len, NGX_HTTP_IDEM_REDIS_HOST_LEN);
+
+    ngx_memcpy(node->resolve_buf, name, len);
+    node->resolve.data = node->resolve_buf;
+    node->resolve.len = len;
+    node->resolved = 0;
+    node->valid = 0;
+
+    node->host[0] = '\0';
+    node->port = port;
+
+    p = ngx_slprintf(node->name_buf,
+                     node->name_buf + NGX_HTTP_IDEM_REDIS_NAME_LEN,
+                     "%*s:%i", len, name, port);
+
+    node->name.data = node->name_buf;
+    node->name.len = p - node->name_buf;
+}
+
+
 void
 ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
 {
@@ -237,19 +268,22 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
     }
 
     if (ac == NULL) {
-        ngx_http_idem_redis_connect_failed(node, "out of memory");
+        ngx_http_idem_redis_connect_failed(node, "out of memory",
+                                           NGX_HTTP_IDEM_STORE_FAIL_CONNECT);
         return;
     }
 
     if (ac->err) {
-        ngx_http_idem_redis_connect_failed(node, ac->errstr);
+        ngx_http_idem_redis_connect_failed(node, ac->errstr,
+                                           NGX_HTTP_IDEM_STORE_FAIL_CONNECT);
         redisAsyncFree(ac);
         return;
     }
 
     if (node->unix_path.len == 0 && redisEnableKeepAlive(&ac->c) != REDIS_OK)
     {
-        ngx_http_idem_redis_connect_failed(node, ac->c.errstr);
+        ngx_http_idem_redis_connect_failed(node, ac->c.errstr,
+                                           NGX_HTTP_IDEM_STORE_FAIL_CONNECT);
         redisAsyncFree(ac);
         return;
     }
@@ -257,7 +291,8 @@ ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
     ac->data = node;
 
     if (ngx_http_idem_redis_attach(ac, rd->log) != NGX_OK) {
-        ngx_http_idem_redis_connect_failed(node, "no connection to watch it");
+        ngx_http_idem_redis_connect_failed(node, "no connection to watch it",
+                                           NGX_HTTP_IDEM_STORE_FAIL_CONNECT);
         redisAsyncFree(ac);
         return;
     }
@@ -504,11 +539,13 @@ ngx_http_idem_redis_node_follow(ngx_http_idem_redis_node_t *node)
 
 static void
 ngx_http_idem_redis_connect_failed(ngx_http_idem_redis_node_t *node,
-    const char *err)
+    const char *err, ngx_uint_t reason)
 {
     ngx_uint_t  level;
 
     node->attempts++;
+
+    ngx_http_idem_redis_count_failure(node, reason);
 
     ngx_http_idem_redis_retry(node);
 
@@ -622,12 +659,15 @@ ngx_http_idem_redis_connected(const redisAsyncContext *c, int status)
         node->state = NGX_HTTP_IDEM_REDIS_DOWN;
 
         ngx_http_idem_redis_connect_failed(node,
-                                           c->errstr ? c->errstr : "?");
+                                           c->errstr ? c->errstr : "?",
+                                           NGX_HTTP_IDEM_STORE_FAIL_CONNECT);
         return;
     }
 
     node->state = NGX_HTTP_IDEM_REDIS_UP;
     rd->stats.connects++;
+
+    ngx_http_idem_redis_count_connect(node);
 
     /* the name is asked again when its answer's validity ends */
 
@@ -752,7 +792,8 @@ ngx_http_idem_redis_connect_timeout(ngx_event_t *ev)
     *ngx_snprintf(err, sizeof(err) - 1, "timed out after %M ms",
                   node->rd->conf->connect_timeout) = '\0';
 
-    ngx_http_idem_redis_connect_failed(node, (const char *) err);
+    ngx_http_idem_redis_connect_failed(node, (const char *) err,
+                                       NGX_HTTP_IDEM_STORE_FAIL_CONNECT);
 }
 
 
@@ -978,6 +1019,11 @@ ngx_http_idem_redis_handshake_done(redisAsyncContext *ac, void *r,
     rd->stats.failed++;
     node->attempts++;
 
+    if (privdata == (void *) NGX_HTTP_IDEM_REDIS_AUTH) {
+        ngx_http_idem_redis_count_failure(node,
+                                          NGX_HTTP_IDEM_STORE_FAIL_AUTH);
+    }
+
     /* ngx_log_error() evaluates its level twice */
 
     level = ngx_http_idem_redis_conn_level(node);
@@ -1093,7 +1139,8 @@ ngx_http_idem_redis_node_resolve(ngx_http_idem_redis_node_t *node)
 
     ctx = ngx_resolve_start(rd->conf->resolver, NULL);
     if (ctx == NULL || ctx == NGX_NO_RESOLVER) {
-        ngx_http_idem_redis_connect_failed(node, "no resolver");
+        ngx_http_idem_redis_connect_failed(node, "no resolver",
+                                           NGX_HTTP_IDEM_STORE_FAIL_RESOLVE);
         return;
     }
 
@@ -1116,7 +1163,8 @@ ngx_http_idem_redis_node_resolve(ngx_http_idem_redis_node_t *node)
     if (ngx_resolve_name(ctx) != NGX_OK) {
         node->resolving = NULL;
         node->state = NGX_HTTP_IDEM_REDIS_DOWN;
-        ngx_http_idem_redis_connect_failed(node, "resolving failed");
+        ngx_http_idem_redis_connect_failed(node, "resolving failed",
+                                           NGX_HTTP_IDEM_STORE_FAIL_RESOLVE);
     }
 }
 
@@ -1163,7 +1211,8 @@ ngx_http_idem_redis_node_resolved(ngx_resolver_ctx_t *ctx)
         }
 
         node->state = NGX_HTTP_IDEM_REDIS_DOWN;
-        ngx_http_idem_redis_connect_failed(node, (char *) err);
+        ngx_http_idem_redis_connect_failed(node, (char *) err,
+                                           NGX_HTTP_IDEM_STORE_FAIL_RESOLVE);
         return;
     }
 
@@ -1272,6 +1321,9 @@ ngx_http_idem_redis_node_readonly(ngx_http_idem_redis_node_t *node,
                       "idem: redis \"%V\": READONLY from %s: a replica "
                       "now, connecting again to where its name points",
                       &node->name, node->host);
+
+        ngx_http_idem_redis_count_failure(node,
+                                          NGX_HTTP_IDEM_STORE_FAIL_READONLY);
 
         node->dropping = 1;
         node->state = NGX_HTTP_IDEM_REDIS_DOWN;

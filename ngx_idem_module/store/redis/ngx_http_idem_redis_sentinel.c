@@ -15,6 +15,10 @@
  * that fails or does not know the master is left for the next one, on
  * the connection's backoff.  Until an address is known, commands are
  * dropped and counted, as with one Redis that is down.
+ *
+ * Sentinels may be named by host names, and so may the master (sentinels
+ * with "announce-hostnames yes" name it as it announced itself) when
+ * http{} has a resolver: each is resolved at its connect (redis_node.c).
  */
 
 
@@ -40,6 +44,9 @@ struct ngx_http_idem_redis_sentinel_s {
 
 static void ngx_http_idem_redis_sentinel_use(ngx_http_idem_redis_t *rd,
     ngx_uint_t n);
+static void ngx_http_idem_redis_sentinel_addr(
+    ngx_http_idem_redis_node_t *node, u_char *host, size_t len,
+    ngx_int_t port, ngx_uint_t name);
 static void ngx_http_idem_redis_sentinel_up(ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_sentinel_down(
     ngx_http_idem_redis_node_t *node);
@@ -115,10 +122,29 @@ ngx_http_idem_redis_sentinel_use(ngx_http_idem_redis_t *rd, ngx_uint_t n)
     seed = rd->conf->seeds->elts;
 
     sn->current = n % rd->conf->seeds->nelts;
+    seed = &seed[sn->current];
 
-    ngx_http_idem_redis_node_set_addr(sn->node, seed[sn->current].host.data,
-                                      seed[sn->current].host.len,
-                                      seed[sn->current].port);
+    ngx_http_idem_redis_sentinel_addr(sn->node, seed->host.data,
+                                      seed->host.len, seed->port,
+                                      seed->resolve);
+}
+
+
+/* an IP, or a host name resolved at each connect (redis_node.c) */
+
+static void
+ngx_http_idem_redis_sentinel_addr(ngx_http_idem_redis_node_t *node,
+    u_char *host, size_t len, ngx_int_t port, ngx_uint_t name)
+{
+    if (name) {
+        ngx_http_idem_redis_node_set_name(node, host, len, port);
+        return;
+    }
+
+    node->resolve.len = 0;
+    node->resolved = 0;
+
+    ngx_http_idem_redis_node_set_addr(node, host, len, port);
 }
 
 
@@ -305,7 +331,8 @@ static void
 ngx_http_idem_redis_sentinel_master(ngx_http_idem_redis_t *rd, u_char *host,
     size_t len, ngx_int_t port, const char *from)
 {
-    ngx_str_t                        old;
+    ngx_str_t                        old, name;
+    ngx_uint_t                       resolve;
     ngx_http_idem_redis_node_t      *master;
     ngx_http_idem_redis_sentinel_t  *sn;
 #if (NGX_HAVE_INET6)
@@ -315,23 +342,45 @@ ngx_http_idem_redis_sentinel_master(ngx_http_idem_redis_t *rd, u_char *host,
     sn = rd->sentinel;
     master = rd->node;
 
-    if (port < 1 || port > 65535 || len > NGX_SOCKADDR_STRLEN
-        || (ngx_inet_addr(host, len) == INADDR_NONE
+    name.data = host;
+    name.len = len;
+
+    /*
+     * a host name (sentinels with "announce-hostnames yes" give the one
+     * the master announced) only with http{}'s resolver to resolve it
+     */
+
+    resolve = (len > NGX_SOCKADDR_STRLEN
+               || (ngx_inet_addr(host, len) == INADDR_NONE
 #if (NGX_HAVE_INET6)
-            && ngx_inet6_addr(host, len, inaddr6) != NGX_OK
+                   && ngx_inet6_addr(host, len, inaddr6) != NGX_OK
 #endif
-           ))
+                  ));
+
+    if (port < 1 || port > 65535
+        || (resolve && (rd->conf->resolver == NULL
+                        || ngx_http_idem_redis_host_name(&name) != NGX_OK)))
     {
         ngx_log_error(NGX_LOG_ERR, rd->log, 0,
                       "idem: redis sentinel: master \"%V\" at \"%*s\" "
-                      "port %i is not an IP address and port, ignored",
-                      &rd->conf->master_name, len, host, port);
+                      "port %i is not an IP address and port%s, ignored",
+                      &rd->conf->master_name, len, host, port,
+                      rd->conf->resolver ? ", nor a host name"
+                      : " (a host name needs a \"resolver\" in http{})");
         return;
     }
 
+    ngx_log_debug4(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                   "idem redis sentinel: master at %s \"%V\" port %i (%s)",
+                   resolve ? "the name" : "the IP", &name, port, from);
+
     if (master->port == port
-        && ngx_strlen(master->host) == len
-        && ngx_strncmp(master->host, host, len) == 0)
+        && (resolve
+            ? (master->resolve.len == len
+               && ngx_strncmp(master->resolve.data, host, len) == 0)
+            : (master->resolve.len == 0
+               && ngx_strlen(master->host) == len
+               && ngx_strncmp(master->host, host, len) == 0)))
     {
         if (master->ac == NULL && !master->reconnect_ev.timer_set) {
             ngx_http_idem_redis_node_connect(master);
@@ -355,7 +404,7 @@ ngx_http_idem_redis_sentinel_master(ngx_http_idem_redis_t *rd, u_char *host,
     master->failing = 0;
     master->attempts = 0;
 
-    ngx_http_idem_redis_node_set_addr(master, host, len, port);
+    ngx_http_idem_redis_sentinel_addr(master, host, len, port, resolve);
     ngx_http_idem_redis_node_connect(master);
 }
 
@@ -444,6 +493,8 @@ ngx_http_idem_redis_master_role(redisAsyncContext *ac, void *r,
                   "idem: redis sentinel: \"%V\" is not a master (ROLE), "
                   "closing it", &node->name);
 
+    ngx_http_idem_redis_count_failure(node, NGX_HTTP_IDEM_STORE_FAIL_READONLY);
+
     ngx_http_idem_redis_node_drop(node);
     ngx_http_idem_redis_sentinel_ask_next(rd);
 }
@@ -463,4 +514,46 @@ ngx_http_idem_redis_master_down(ngx_http_idem_redis_node_t *node)
     if (++sn->failures >= NGX_HTTP_IDEM_SENTINEL_FAILURES) {
         ngx_http_idem_redis_sentinel_ask_next(node->rd);
     }
+}
+
+
+/*
+ * Letters, digits, '-' and '.' in labels of 1 to 63: what DNS can look
+ * up.  Here, as the sentinels' answers are read with it too (and the
+ * configuration, redis_conf.c).
+ */
+
+ngx_int_t
+ngx_http_idem_redis_host_name(ngx_str_t *host)
+{
+    u_char      c;
+    size_t      i, label;
+
+    if (host->len == 0 || host->len > 253) {
+        return NGX_ERROR;
+    }
+
+    label = 0;
+
+    for (i = 0; i < host->len; i++) {
+        c = host->data[i];
+
+        if (c == '.') {
+            if (label == 0) {
+                return NGX_ERROR;
+            }
+
+            label = 0;
+            continue;
+        }
+
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+              || (c >= '0' && c <= '9') || c == '-' || c == '_')
+            || ++label > 63)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    return NGX_OK;
 }

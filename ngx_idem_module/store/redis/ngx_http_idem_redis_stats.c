@@ -228,3 +228,106 @@ ngx_http_idem_redis_error_reply(ngx_http_idem_redis_t *rd, u_char *cmd,
 
     ngx_http_idem_redis_report_later(rd);
 }
+
+
+/*
+ * A connection made, or a connect that failed (its reason), counted for
+ * the node's name now: the nodes idem_redis_up shows (the data nodes and
+ * sentinels; not the connections of durable claims nor pub/sub's, which
+ * follow their node).  A name new when every entry is taken takes the
+ * entry of one no node has now, or is not counted.
+ */
+
+static ngx_http_idem_redis_count_t *
+ngx_http_idem_redis_count(ngx_http_idem_redis_node_t *node)
+{
+    ngx_uint_t                    i, k;
+    ngx_http_idem_redis_t        *rd;
+    ngx_http_idem_redis_count_t  *c, *free;
+
+    rd = node->rd;
+
+    if (node->main != NULL || node->subscriber || node->name.len == 0) {
+        return NULL;
+    }
+
+    free = NULL;
+
+    for (i = 0; i < NGX_HTTP_IDEM_REDIS_COUNTS; i++) {
+        c = &rd->counts[i];
+
+        if (c->len == 0) {
+            if (free == NULL) {
+                free = c;
+            }
+
+            continue;
+        }
+
+        if (c->role == node->role && c->len == node->name.len
+            && ngx_memcmp(c->name, node->name.data, c->len) == 0)
+        {
+            return c;
+        }
+    }
+
+    for (i = 0; free == NULL && i < NGX_HTTP_IDEM_REDIS_COUNTS; i++) {
+        c = &rd->counts[i];
+
+        for (k = 0; k < rd->nnodes; k++) {
+            if (rd->nodes[k]->role == c->role
+                && rd->nodes[k]->name.len == c->len
+                && ngx_memcmp(rd->nodes[k]->name.data, c->name, c->len) == 0)
+            {
+                break;
+            }
+        }
+
+        if (k == rd->nnodes) {
+            free = c;
+        }
+    }
+
+    if (free == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(free, sizeof(ngx_http_idem_redis_count_t));
+
+    free->len = ngx_min(node->name.len, NGX_HTTP_IDEM_REDIS_NAME_LEN);
+    ngx_memcpy(free->name, node->name.data, free->len);
+    free->role = node->role;
+
+    return free;
+}
+
+
+void
+ngx_http_idem_redis_count_connect(ngx_http_idem_redis_node_t *node)
+{
+    ngx_http_idem_redis_count_t  *c;
+
+    c = ngx_http_idem_redis_count(node);
+
+    if (c != NULL) {
+        c->connects++;
+    }
+}
+
+
+void
+ngx_http_idem_redis_count_failure(ngx_http_idem_redis_node_t *node,
+    ngx_uint_t reason)
+{
+    ngx_http_idem_redis_count_t  *c;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_EVENT, node->rd->log, 0,
+                   "idem redis: \"%V\": a failed connect counted (%ui)",
+                   &node->name, reason);
+
+    c = ngx_http_idem_redis_count(node);
+
+    if (c != NULL) {
+        c->failures[reason]++;
+    }
+}
