@@ -39,7 +39,9 @@
 
 #define NGX_HTTP_IDEM_REDIS_ERRSTR_LEN       128
 #define NGX_HTTP_IDEM_REDIS_ERRCMD_LEN       16
-#define NGX_HTTP_IDEM_REDIS_NAME_LEN         (NGX_SOCKADDR_STRLEN + 8)
+/* a host name DNS can look up; "name:port", or an address, for logs */
+#define NGX_HTTP_IDEM_REDIS_HOST_LEN         253
+#define NGX_HTTP_IDEM_REDIS_NAME_LEN         (NGX_HTTP_IDEM_REDIS_HOST_LEN + 8)
 
 /* the first delay before connecting again, doubled up to 5 s */
 #define NGX_HTTP_IDEM_REDIS_BACKOFF_MIN      100
@@ -257,6 +259,9 @@ struct ngx_http_idem_redis_node_s {
 
     u_char                           name_buf[NGX_HTTP_IDEM_REDIS_NAME_LEN];
 
+    /* a cluster node's host name (announced, or a seed's): resolve's */
+    u_char                           resolve_buf[NGX_HTTP_IDEM_REDIS_HOST_LEN];
+
     unsigned                         dropping:1; /* we free the context */
     unsigned                         resolved:1; /* host is the name's, now:
                                                     the next connect uses it */
@@ -334,6 +339,8 @@ ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_create(
 ngx_http_idem_redis_node_t *ngx_http_idem_redis_node_alloc(
     ngx_http_idem_redis_t *rd, ngx_uint_t role);
 void ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
+    u_char *host, size_t len, ngx_int_t port);
+void ngx_http_idem_redis_node_set_name(ngx_http_idem_redis_node_t *node,
     u_char *host, size_t len, ngx_int_t port);
 void ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node);
 void ngx_http_idem_redis_node_close(ngx_http_idem_redis_node_t *node);

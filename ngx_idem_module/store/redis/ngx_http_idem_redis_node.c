@@ -180,6 +180,33 @@ ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
 }
 
 
+/*
+ * A host name (at most NGX_HTTP_IDEM_REDIS_HOST_LEN) and port: resolved at
+ * each connect (resolve()); the name is the node's own, as it was given
+ */
+
+void
+ngx_http_idem_redis_node_set_name(ngx_http_idem_redis_node_t *node,
+    u_char *host, size_t len, ngx_int_t port)
+{
+    len = ngx_min(len, NGX_HTTP_IDEM_REDIS_HOST_LEN);
+
+    ngx_memcpy(node->resolve_buf, host, len);
+    node->resolve.data = node->resolve_buf;
+    node->resolve.len = len;
+    node->resolved = 0;
+
+    node->host[0] = '\0';
+    node->port = port;
+
+    node->name.data = node->name_buf;
+    node->name.len = ngx_snprintf(node->name_buf,
+                                  NGX_HTTP_IDEM_REDIS_NAME_LEN, "%*s:%i",
+                                  len, host, port)
+                     - node->name_buf;
+}
+
+
 void
 ngx_http_idem_redis_node_connect(ngx_http_idem_redis_node_t *node)
 {
