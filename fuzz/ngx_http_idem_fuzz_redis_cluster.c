@@ -13,11 +13,13 @@
  * what was asked of them.  Beyond the sanitizers: the slot map is the
  * reply's, entry by entry, read independently; a redirect goes where its
  * error line says, or nowhere when the line is not one; a master address
- * is taken only when it is an IP and a port.
+ * is taken only when it is an IP and a port.  With a resolver, a node of
+ * the cluster may be a host name, known by its name and port.
  *
- * Input: a flags byte (bits 0-2: which reply, as above; bit 3: the nodes
- * connect at once; bits 4-6: redirects the command had already), then
- * RESP bytes, as the server sends them.
+ * Input: a flags byte (bits 0-2: which reply, as above, modulo 5, with a
+ * resolver from 5 on; bit 3: the nodes connect at once; bits 4-6:
+ * redirects the command had already), then RESP bytes, as the server
+ * sends them.
  */
 
 
@@ -32,9 +34,10 @@
 
 
 typedef struct {
-    u_char                          host[NGX_SOCKADDR_STRLEN + 1];
+    u_char                          host[NGX_HTTP_IDEM_REDIS_HOST_LEN + 1];
     size_t                          len;
     ngx_int_t                       port;
+    ngx_uint_t                      named;     /* a host name */
 } ngx_http_idem_fuzz_addr_t;
 
 
@@ -59,6 +62,10 @@ static void ngx_http_idem_fuzz_redirect(ngx_http_idem_redis_t *rd,
 static void ngx_http_idem_fuzz_master(ngx_http_idem_redis_t *rd,
     ngx_uint_t which, redisReply *reply);
 static ngx_int_t ngx_http_idem_fuzz_ip(u_char *host, size_t len);
+static ngx_int_t ngx_http_idem_fuzz_name(ngx_http_idem_redis_t *rd,
+    u_char *host, size_t len);
+static ngx_int_t ngx_http_idem_fuzz_same(ngx_uint_t named, u_char *a,
+    size_t alen, u_char *b, size_t blen);
 static ngx_int_t ngx_http_idem_fuzz_number(u_char *p, size_t len);
 static ngx_http_idem_redis_node_t *ngx_http_idem_fuzz_find(
     ngx_http_idem_redis_t *rd, u_char *host, size_t len, ngx_int_t port);
@@ -71,7 +78,7 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     void                         *reply;
-    ngx_uint_t                    flags, which, i;
+    ngx_uint_t                    flags, which, i, resolver;
     ngx_cycle_t                   cycle;
     redisReader                  *reader;
     ngx_http_idem_fuzz_t          fz;
@@ -86,6 +93,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     flags = ngx_http_idem_fuzz_byte(&input);
     which = (flags & 7) % 5;
+    resolver = (flags & 7) >= 5;
 
     ngx_memzero(&ngx_http_idem_fuzz_store, sizeof(ngx_http_idem_fuzz_store_t));
     ngx_http_idem_fuzz_store.up = (flags & 8) ? 1 : 0;
@@ -121,6 +129,17 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     conf.max_pending = 10;
     conf.timeout = 1000;
     ngx_str_set(&conf.master_name, "mymaster");
+
+    /* http{}'s resolver: nothing resolves here, a node named is made */
+
+    if (resolver) {
+        conf.resolver = ngx_pcalloc(fz.pool, sizeof(ngx_resolver_t));
+        if (conf.resolver == NULL) {
+            ngx_http_idem_fuzz_abort("no memory");
+        }
+
+        conf.resolver->connections.nelts = 1;
+    }
 
     conf.seeds = ngx_array_create(fz.pool, 2,
                                   sizeof(ngx_http_idem_store_addr_t));
@@ -221,8 +240,12 @@ ngx_http_idem_fuzz_slots(ngx_http_idem_redis_t *rd, redisReply *reply)
 
     for (naddrs = 0; naddrs < rd->nnodes; naddrs++) {
         node = rd->nodes[naddrs];
-        addrs[naddrs].len = ngx_strlen(node->host);
-        ngx_memcpy(addrs[naddrs].host, node->host, addrs[naddrs].len);
+        addrs[naddrs].named = node->resolve.len != 0;
+        addrs[naddrs].len = node->resolve.len ? node->resolve.len
+                                              : ngx_strlen(node->host);
+        ngx_memcpy(addrs[naddrs].host,
+                   node->resolve.len ? node->resolve.data : node->host,
+                   addrs[naddrs].len);
         addrs[naddrs].port = node->port;
     }
 
@@ -255,25 +278,37 @@ ngx_http_idem_fuzz_slots(ngx_http_idem_redis_t *rd, redisReply *reply)
             len = m->element[0]->len;
 
             if (len == 0) {
-                host = asked->host;
-                len = ngx_strlen(asked->host);
+                host = addrs[0].host;
+                len = addrs[0].len;
             }
 
             port = (ngx_int_t) m->element[1]->integer;
 
             for (k = 0; k < naddrs; k++) {
-                if (addrs[k].port == port && addrs[k].len == len
-                    && ngx_memcmp(addrs[k].host, host, len) == 0)
+                if (addrs[k].port == port
+                    && ngx_http_idem_fuzz_same(addrs[k].named, addrs[k].host,
+                                               addrs[k].len, host, len))
                 {
                     break;
                 }
             }
 
             if (k == naddrs) {
-                if (naddrs == NGX_HTTP_IDEM_REDIS_MAX_NODES
-                    || len > NGX_SOCKADDR_STRLEN
-                    || ngx_http_idem_fuzz_ip(host, len) != NGX_OK)
+                if (naddrs == NGX_HTTP_IDEM_REDIS_MAX_NODES) {
+                    continue;
+                }
+
+                /* an IP, or with a resolver a name DNS can look up */
+
+                if (len <= NGX_SOCKADDR_STRLEN
+                    && ngx_http_idem_fuzz_ip(host, len) == NGX_OK)
                 {
+                    addrs[k].named = 0;
+
+                } else if (ngx_http_idem_fuzz_name(rd, host, len) == NGX_OK) {
+                    addrs[k].named = 1;
+
+                } else {
                     continue;
                 }
 
@@ -321,10 +356,26 @@ ngx_http_idem_fuzz_slots(ngx_http_idem_redis_t *rd, redisReply *reply)
         }
 
         ngx_http_idem_fuzz_assert(node != NULL && node->serving);
-        ngx_http_idem_fuzz_assert(node->port == owner[s]->port
-                                  && ngx_strlen(node->host) == owner[s]->len
-                                  && ngx_memcmp(node->host, owner[s]->host,
-                                                owner[s]->len) == 0);
+        ngx_http_idem_fuzz_assert(node->port == owner[s]->port);
+
+        /* a name is the node's own, and its address is left to DNS */
+
+        if (owner[s]->named) {
+            ngx_http_idem_fuzz_assert(node->resolve.len == owner[s]->len
+                                      && ngx_strncasecmp(node->resolve.data,
+                                                         owner[s]->host,
+                                                         owner[s]->len)
+                                         == 0
+                                      && node->host[0] == '\0');
+
+        } else {
+            ngx_http_idem_fuzz_assert(node->resolve.len == 0
+                                      && ngx_strlen(node->host)
+                                         == owner[s]->len
+                                      && ngx_memcmp(node->host,
+                                                    owner[s]->host,
+                                                    owner[s]->len) == 0);
+        }
 
         /* a port the node can be reached on */
 
@@ -345,9 +396,10 @@ ngx_http_idem_fuzz_slots(ngx_http_idem_redis_t *rd, redisReply *reply)
 
 
 /*
- * "MOVED <slot> <ip>:<port>" or "ASK <slot> <ip>:<port>", read again
- * here: the command goes to that node (after ASKING for ASK), a MOVED
- * gives it the slot; a line that is not one is left to the caller.
+ * "MOVED <slot> <ip>:<port>" or "ASK <slot> <ip>:<port>" (a host name
+ * in place of the ip with a resolver), read again here: the command goes
+ * to that node (after ASKING for ASK), a MOVED gives it the slot; a line
+ * that is not one is left to the caller.
  */
 
 static void
@@ -425,7 +477,9 @@ ngx_http_idem_fuzz_redirect(ngx_http_idem_redis_t *rd, redisReply *reply,
         valid = known
                 || (colon - sp - 1 <= NGX_SOCKADDR_STRLEN
                     && ngx_http_idem_fuzz_ip(sp + 1, colon - sp - 1)
-                       == NGX_OK);
+                       == NGX_OK)
+                || ngx_http_idem_fuzz_name(rd, sp + 1, colon - sp - 1)
+                   == NGX_OK;
     }
 
     ngx_memzero(&op, sizeof(ngx_http_idem_store_op_t));
@@ -646,6 +700,69 @@ ngx_http_idem_fuzz_ip(u_char *host, size_t len)
 }
 
 
+/*
+ * A host name the store may resolve: a resolver, at most 253 bytes, dot-
+ * separated labels of 1 to 63 letters, digits, '-' or '_'
+ */
+
+static ngx_int_t
+ngx_http_idem_fuzz_name(ngx_http_idem_redis_t *rd, u_char *host, size_t len)
+{
+    u_char  *p, *last, *dot, *q;
+
+    if (rd->conf->resolver == NULL || len == 0 || len > 253) {
+        return NGX_ERROR;
+    }
+
+    p = host;
+    last = host + len;
+
+    while (p <= last) {
+        dot = memchr(p, '.', last - p);
+
+        if (dot == NULL) {
+            dot = last;
+        }
+
+        if (dot == p || dot - p > 63) {
+            return NGX_ERROR;
+        }
+
+        for (q = p; q < dot; q++) {
+            if (!isalnum(*q) && *q != '-' && *q != '_') {
+                return NGX_ERROR;
+            }
+        }
+
+        p = dot + 1;
+    }
+
+    return NGX_OK;
+}
+
+
+/* a node's name matches in any case, an address byte for byte */
+
+static ngx_int_t
+ngx_http_idem_fuzz_same(ngx_uint_t named, u_char *a, size_t alen, u_char *b,
+    size_t blen)
+{
+    size_t  i;
+
+    if (alen != blen) {
+        return 0;
+    }
+
+    for (i = 0; i < alen; i++) {
+        if (named ? tolower(a[i]) != tolower(b[i]) : a[i] != b[i]) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
 /* 1*DIGIT as ngx_atoi() reads it (no overflow), or -1 */
 
 static ngx_int_t
@@ -686,8 +803,15 @@ ngx_http_idem_fuzz_find(ngx_http_idem_redis_t *rd, u_char *host, size_t len,
     for (i = 0; i < rd->nnodes; i++) {
         node = rd->nodes[i];
 
-        if (node->port == port && ngx_strlen(node->host) == len
-            && ngx_memcmp(node->host, host, len) == 0)
+        if (node->port != port) {
+            continue;
+        }
+
+        if (node->resolve.len
+            ? ngx_http_idem_fuzz_same(1, node->resolve.data,
+                                      node->resolve.len, host, len)
+            : ngx_http_idem_fuzz_same(0, node->host, ngx_strlen(node->host),
+                                      host, len))
         {
             return node;
         }
@@ -734,6 +858,21 @@ ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
 
     ngx_memcpy(node->host, host, len);
     node->host[len] = '\0';
+    node->port = port;
+}
+
+
+void
+ngx_http_idem_redis_node_set_name(ngx_http_idem_redis_node_t *node,
+    u_char *host, size_t len, ngx_int_t port)
+{
+    ngx_http_idem_fuzz_assert(len <= NGX_HTTP_IDEM_REDIS_HOST_LEN);
+    ngx_http_idem_fuzz_assert(node->rd->conf->resolver != NULL);
+
+    ngx_memcpy(node->resolve_buf, host, len);
+    node->resolve.data = node->resolve_buf;
+    node->resolve.len = len;
+    node->host[0] = '\0';
     node->port = port;
 }
 

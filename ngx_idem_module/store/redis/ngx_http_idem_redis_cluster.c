@@ -470,7 +470,9 @@ ngx_http_idem_redis_cluster_name(u_char *host, size_t len)
         }
     }
 
-    return NGX_OK;
+    /* no empty last label: nginx's resolver refuses "name." */
+
+    return label ? NGX_OK : NGX_ERROR;
 }
 
 

@@ -582,7 +582,9 @@ ngx_http_idem_redis_host_name(ngx_str_t *host)
         }
     }
 
-    return NGX_OK;
+    /* no empty last label: nginx's resolver refuses "name." */
+
+    return label ? NGX_OK : NGX_ERROR;
 }
 
 
