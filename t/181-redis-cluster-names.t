@@ -266,3 +266,15 @@ GET /calls/ask-name-1
 [error]
 [alert]
 [crit]
+
+
+
+=== TEST 9: a name with an empty last label ("name."), which nginx's resolver would refuse at every connect: nginx -t names it
+--- http_config
+    resolver 127.0.0.1:$TEST_NGINX_DNS_PORT;
+    idem_redis cluster node.idem.test.:7000;
+--- config
+    location /t { return 200; }
+--- must_die
+--- error_log
+invalid value "node.idem.test.:7000" in "idem_redis" directive, it must be an IP address and port, or a host name and port
