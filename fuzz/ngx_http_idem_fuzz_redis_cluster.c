@@ -13,14 +13,14 @@
  * what was asked of them.  Beyond the sanitizers: the slot map is the
  * reply's, entry by entry, read independently; a redirect goes where its
  * error line says, or nowhere when the line is not one; a master address
- * is taken only when it is an IP and a port, or, with a resolver in
- * http{}, a host name (as DNS has them) and a port, kept as the name the
- * connect resolves.
+ * is taken only when it is an IP and a port.  With a resolver, a node of
+ * the cluster, or the master a sentinel names, may be a host name, known
+ * by its name and port and kept whole in the node's own buffer.
  *
- * Input: a flags byte (bits 0-2: which reply, as above; bit 3: the nodes
- * connect at once; bits 4-6: redirects the command had already, or for a
- * sentinel's answers, bit 4: http{} has a resolver), then RESP bytes, as
- * the server sends them.
+ * Input: a flags byte (bits 0-2: which reply, as above, modulo 5, with a
+ * resolver from 5 on; bit 3: the nodes connect at once; bits 4-6:
+ * redirects the command had already, or for a sentinel's answers, bit 4:
+ * a resolver too), then RESP bytes, as the server sends them.
  */
 
 
@@ -35,9 +35,10 @@
 
 
 typedef struct {
-    u_char                          host[NGX_SOCKADDR_STRLEN + 1];
+    u_char                          host[NGX_HTTP_IDEM_REDIS_HOST_LEN + 1];
     size_t                          len;
     ngx_int_t                       port;
+    ngx_uint_t                      named;     /* a host name */
 } ngx_http_idem_fuzz_addr_t;
 
 
@@ -62,7 +63,10 @@ static void ngx_http_idem_fuzz_redirect(ngx_http_idem_redis_t *rd,
 static void ngx_http_idem_fuzz_master(ngx_http_idem_redis_t *rd,
     ngx_uint_t which, redisReply *reply);
 static ngx_int_t ngx_http_idem_fuzz_ip(u_char *host, size_t len);
-static ngx_int_t ngx_http_idem_fuzz_name(u_char *host, size_t len);
+static ngx_int_t ngx_http_idem_fuzz_name(ngx_http_idem_redis_t *rd,
+    u_char *host, size_t len);
+static ngx_int_t ngx_http_idem_fuzz_same(ngx_uint_t named, u_char *a,
+    size_t alen, u_char *b, size_t blen);
 static ngx_int_t ngx_http_idem_fuzz_number(u_char *p, size_t len);
 static ngx_http_idem_redis_node_t *ngx_http_idem_fuzz_find(
     ngx_http_idem_redis_t *rd, u_char *host, size_t len, ngx_int_t port);
@@ -70,15 +74,13 @@ static ngx_http_idem_redis_node_t *ngx_http_idem_fuzz_find(
 
 static ngx_http_idem_fuzz_store_t  ngx_http_idem_fuzz_store;
 
-/* http{}'s resolver: never used here, the connects being stand-ins */
-static ngx_resolver_t              ngx_http_idem_fuzz_resolver;
 
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     void                         *reply;
-    ngx_uint_t                    flags, which, i;
+    ngx_uint_t                    flags, which, i, resolver;
     ngx_cycle_t                   cycle;
     redisReader                  *reader;
     ngx_http_idem_fuzz_t          fz;
@@ -93,6 +95,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     flags = ngx_http_idem_fuzz_byte(&input);
     which = (flags & 7) % 5;
+    resolver = (flags & 7) >= 5 || (which >= 2 && (flags & 16));
 
     ngx_memzero(&ngx_http_idem_fuzz_store, sizeof(ngx_http_idem_fuzz_store_t));
     ngx_http_idem_fuzz_store.up = (flags & 8) ? 1 : 0;
@@ -129,8 +132,15 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     conf.timeout = 1000;
     ngx_str_set(&conf.master_name, "mymaster");
 
-    if (which >= 2 && (flags & 16)) {
-        conf.resolver = &ngx_http_idem_fuzz_resolver;
+    /* http{}'s resolver: nothing resolves here, a node named is made */
+
+    if (resolver) {
+        conf.resolver = ngx_pcalloc(fz.pool, sizeof(ngx_resolver_t));
+        if (conf.resolver == NULL) {
+            ngx_http_idem_fuzz_abort("no memory");
+        }
+
+        conf.resolver->connections.nelts = 1;
     }
 
     conf.seeds = ngx_array_create(fz.pool, 2,
@@ -232,8 +242,12 @@ ngx_http_idem_fuzz_slots(ngx_http_idem_redis_t *rd, redisReply *reply)
 
     for (naddrs = 0; naddrs < rd->nnodes; naddrs++) {
         node = rd->nodes[naddrs];
-        addrs[naddrs].len = ngx_strlen(node->host);
-        ngx_memcpy(addrs[naddrs].host, node->host, addrs[naddrs].len);
+        addrs[naddrs].named = node->resolve.len != 0;
+        addrs[naddrs].len = node->resolve.len ? node->resolve.len
+                                              : ngx_strlen(node->host);
+        ngx_memcpy(addrs[naddrs].host,
+                   node->resolve.len ? node->resolve.data : node->host,
+                   addrs[naddrs].len);
         addrs[naddrs].port = node->port;
     }
 
@@ -266,25 +280,37 @@ ngx_http_idem_fuzz_slots(ngx_http_idem_redis_t *rd, redisReply *reply)
             len = m->element[0]->len;
 
             if (len == 0) {
-                host = asked->host;
-                len = ngx_strlen(asked->host);
+                host = addrs[0].host;
+                len = addrs[0].len;
             }
 
             port = (ngx_int_t) m->element[1]->integer;
 
             for (k = 0; k < naddrs; k++) {
-                if (addrs[k].port == port && addrs[k].len == len
-                    && ngx_memcmp(addrs[k].host, host, len) == 0)
+                if (addrs[k].port == port
+                    && ngx_http_idem_fuzz_same(addrs[k].named, addrs[k].host,
+                                               addrs[k].len, host, len))
                 {
                     break;
                 }
             }
 
             if (k == naddrs) {
-                if (naddrs == NGX_HTTP_IDEM_REDIS_MAX_NODES
-                    || len > NGX_SOCKADDR_STRLEN
-                    || ngx_http_idem_fuzz_ip(host, len) != NGX_OK)
+                if (naddrs == NGX_HTTP_IDEM_REDIS_MAX_NODES) {
+                    continue;
+                }
+
+                /* an IP, or with a resolver a name DNS can look up */
+
+                if (len <= NGX_SOCKADDR_STRLEN
+                    && ngx_http_idem_fuzz_ip(host, len) == NGX_OK)
                 {
+                    addrs[k].named = 0;
+
+                } else if (ngx_http_idem_fuzz_name(rd, host, len) == NGX_OK) {
+                    addrs[k].named = 1;
+
+                } else {
                     continue;
                 }
 
@@ -332,10 +358,26 @@ ngx_http_idem_fuzz_slots(ngx_http_idem_redis_t *rd, redisReply *reply)
         }
 
         ngx_http_idem_fuzz_assert(node != NULL && node->serving);
-        ngx_http_idem_fuzz_assert(node->port == owner[s]->port
-                                  && ngx_strlen(node->host) == owner[s]->len
-                                  && ngx_memcmp(node->host, owner[s]->host,
-                                                owner[s]->len) == 0);
+        ngx_http_idem_fuzz_assert(node->port == owner[s]->port);
+
+        /* a name is the node's own, and its address is left to DNS */
+
+        if (owner[s]->named) {
+            ngx_http_idem_fuzz_assert(node->resolve.len == owner[s]->len
+                                      && ngx_strncasecmp(node->resolve.data,
+                                                         owner[s]->host,
+                                                         owner[s]->len)
+                                         == 0
+                                      && node->host[0] == '\0');
+
+        } else {
+            ngx_http_idem_fuzz_assert(node->resolve.len == 0
+                                      && ngx_strlen(node->host)
+                                         == owner[s]->len
+                                      && ngx_memcmp(node->host,
+                                                    owner[s]->host,
+                                                    owner[s]->len) == 0);
+        }
 
         /* a port the node can be reached on */
 
@@ -356,9 +398,10 @@ ngx_http_idem_fuzz_slots(ngx_http_idem_redis_t *rd, redisReply *reply)
 
 
 /*
- * "MOVED <slot> <ip>:<port>" or "ASK <slot> <ip>:<port>", read again
- * here: the command goes to that node (after ASKING for ASK), a MOVED
- * gives it the slot; a line that is not one is left to the caller.
+ * "MOVED <slot> <ip>:<port>" or "ASK <slot> <ip>:<port>" (a host name
+ * in place of the ip with a resolver), read again here: the command goes
+ * to that node (after ASKING for ASK), a MOVED gives it the slot; a line
+ * that is not one is left to the caller.
  */
 
 static void
@@ -436,7 +479,9 @@ ngx_http_idem_fuzz_redirect(ngx_http_idem_redis_t *rd, redisReply *reply,
         valid = known
                 || (colon - sp - 1 <= NGX_SOCKADDR_STRLEN
                     && ngx_http_idem_fuzz_ip(sp + 1, colon - sp - 1)
-                       == NGX_OK);
+                       == NGX_OK)
+                || ngx_http_idem_fuzz_name(rd, sp + 1, colon - sp - 1)
+                   == NGX_OK;
     }
 
     ngx_memzero(&op, sizeof(ngx_http_idem_store_op_t));
@@ -636,8 +681,7 @@ ngx_http_idem_fuzz_master(ngx_http_idem_redis_t *rd, ngx_uint_t which,
         ngx_http_idem_fuzz_assert(ngx_http_idem_fuzz_store.connects >= 2);
 
     } else if (host != NULL && port >= 1 && port <= 65535
-               && rd->conf->resolver != NULL
-               && ngx_http_idem_fuzz_name(host, len) == NGX_OK)
+               && ngx_http_idem_fuzz_name(rd, host, len) == NGX_OK)
     {
         /* a name, kept whole in the node's own buffer, to be resolved */
 
@@ -657,46 +701,6 @@ ngx_http_idem_fuzz_master(ngx_http_idem_redis_t *rd, ngx_uint_t which,
 }
 
 
-/*
- * A host name as DNS has them: 1 to 253 bytes, labels of 1 to 63
- * letters, digits, '-' or '_' between dots (one may end it)
- */
-
-static ngx_int_t
-ngx_http_idem_fuzz_name(u_char *host, size_t len)
-{
-    u_char  *p, *last, *dot;
-
-    if (len == 0 || len > 253) {
-        return NGX_ERROR;
-    }
-
-    last = host + len;
-
-    for (p = host; p < last; p = dot + 1) {
-        dot = memchr(p, '.', last - p);
-
-        if (dot == NULL) {
-            dot = last;
-        }
-
-        if (dot == p || dot - p > 63) {
-            return NGX_ERROR;
-        }
-
-        for ( /* void */ ; p < dot; p++) {
-            if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
-                  || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_'))
-            {
-                return NGX_ERROR;
-            }
-        }
-    }
-
-    return NGX_OK;
-}
-
-
 /* an IP address as nginx reads one */
 
 static ngx_int_t
@@ -711,6 +715,69 @@ ngx_http_idem_fuzz_ip(u_char *host, size_t len)
     }
 
     return NGX_ERROR;
+}
+
+
+/*
+ * A host name the store may resolve: a resolver, at most 253 bytes, dot-
+ * separated labels of 1 to 63 letters, digits, '-' or '_'
+ */
+
+static ngx_int_t
+ngx_http_idem_fuzz_name(ngx_http_idem_redis_t *rd, u_char *host, size_t len)
+{
+    u_char  *p, *last, *dot, *q;
+
+    if (rd->conf->resolver == NULL || len == 0 || len > 253) {
+        return NGX_ERROR;
+    }
+
+    p = host;
+    last = host + len;
+
+    while (p <= last) {
+        dot = memchr(p, '.', last - p);
+
+        if (dot == NULL) {
+            dot = last;
+        }
+
+        if (dot == p || dot - p > 63) {
+            return NGX_ERROR;
+        }
+
+        for (q = p; q < dot; q++) {
+            if (!isalnum(*q) && *q != '-' && *q != '_') {
+                return NGX_ERROR;
+            }
+        }
+
+        p = dot + 1;
+    }
+
+    return NGX_OK;
+}
+
+
+/* a node's name matches in any case, an address byte for byte */
+
+static ngx_int_t
+ngx_http_idem_fuzz_same(ngx_uint_t named, u_char *a, size_t alen, u_char *b,
+    size_t blen)
+{
+    size_t  i;
+
+    if (alen != blen) {
+        return 0;
+    }
+
+    for (i = 0; i < alen; i++) {
+        if (named ? tolower(a[i]) != tolower(b[i]) : a[i] != b[i]) {
+            return 0;
+        }
+    }
+
+    return 1;
 }
 
 
@@ -754,8 +821,15 @@ ngx_http_idem_fuzz_find(ngx_http_idem_redis_t *rd, u_char *host, size_t len,
     for (i = 0; i < rd->nnodes; i++) {
         node = rd->nodes[i];
 
-        if (node->port == port && ngx_strlen(node->host) == len
-            && ngx_memcmp(node->host, host, len) == 0)
+        if (node->port != port) {
+            continue;
+        }
+
+        if (node->resolve.len
+            ? ngx_http_idem_fuzz_same(1, node->resolve.data,
+                                      node->resolve.len, host, len)
+            : ngx_http_idem_fuzz_same(0, node->host, ngx_strlen(node->host),
+                                      host, len))
         {
             return node;
         }
@@ -808,11 +882,12 @@ ngx_http_idem_redis_node_set_addr(ngx_http_idem_redis_node_t *node,
 
 void
 ngx_http_idem_redis_node_set_name(ngx_http_idem_redis_node_t *node,
-    u_char *name, size_t len, ngx_int_t port)
+    u_char *host, size_t len, ngx_int_t port)
 {
     ngx_http_idem_fuzz_assert(len <= NGX_HTTP_IDEM_REDIS_HOST_LEN);
+    ngx_http_idem_fuzz_assert(node->rd->conf->resolver != NULL);
 
-    ngx_memcpy(node->resolve_buf, name, len);
+    ngx_memcpy(node->resolve_buf, host, len);
     node->resolve.data = node->resolve_buf;
     node->resolve.len = len;
     node->host[0] = '\0';

@@ -19,6 +19,14 @@ my $root = abs_path(__FILE__ =~ m{^(.*)/lib/} ? $1 : 't');
 sub base { $base }
 sub dir  { "$root/servroot-cluster-$_[0]" }
 
+# set (before create) for a cluster that announces host names, not IPs
+# (Redis 7: cluster-announce-hostname, cluster-preferred-endpoint-type
+# hostname): the node on a port is hostname(port), which a test maps to
+# 127.0.0.1 (t/lib/IdemDns.pm)
+our $Hostnames;
+
+sub hostname { "node-$_[0].cluster.idem.test" }
+
 sub cli {
     my ($port, @args) = @_;
     my $cmd = join ' ', "redis-cli -p $port",
@@ -53,7 +61,10 @@ sub start_node {
            . " --cluster-require-full-coverage no"
            . " --save '' --appendonly no --dir $d --daemonize yes"
            . " --maxmemory-policy noeviction --repl-diskless-sync-delay 0"
-           . " --pidfile $d/redis.pid --logfile $d/redis.log") == 0
+           . " --pidfile $d/redis.pid --logfile $d/redis.log"
+           . ($Hostnames ? " --cluster-announce-hostname " . hostname($port)
+                           . " --cluster-preferred-endpoint-type hostname"
+                         : "")) == 0
         or die "cannot start redis-server on $port\n";
     for (1 .. 50) {
         return if cli($port, 'ping') eq 'PONG';
@@ -95,10 +106,25 @@ sub wait_ok {
                  @$ports;
         return 1 if $ok == @$ports
                     && `redis-cli --cluster check 127.0.0.1:$ports->[0] 2>&1`
-                       =~ /All 16384 slots covered/;
+                       =~ /All 16384 slots covered/
+                    && (!$Hostnames || names_known($ports));
         sleep 0.2;
     }
     die "the cluster is not ok after its timeout\n";
+}
+
+# every node's map names every master by its host name (gossip spreads them)
+sub names_known {
+    my ($ports) = @_;
+    my @masters = grep { cli($_, 'role') =~ /\Amaster/ } @$ports;
+    for my $p (@$ports) {
+        my $slots = cli($p, 'cluster', 'slots');
+        for my $m (@masters) {
+            my $name = hostname($m);
+            return 0 unless $slots =~ /^\Q$name\E$/m;
+        }
+    }
+    return 1;
 }
 
 sub node_id { cli($_[0], 'cluster', 'myid') }

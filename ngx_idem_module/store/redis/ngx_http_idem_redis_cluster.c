@@ -21,8 +21,15 @@
  * read of the map, then are held by that master until it is up again,
  * each within its timeout (ngx_http_idem_redis_node.c), as with one
  * Redis that is down.  A node that no longer serves slots is not
- * reconnected.  Addresses in the map must be IPs: a host name would need
- * a blocking resolve, and is skipped.
+ * reconnected.
+ *
+ * A node may be named by a host name: a seed, an entry of the map or a
+ * redirect of a cluster that announces names (Redis 7's
+ * cluster-announce-hostname with cluster-preferred-endpoint-type
+ * hostname).  It is resolved by http{}'s resolver at each connect, as one
+ * Redis named so is (ngx_http_idem_redis_node.c), never by a blocking
+ * call, and it is known by its name and port, whatever address the name
+ * has now.  Without a resolver such an entry is skipped, with a line.
  */
 
 
@@ -211,9 +218,10 @@ ngx_http_idem_redis_cluster_route(ngx_http_idem_redis_t *rd,
 
 /*
  * From the reply callback of the op: "MOVED 3999 127.0.0.1:6381" or
- * "ASK 3999 127.0.0.1:6381".  NGX_OK: the op goes to "*to" (op->asking:
- * after ASKING), and the op's own file sends it again;
- * NGX_DECLINED: not a redirect, or one too many; NGX_ERROR: no room.
+ * "ASK 3999 127.0.0.1:6381" (or a host name and port: resolved).
+ * NGX_OK: the op goes to "*to" (op->asking: after ASKING), and the op's
+ * own file sends it again; NGX_DECLINED: not a redirect, or one too
+ * many; NGX_ERROR: no room.
  */
 
 ngx_int_t
@@ -330,33 +338,60 @@ ngx_http_idem_redis_cluster_redirect(ngx_http_idem_redis_t *rd,
 }
 
 
-/* the node at an address, made and hooked up when it is new */
+/*
+ * The node at an address, or at a host name (by the name, not the address
+ * it has now), made and hooked up when it is new
+ */
 
 static ngx_http_idem_redis_node_t *
 ngx_http_idem_redis_cluster_node(ngx_http_idem_redis_t *rd, u_char *host,
     size_t len, ngx_int_t port)
 {
-    ngx_uint_t                   i;
+    ngx_str_t                    name;
+    ngx_uint_t                   i, named;
+    ngx_resolver_t              *r;
     ngx_http_idem_redis_node_t  *node;
 
     for (i = 0; i < rd->nnodes; i++) {
         node = rd->nodes[i];
 
-        if (node->port == port
-            && ngx_strlen(node->host) == len
-            && ngx_strncmp(node->host, host, len) == 0)
+        if (node->port != port) {
+            continue;
+        }
+
+        if (node->resolve.len
+            ? node->resolve.len == len
+              && ngx_strncasecmp(node->resolve.data, host, len) == 0
+            : ngx_strlen(node->host) == len
+              && ngx_strncmp(node->host, host, len) == 0)
         {
             return node;
         }
     }
 
+    named = 0;
+
     if (len > NGX_SOCKADDR_STRLEN
         || ngx_http_idem_redis_cluster_ip(host, len) != NGX_OK)
     {
-        ngx_log_error(NGX_LOG_ERR, rd->log, 0,
-                      "idem: redis cluster: \"%*s\" is not an IP address, "
-                      "skipped", len, host);
-        return NULL;
+        r = rd->conf->resolver;
+
+        name.data = host;
+        name.len = len;
+
+        if (ngx_http_idem_redis_host_name(&name) != NGX_OK
+            || r == NULL || r->connections.nelts == 0)
+        {
+            ngx_log_error(NGX_LOG_ERR, rd->log, 0,
+                          "idem: redis cluster: \"%*s\" is not an IP "
+                          "address, skipped%s", len, host,
+                          ngx_http_idem_redis_host_name(&name) == NGX_OK
+                          ? ": a host name needs a \"resolver\" in http{}"
+                          : "");
+            return NULL;
+        }
+
+        named = 1;
     }
 
     node = ngx_http_idem_redis_node_create(rd, NGX_HTTP_IDEM_REDIS_DATA);
@@ -364,7 +399,16 @@ ngx_http_idem_redis_cluster_node(ngx_http_idem_redis_t *rd, u_char *host,
         return NULL;
     }
 
-    ngx_http_idem_redis_node_set_addr(node, host, len, port);
+    if (named) {
+        ngx_log_debug3(NGX_LOG_DEBUG_EVENT, rd->log, 0,
+                       "idem redis cluster: node \"%*s:%i\" by its name",
+                       len, host, port);
+
+        ngx_http_idem_redis_node_set_name(node, host, len, port);
+
+    } else {
+        ngx_http_idem_redis_node_set_addr(node, host, len, port);
+    }
 
     node->auth = &rd->conf->auth;
     node->up = ngx_http_idem_redis_cluster_up;
@@ -589,7 +633,8 @@ ngx_http_idem_redis_cluster_slots_done(redisAsyncContext *ac, void *r,
 
 
 /*
- * A new map: [[start, end, [ip, port, id], [replica] ...] ...].  An empty
+ * A new map: [[start, end, [ip, port, id], [replica] ...] ...], a host
+ * name in place of the ip where the cluster announces names.  An empty
  * ip is the node asked.  NGX_DECLINED: not every slot has a master that
  * is up yet, ask again soon.
  */
@@ -648,7 +693,11 @@ ngx_http_idem_redis_cluster_map(ngx_http_idem_redis_t *rd,
         host = (u_char *) m->element[0]->str;
         len = m->element[0]->len;
 
-        if (len == 0) {
+        if (len == 0 && asked->resolve.len) {
+            host = asked->resolve.data;
+            len = asked->resolve.len;
+
+        } else if (len == 0) {
             host = asked->host;
             len = ngx_strlen(asked->host);
         }

@@ -43,9 +43,6 @@
 #define NGX_HTTP_IDEM_REDIS_HOST_LEN         253
 #define NGX_HTTP_IDEM_REDIS_NAME_LEN         (NGX_HTTP_IDEM_REDIS_HOST_LEN + 8)
 
-/* parse_addr(): IPs or host names, not unix: (1: IPs only; 0: any) */
-#define NGX_HTTP_IDEM_REDIS_ADDR_NAME        2
-
 /* the first delay before connecting again, doubled up to 5 s */
 #define NGX_HTTP_IDEM_REDIS_BACKOFF_MIN      100
 

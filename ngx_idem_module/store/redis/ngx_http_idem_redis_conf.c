@@ -15,9 +15,14 @@
 #include "ngx_http_idem_redis_adapter.h"
 
 
+/* what an address may be besides an IP and port (parse_addr's "allow") */
+#define NGX_HTTP_IDEM_REDIS_ADDR_NAME  1
+#define NGX_HTTP_IDEM_REDIS_ADDR_UNIX  2
+
+
 static ngx_int_t ngx_http_idem_redis_parse_addr(ngx_conf_t *cf,
     ngx_command_t *cmd, ngx_str_t *addr, ngx_http_idem_store_addr_t *a,
-    ngx_uint_t ip_only);
+    ngx_uint_t allow);
 static ngx_int_t ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf,
     ngx_command_t *cmd, ngx_str_t *value,
     ngx_http_idem_store_conf_t *conf);
@@ -77,7 +82,9 @@ ngx_http_idem_store_parse(ngx_conf_t *cf, ngx_command_t *cmd,
     } else {
         conf->mode = NGX_HTTP_IDEM_STORE_SINGLE;
 
-        if (ngx_http_idem_redis_parse_addr(cf, cmd, &value[1], &a, 0)
+        if (ngx_http_idem_redis_parse_addr(cf, cmd, &value[1], &a,
+                                           NGX_HTTP_IDEM_REDIS_ADDR_NAME
+                                           | NGX_HTTP_IDEM_REDIS_ADDR_UNIX)
             != NGX_OK)
         {
             return NGX_CONF_ERROR;
@@ -340,10 +347,7 @@ ngx_http_idem_redis_read_secret(ngx_conf_t *cf, ngx_str_t *name,
 }
 
 
-/*
- * cluster nodes or sentinels: the arguments without "=", IPs only (and
- * host names for sentinels)
- */
+/* cluster nodes or sentinels, IPs or host names: the arguments without "=" */
 
 static ngx_int_t
 ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -378,11 +382,10 @@ ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf, ngx_command_t *cmd,
             return NGX_ERROR;
         }
 
-        /* sentinels may be named: each resolved at its connect */
+        /* a cluster's nodes and sentinels may be named: resolved at connect */
 
         if (ngx_http_idem_redis_parse_addr(cf, cmd, &value[i], a,
-                                 conf->mode == NGX_HTTP_IDEM_STORE_SENTINEL
-                                 ? NGX_HTTP_IDEM_REDIS_ADDR_NAME : 1)
+                                           NGX_HTTP_IDEM_REDIS_ADDR_NAME)
             != NGX_OK)
         {
             return NGX_ERROR;
@@ -401,14 +404,14 @@ ngx_http_idem_redis_parse_seeds(ngx_conf_t *cf, ngx_command_t *cmd,
 
 
 /*
- * "IPv4:port", "[IPv6]:port" or "unix:/path" (not for cluster nodes and
- * sentinels).  Host names are refused: hiredis would resolve them with a
- * blocking getaddrinfo() in the worker.
+ * "IPv4:port", "[IPv6]:port", and where "allow" says "name:port" (marked
+ * a->resolve: nginx's resolver finds it, never hiredis' blocking
+ * getaddrinfo()) or "unix:/path".
  */
 
 static ngx_int_t
 ngx_http_idem_redis_parse_addr(ngx_conf_t *cf, ngx_command_t *cmd,
-    ngx_str_t *addr, ngx_http_idem_store_addr_t *a, ngx_uint_t ip_only)
+    ngx_str_t *addr, ngx_http_idem_store_addr_t *a, ngx_uint_t allow)
 {
     u_char              *p, *last;
     ngx_int_t            port;
@@ -427,7 +430,9 @@ ngx_http_idem_redis_parse_addr(ngx_conf_t *cf, ngx_command_t *cmd,
         host.data = addr->data + 5;
         host.len = addr->len - 5;
 
-        if (ip_only || host.len == 0 || host.len >= sizeof(saun->sun_path)) {
+        if (!(allow & NGX_HTTP_IDEM_REDIS_ADDR_UNIX)
+            || host.len == 0 || host.len >= sizeof(saun->sun_path))
+        {
             goto invalid;
         }
 
@@ -478,7 +483,7 @@ ngx_http_idem_redis_parse_addr(ngx_conf_t *cf, ngx_command_t *cmd,
 
             /* a host name: resolved by nginx's resolver, never here */
 
-            if (ip_only == 1
+            if (!(allow & NGX_HTTP_IDEM_REDIS_ADDR_NAME)
                 || ngx_http_idem_redis_host_name(&host) != NGX_OK)
             {
                 goto invalid;
@@ -512,9 +517,9 @@ invalid:
                        "invalid value \"%V\" in \"%V\" directive, "
                        "it must be an IP address and port%s",
                        addr, &cmd->name,
-                       ip_only == 1 ? ""
-                       : ip_only ? ", or a host name and port"
-                       : ", a host name and port, or unix:/path");
+                       allow == NGX_HTTP_IDEM_REDIS_ADDR_NAME
+                       ? ", or a host name and port"
+                       : allow ? ", a host name and port, or unix:/path" : "");
 
     return NGX_ERROR;
 }
@@ -564,6 +569,8 @@ ngx_http_idem_store_check(ngx_conf_t *cf, ngx_http_idem_store_conf_t *conf)
         conf->resolver = NULL;
     }
 
+    /* names a cluster announces, or sentinels give, are resolved too */
+
     if (conf->resolver != NULL
         && conf->resolver_timeout == NGX_CONF_UNSET_MSEC)
     {
@@ -572,7 +579,7 @@ ngx_http_idem_store_check(ngx_conf_t *cf, ngx_http_idem_store_conf_t *conf)
 
     name = conf->resolve ? &conf->addr : NULL;
 
-    if (conf->mode == NGX_HTTP_IDEM_STORE_SENTINEL) {
+    if (conf->seeds != NULL) {
         seed = conf->seeds->elts;
 
         for (i = 0; name == NULL && i < conf->seeds->nelts; i++) {
@@ -587,9 +594,10 @@ ngx_http_idem_store_check(ngx_conf_t *cf, ngx_http_idem_store_conf_t *conf)
     }
 
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                       "\"idem_redis %V\" names a host: add a "
+                       "\"idem_redis %s%V\" names a host: add a "
                        "\"resolver\" to http{}, which the module "
                        "resolves it with (without blocking a worker)",
-                       name);
+                       conf->mode == NGX_HTTP_IDEM_STORE_CLUSTER
+                       ? "cluster ... " : "", name);
     return NGX_ERROR;
 }

@@ -518,9 +518,10 @@ ngx_http_idem_redis_master_down(ngx_http_idem_redis_node_t *node)
 
 
 /*
- * Letters, digits, '-' and '.' in labels of 1 to 63: what DNS can look
- * up.  Here, as the sentinels' answers are read with it too (and the
- * configuration, redis_conf.c).
+ * Letters, digits, '-', '_' and '.' in labels of 1 to 63: what DNS can
+ * look up.  Here, where the fuzz target of the sentinels' and the
+ * cluster's answers runs it; the configuration's (redis_conf.c) and the
+ * slot map's (redis_cluster.c) are read with it too.
  */
 
 ngx_int_t
@@ -555,5 +556,7 @@ ngx_http_idem_redis_host_name(ngx_str_t *host)
         }
     }
 
-    return NGX_OK;
+    /* no empty last label: nginx's resolver refuses "name." */
+
+    return label ? NGX_OK : NGX_ERROR;
 }
