@@ -12,7 +12,11 @@
 our ($Map);
 
 BEGIN {
-    $Map = "/tmp/idem-dns-map-cluster-$ENV{TEST_NGINX_BACKEND_PORT}";
+    # the map in the file's own scratch folder (t/lib/IdemPaths.pm)
+    require lib;
+    lib->import('t/lib');
+    require IdemPaths;
+    $Map = IdemPaths::scratch() . '/dns-map';
     $IdemDns::Map = $Map;
 }
 

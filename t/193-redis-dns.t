@@ -15,7 +15,11 @@
 our ($Map, $Port);
 
 BEGIN {
-    $Map = "/tmp/idem-dns-map-$ENV{TEST_NGINX_BACKEND_PORT}";
+    # the map in the file's own scratch folder (t/lib/IdemPaths.pm)
+    require lib;
+    lib->import('t/lib');
+    require IdemPaths;
+    $Map = IdemPaths::scratch() . '/dns-map';
     $IdemDns::Map = $Map;
     $Port = ($ENV{TEST_NGINX_REDIS_PORT} // 16379) + 520;
 }

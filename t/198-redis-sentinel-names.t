@@ -24,8 +24,11 @@ use Time::HiRes qw(sleep time);
 our $Map;
 
 BEGIN {
-    $Map = "/tmp/idem-dns-map-sentinel-"
-           . ($ENV{TEST_NGINX_BACKEND_PORT} // 0);
+    # the map in the file's own scratch folder (t/lib/IdemPaths.pm)
+    require lib;
+    lib->import('t/lib');
+    require IdemPaths;
+    $Map = IdemPaths::scratch() . '/dns-map';
     $IdemDns::Map = $Map;
 }
 
