@@ -2,12 +2,15 @@
 
 use lib 't/lib';
 use IdemWait ();
+use IdemBg qw(bg done);
 use Test::Nginx::Socket 'no_plan';
 
 # No repeat_each(2): each block reads the record of a fixed call id, which a
 # second run would find with one execution more (--- init runs once).
 use IdemRecord;
 use JSON::PP ();
+
+END { IdemBg::stop_all() }
 
 no_long_string();
 no_shuffle();
@@ -509,36 +512,39 @@ ok
 
 
 
-=== TEST 20: a call in flight past idem_record_arrival_delay reads PROCESSING
+=== TEST 20: a call in flight past idem_record_arrival_delay reads PROCESSING; released, SUCCESS
 --- http_config
     idem_redis 127.0.0.1:$TEST_NGINX_REDIS_PORT;
 --- config
-    location /t {
-        echo_location_async /call;
-        echo_sleep 1;
-        echo_location /peek;
-    }
-    location /call {
-        proxy_set_header X-Call-Id rec-inflight;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/slow;
-    }
-    location /peek {
-        proxy_pass http://127.0.0.1:$TEST_NGINX_SERVER_PORT/calls/rec-inflight;
-    }
     location /slow {
         idem on;
         idem_record on;
         idem_record_arrival_delay 50ms;
-        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/sleep/2500/9;
+        proxy_pass http://127.0.0.1:$TEST_NGINX_BACKEND_PORT/hold/1;
     }
     location /calls/ {
         idem_status;
     }
+--- init
+# the call held at the backend until its arrival is read (no fixed wait)
+main::bg('inflight', 'rec-inflight', '/slow');
+IdemWait::owner_in('rec-inflight');
+my $read = '';
+IdemWait::wait_for('its arrival written', sub {
+    $read = IdemWait::get($ENV{TEST_NGINX_SERVER_PORT}, '/calls/rec-inflight');
+    $read =~ /"state":"PROCESSING"/ });
+Test::More::like($read, qr{^\{"call_id":"rec-inflight",.*"state":"PROCESSING",.*"uri":"/slow",.*"final_status":null,"executions":1,"attempts":\[\]\}$}s,
+                 'in flight: PROCESSING, no attempt ended');
+Test::More::ok(IdemWait::release('rec-inflight'), 'the call released');
+Test::More::like(main::done('inflight'), qr{^HTTP/1\.1 200 }, 'its 200');
+# its final write leaves after its answer (the log phase): waited for
+IdemWait::wait_for('its final write', sub {
+    IdemWait::get($ENV{TEST_NGINX_SERVER_PORT}, '/calls/rec-inflight')
+        =~ /"final_status":200/ });
 --- request
-GET /t
---- response_body_like
-\{"call_id":"rec-inflight",.*"state":"PROCESSING",.*"uri":"/slow",.*"final_status":null,"executions":1,"attempts":\[\]\}
---- timeout: 5
+GET /calls/rec-inflight
+--- response_body_like eval
+'"state":"SUCCESS",.*"final_status":200,"executions":1,'
 --- no_error_log
 [error]
 
