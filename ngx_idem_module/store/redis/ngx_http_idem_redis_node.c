@@ -43,6 +43,7 @@ static void ngx_http_idem_redis_node_resolve(ngx_http_idem_redis_node_t *node);
 static void ngx_http_idem_redis_node_resolved(ngx_resolver_ctx_t *ctx);
 static void ngx_http_idem_redis_resolve_again(ngx_event_t *ev);
 static void ngx_http_idem_redis_unresolve(ngx_http_idem_redis_node_t *node);
+static void ngx_http_idem_redis_node_end(ngx_http_idem_redis_node_t *node);
 
 
 /*
@@ -831,6 +832,26 @@ ngx_http_idem_redis_node_drop(ngx_http_idem_redis_node_t *node)
 
 
 /*
+ * As ngx_http_idem_redis_node_drop(), but once the replies still expected
+ * have come (hiredis' disconnect): commands meanwhile are held, and the
+ * connection is made again by disconnected().
+ */
+
+static void
+ngx_http_idem_redis_node_end(ngx_http_idem_redis_node_t *node)
+{
+    if (node->ac == NULL || node->dropping) {
+        return;
+    }
+
+    node->dropping = 1;
+    node->state = NGX_HTTP_IDEM_REDIS_DOWN;
+
+    redisAsyncDisconnect(node->ac);
+}
+
+
+/*
  * Never from a reply callback of this node: the context is freed now, its
  * outstanding commands are answered with NULL, and no reconnect is armed
  * (the caller connects again, elsewhere, or the worker exits).
@@ -1246,9 +1267,7 @@ ngx_http_idem_redis_node_resolved(ngx_resolver_ctx_t *ctx)
 
         /* its replies still come; then it reconnects (disconnected()) */
 
-        node->dropping = 1;
-        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
-        redisAsyncDisconnect(node->ac);
+        ngx_http_idem_redis_node_end(node);
         return;
     }
 
@@ -1325,9 +1344,7 @@ ngx_http_idem_redis_node_readonly(ngx_http_idem_redis_node_t *node,
         ngx_http_idem_redis_count_failure(node,
                                           NGX_HTTP_IDEM_STORE_FAIL_READONLY);
 
-        node->dropping = 1;
-        node->state = NGX_HTTP_IDEM_REDIS_DOWN;
-        redisAsyncDisconnect(node->ac);
+        ngx_http_idem_redis_node_end(node);
     }
 
     return NGX_OK;
